@@ -1,0 +1,24 @@
+"""detaudit: determinism auditor and e2e-standard recorder for ML training pipelines.
+
+The library under the ``detaudit`` command. Nothing here imports torch at import time.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from detaudit.compare import DiffReport, diff_runs
+from detaudit.errors import InputError
+from detaudit.exclusion import DEFAULT_EXCLUDE, Exclusion
+from detaudit.metrics import MetricsRun, read_metrics
+
+__all__ = [
+    "DEFAULT_EXCLUDE",
+    "DiffReport",
+    "Exclusion",
+    "InputError",
+    "MetricsRun",
+    "__version__",
+    "diff_runs",
+    "read_metrics",
+]

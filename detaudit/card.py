@@ -1,0 +1,209 @@
+"""Recipe cards: TOML files that say how to run one recipe and where its standard lives.
+
+Example (``recipes/sd3_pickscore_nft.toml``)::
+
+    name = "sd3_pickscore_nft"
+    command = ["{python}", "-m", "recipes.diffusion_nft", "--preset", "tiny", "--rollouts", "3"]
+    pythonpath = [".."]          # relative to the card's folder
+    timeout_s = 900
+    runner = "auto"
+
+Placeholders in ``command`` and ``env`` values: ``{python}`` (the interpreter running
+detaudit), ``{card_dir}`` (the card's folder, absolute), ``{workdir}`` (the run's own
+work dir), ``{metrics}`` (the metrics JSONL path the run must write).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from detaudit.errors import InputError
+
+DEFAULT_METRICS_ENV = "DETAUDIT_METRICS_JSONL"
+
+
+@dataclass(frozen=True)
+class Card:
+    path: Path
+    name: str
+    command: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    metrics_env: str = DEFAULT_METRICS_ENV
+    timeout_s: float = 3600.0
+    exclude: tuple[str, ...] = ()
+    include: tuple[str, ...] = ()
+    step_key: str | None = None
+    runner: tuple[str, ...] | None = None  # None: detect ("auto")
+    gpus_per_run: int = 0
+    est_time: float | None = None  # seconds, for CI planning
+    suite: str | None = None
+    description: str = ""
+    pythonpath: tuple[str, ...] = ()
+    standards_dir: str = "standards"
+
+    @property
+    def card_dir(self) -> Path:
+        return self.path.parent.resolve()
+
+
+# key -> (accepted python types, description used in error messages)
+_SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
+    "name": ((str,), "a string"),
+    "command": ((list,), "a list of strings"),
+    "env": ((dict,), "a table of strings"),
+    "metrics_env": ((str,), "a string"),
+    "timeout_s": ((int, float), "a number of seconds"),
+    "exclude": ((list,), "a list of glob strings"),
+    "include": ((list,), "a list of glob strings"),
+    "step_key": ((str,), "a string"),
+    "runner": ((list, str), 'a list of strings or "auto"'),
+    "gpus_per_run": ((int,), "an integer"),
+    "est_time": ((int, float), "a number of seconds"),
+    "suite": ((str,), "a string"),
+    "description": ((str,), "a string"),
+    "pythonpath": ((list,), "a list of paths"),
+    "standards_dir": ((str,), "a path"),
+}
+_REQUIRED = ("name", "command")
+
+
+def _key_line(text: str, key: str) -> int | None:
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.lstrip()
+        if stripped.startswith(key) and stripped[len(key):].lstrip().startswith("="):
+            return number
+    return None
+
+
+def load_card(path: str | Path) -> Card:
+    """Parse and validate a card; ``InputError`` names the file, line and key on any problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(path, f"cannot read recipe card: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise InputError(path, "recipe card is not UTF-8") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        line = None
+        if "(at line " in message:
+            head, _, where = message.rpartition(" (at line ")
+            try:
+                line = int(where.split(",")[0])
+                message = head
+            except ValueError:
+                pass
+        raise InputError(path, f"invalid TOML: {message}", line) from None
+
+    def fail(key: str, message: str) -> InputError:
+        return InputError(path, f"{key}: {message}", _key_line(text, key))
+
+    for key in data:
+        if key not in _SCHEMA:
+            known = ", ".join(sorted(_SCHEMA))
+            raise fail(key, f"unknown key (known keys: {known})")
+    for key in _REQUIRED:
+        if key not in data:
+            raise InputError(path, f"missing required key {key!r}")
+    for key, value in data.items():
+        types, what = _SCHEMA[key]
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise fail(key, f"must be {what}, got {type(value).__name__} {value!r}")
+
+    def str_list(key: str) -> tuple[str, ...]:
+        value = data.get(key, [])
+        if not all(isinstance(v, str) for v in value):
+            raise fail(key, f"must be {_SCHEMA[key][1]}")
+        return tuple(value)
+
+    command = str_list("command")
+    if not command:
+        raise fail("command", "must not be empty")
+    env = data.get("env", {})
+    for k, v in env.items():
+        if not isinstance(v, str):
+            raise fail("env", f"value of {k!r} must be a string, got {type(v).__name__}")
+    runner_value = data.get("runner", "auto")
+    if isinstance(runner_value, str):
+        if runner_value != "auto":
+            raise fail("runner", f'must be a list of strings or "auto", got {runner_value!r}')
+        runner = None
+    else:
+        runner = str_list("runner")
+        if not runner:
+            raise fail("runner", "must not be empty")
+    gpus = data.get("gpus_per_run", 0)
+    if gpus < 0:
+        raise fail("gpus_per_run", "must be 0 or more")
+    timeout = float(data.get("timeout_s", 3600))
+    if timeout <= 0:
+        raise fail("timeout_s", "must be positive")
+    return Card(
+        path=path,
+        name=data["name"],
+        command=command,
+        env=dict(env),
+        metrics_env=data.get("metrics_env", DEFAULT_METRICS_ENV),
+        timeout_s=timeout,
+        exclude=str_list("exclude"),
+        include=str_list("include"),
+        step_key=data.get("step_key"),
+        runner=runner,
+        gpus_per_run=gpus,
+        est_time=float(data["est_time"]) if "est_time" in data else None,
+        suite=data.get("suite"),
+        description=data.get("description", ""),
+        pythonpath=str_list("pythonpath"),
+        standards_dir=data.get("standards_dir", "standards"),
+    )
+
+
+def _expand(text: str, values: dict[str, str]) -> str:
+    # Plain replacement, not str.format: commands may contain other braces.
+    for key, value in values.items():
+        text = text.replace("{" + key + "}", value)
+    return text
+
+
+def standard_path(card: Card, runner_class: list[str] | tuple[str, ...]) -> Path:
+    """``<standards_dir>/<name>.<runner class joined by '-'>.json`` (relative to the cwd)."""
+    return Path(card.standards_dir) / f"{card.name}.{'-'.join(runner_class)}.json"
+
+
+def run_argv(card: Card, workdir: Path, metrics: Path, extra_args: tuple[str, ...] = (), python: str | None = None) -> list[str]:
+    """The command of one run, placeholders filled, ``extra_args`` appended."""
+    import sys
+
+    values = _placeholders(card, workdir, metrics, python or sys.executable)
+    return [_expand(part, values) for part in card.command] + list(extra_args)
+
+
+def run_env(card: Card, workdir: Path, metrics: Path, index: int, base: dict[str, str] | None = None, python: str | None = None) -> dict[str, str]:
+    """The environment of one run: ours, the card's ``env``, metrics path variables, PYTHONPATH."""
+    import os
+    import sys
+
+    env = dict(os.environ if base is None else base)
+    values = _placeholders(card, workdir, metrics, python or sys.executable)
+    env.update({k: _expand(v, values) for k, v in card.env.items()})
+    env[DEFAULT_METRICS_ENV] = str(metrics)
+    env[card.metrics_env] = str(metrics)
+    env["DETAUDIT_RUN_INDEX"] = str(index)
+    env["DETAUDIT_WORKDIR"] = str(workdir)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if card.pythonpath:
+        paths = [str((card.card_dir / p).resolve()) for p in card.pythonpath]
+        if env.get("PYTHONPATH"):
+            paths.append(env["PYTHONPATH"])
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+def _placeholders(card: Card, workdir: Path, metrics: Path, python: str) -> dict[str, str]:
+    return {"python": python, "card_dir": str(card.card_dir), "workdir": str(workdir), "metrics": str(metrics)}

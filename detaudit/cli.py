@@ -1,0 +1,279 @@
+"""The ``detaudit`` command: a thin layer over the library.
+
+Exit codes, everywhere: 0 success (identical, written, passed, skipped), 1 the audit
+failed (series differ, a run failed, a finding reached --fail-on), 2 usage or input errors
+(one line on stderr naming the file and line).
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from functools import wraps
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+from rich.console import Console
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+
+from detaudit import __version__
+from detaudit.errors import InputError
+
+# Heavy or rarely used modules are imported inside the commands: `detaudit diff` and
+# `verify --metrics` must start fast, and nothing here may import torch.
+
+EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
+
+
+def _console(stderr: bool = False) -> Console:
+    # Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns; logs are wide.
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() else 200
+    return Console(stderr=stderr, highlight=False, width=width)
+
+
+def _stdout() -> Console:
+    return _console()
+
+
+def _stderr() -> Console:
+    return _console(stderr=True)
+
+
+def _one_line_warning(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+    click.echo(f"detaudit: warning: {message}", err=True)
+
+
+def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn InputError into one stderr line and exit code 2."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        warnings.showwarning = _one_line_warning
+        try:
+            return func(*args, **kwargs)
+        except InputError as exc:
+            click.echo(f"detaudit: error: {exc}", err=True)
+            sys.exit(EXIT_INPUT)
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="detaudit")
+def main() -> None:
+    """Audit ML training runs for bitwise determinism, and record and verify e2e standards."""
+
+
+# --- diff ------------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+@click.option("--step-key", help="Step field for lines without a step_key (default: line index).")
+@click.option("--exclude", multiple=True, metavar="GLOB", help="Also exclude series matching GLOB (repeatable).")
+@click.option("--include", multiple=True, metavar="GLOB", help="Compare series matching GLOB even if excluded.")
+@handle_errors
+def diff(runs: tuple[Path, ...], as_json: bool, step_key: str | None, exclude: tuple[str, ...], include: tuple[str, ...]) -> None:
+    """Compare metrics JSONL files exactly; each run against the first.
+
+    Exit 0 when every compared series is identical, 1 when any differ, 2 on bad input.
+    """
+    from detaudit.compare import diff_runs
+    from detaudit.exclusion import Exclusion
+    from detaudit.metrics import read_metrics
+    from detaudit.report import diff_json, print_diff
+
+    if len(runs) < 2:
+        raise click.UsageError("diff needs at least two metrics files")
+    exclusion = Exclusion(cli=exclude, include=include)
+    parsed = [read_metrics(p, default_step_key=step_key, exclusion=exclusion) for p in runs]
+    report = diff_runs(parsed, labels=[str(p) for p in runs])
+    report.exclude_patterns = exclusion.patterns()
+    if as_json:
+        click.echo(diff_json(report))
+    else:
+        print_diff(report, _stdout())
+    sys.exit(EXIT_OK if report.ok else EXIT_FAIL)
+
+
+# --- record / verify ---------------------------------------------------------------------
+
+
+class RunDisplay:
+    """Progress of the runs: a live table on a terminal, one line per change otherwise."""
+
+    def __init__(self, console: Console, total: int, label: str) -> None:
+        self.console = console
+        self.total = total
+        self.label = label
+        self.live: Live | None = None
+        self.seen: dict[int, str] = {}
+
+    def __enter__(self) -> "RunDisplay":
+        if self.console.is_terminal:
+            self.live = Live(console=self.console, refresh_per_second=4, transient=False)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.live is not None:
+            self.live.__exit__(*exc)
+
+    def update(self, states: list[Any]) -> None:
+        from detaudit.runner import last_log_line
+
+        if self.live is not None:
+            table = Table(title=self.label, title_justify="left", header_style="bold")
+            for col in ("run", "status", "elapsed", "GPUs", "last log line"):
+                table.add_column(col, overflow="ellipsis", no_wrap=col == "last log line")
+            for s in states:
+                last = last_log_line(s.spec.log_path) if s.started is not None else ""
+                gpus = ",".join(s.spec.gpus) if s.spec.gpus else "-"
+                table.add_row(f"{s.spec.index + 1}/{self.total}", s.status, f"{s.elapsed:.1f}s", gpus, escape(last[-100:]))
+            self.live.update(table)
+            return
+        for s in states:
+            if self.seen.get(s.spec.index) != s.status and s.status != "waiting":
+                self.seen[s.spec.index] = s.status
+                extra = f" in {s.elapsed:.1f}s" if s.status != "running" else f" (log {s.spec.log_path})"
+                self.console.print(f"\\[detaudit] run {s.spec.index + 1}/{self.total} {s.status}{extra}")
+
+
+def _print_failed_run(console: Console, states: list[Any]) -> None:
+    from detaudit.runner import log_tail
+
+    for s in states:
+        if s.status in ("failed", "timeout"):
+            why = f"exit code {s.returncode}" if s.status == "failed" else f"timed out after {s.spec.timeout_s:g}s"
+            console.print(f"[red]\\[detaudit] run {s.spec.index + 1} {why}[/red]; log {escape(str(s.spec.log_path))}:")
+            console.print(escape(log_tail(s.spec.log_path, 30)), markup=True)
+    killed = [s.spec.index + 1 for s in states if s.status == "killed"]
+    if killed:
+        console.print(f"\\[detaudit] killed the process groups of runs {', '.join(map(str, killed))}")
+
+
+@main.command(context_settings={"ignore_unknown_options": False})
+@click.argument("card", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--runs", "-n", default=3, show_default=True, type=click.IntRange(min=2), help="How many runs must agree.")
+@click.option("--parallel", "-j", default=1, show_default=True, type=click.IntRange(min=1), help="Runs at once (disjoint GPU sets when the card sets gpus_per_run).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Standard file (default: standards/<name>.<runner class>.json).")
+@click.option("--update", is_flag=True, help="Replace an existing standard, printing what changed.")
+@click.option("--allow-partial", is_flag=True, help="Record only the agreeing series; list the dropped ones in the file.")
+@click.option("--format", "fmt", type=click.Choice(["detaudit", "miles"]), default="detaudit", show_default=True, help="Standard file format.")
+@click.option("--exclude", multiple=True, metavar="GLOB", help="Also exclude series matching GLOB.")
+@click.option("--include", multiple=True, metavar="GLOB", help="Compare series matching GLOB even if excluded.")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Where run dirs go (default: a new temp dir).")
+@handle_errors
+def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, out: Path | None, update: bool,
+           allow_partial: bool, fmt: str, exclude: tuple[str, ...], include: tuple[str, ...], workdir: Path | None) -> None:
+    """Run CARD's command N times; write its standard only if all runs agree.
+
+    Arguments after `--` are appended to the command, e.g.
+    `detaudit record recipes/sd3_pickscore_nft.toml -- --no-seed-rollout-manager`.
+    """
+    from detaudit.record import record as run_record
+    from detaudit.report import print_diff
+
+    out_console, err_console = _stdout(), _stderr()
+    display = RunDisplay(err_console, runs, f"detaudit record {card}")
+
+    def on_start(base: Path, cls: list[str]) -> None:
+        err_console.print(f"\\[detaudit] runner class {'-'.join(cls)}; {runs} runs in {base}")
+
+    try:
+        with display:
+            result = run_record(
+                card, runs=runs, parallel=parallel, out=out, update=update, allow_partial=allow_partial, fmt=fmt,
+                extra_args=extra_args, exclude=exclude, include=include, workdir=workdir,
+                on_update=display.update, on_start=on_start,
+            )
+    except KeyboardInterrupt:
+        err_console.print("[red]\\[detaudit] interrupted: every run's process group was killed; no standard written[/red]")
+        sys.exit(EXIT_FAIL)
+    if result.status == "run-failed":
+        _print_failed_run(err_console, result.runs)
+        err_console.print("[red]\\[detaudit] record failed: a run did not finish; no standard written[/red]")
+        sys.exit(EXIT_FAIL)
+    assert result.report is not None
+    if result.status == "disagree":
+        print_diff(result.report, out_console, title=f"detaudit record {card}")
+        out_console.print(f"[red]\\[detaudit] runs disagree: no standard written ({result.standard_path})[/red]")
+        sys.exit(EXIT_FAIL)
+    n = len(result.standard.series) if result.standard else 0
+    if result.dropped:
+        out_console.print(f"[yellow]\\[detaudit] --allow-partial: dropped {len(result.dropped)} disagreeing series:[/yellow]")
+        for name, info in sorted(result.dropped.items()):
+            out_console.print(f"  {escape(name)} ({info['kind']})")
+    for line in result.changes:
+        out_console.print(f"\\[detaudit] update: {escape(line)}")
+    excluded = len(result.report.excluded)
+    out_console.print(
+        f"[green]\\[detaudit] RECORDED: {n} metric series identical across {runs} runs -> {escape(str(result.standard_path))}[/green]"
+        + (f" ({excluded} excluded series listed in the file)" if excluded else "")
+    )
+
+
+@main.command(context_settings={"ignore_unknown_options": False})
+@click.argument("card", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--metrics", type=click.Path(dir_okay=False, path_type=Path), help="Verify this metrics JSONL instead of running CARD.")
+@click.option("--standard", type=click.Path(dir_okay=False, path_type=Path), help="Standard file (default: from CARD and the runner class).")
+@click.option("--strict-runner", is_flag=True, help="Exit 1, not 0, when the runner class differs from the standard's.")
+@click.option("--step-key", help="Step field for lines without a step_key.")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Where the run dir goes (default: a new temp dir).")
+@handle_errors
+def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None, standard: Path | None,
+           strict_runner: bool, step_key: str | None, workdir: Path | None) -> None:
+    """Check one run of CARD (or --metrics RUN.jsonl) against its standard, exactly.
+
+    Reads detaudit and miles_diffusion standards. Exit 0 on PASSED (or SKIPPED: the runner
+    class differs), 1 on a mismatch or failed run, 2 on bad input.
+    """
+    from detaudit.report import divergence_line
+    from detaudit.verify import verify as run_verify
+
+    out_console, err_console = _stdout(), _stderr()
+    display = RunDisplay(err_console, 1, f"detaudit verify {card}")
+    try:
+        with display:
+            result = run_verify(card, metrics=metrics, standard=standard, strict_runner=strict_runner,
+                                step_key=step_key, extra_args=extra_args, workdir=workdir, on_update=display.update)
+    except KeyboardInterrupt:
+        err_console.print("[red]\\[detaudit] interrupted: the run's process group was killed[/red]")
+        sys.exit(EXIT_FAIL)
+    path = escape(str(result.standard_path))
+    if result.status == "skipped":
+        here = "-".join(result.runner_here or [])
+        theirs = "-".join(result.runner_standard or [])
+        out_console.print(f"[yellow]\\[detaudit] SKIPPED: runner class {here} differs from the standard's {theirs} ({path}); "
+                          "bitwise agreement is only promised on the class a standard was recorded on[/yellow]")
+        sys.exit(EXIT_FAIL if strict_runner else EXIT_OK)
+    if result.status == "run-failed":
+        assert result.run is not None
+        _print_failed_run(err_console, [result.run])
+        out_console.print("[red]\\[detaudit] FAILED: the run did not finish[/red]")
+        sys.exit(EXIT_FAIL)
+    if result.status == "passed":
+        out_console.print(f"[green]\\[detaudit] PASSED: {result.compared} metric series match {path}[/green]")
+        if result.extra_series:
+            out_console.print(f"\\[detaudit] note: {len(result.extra_series)} series not in the standard: "
+                              + escape(", ".join(result.extra_series[:20])))
+        sys.exit(EXIT_OK)
+    out_console.print(f"[red]\\[detaudit] FAILED: {len(result.failures)} of {result.compared} metric series differ from {path}[/red]")
+    for name, d in result.failures:
+        out_console.print("  " + escape(divergence_line(name, d)))
+    if result.provenance:
+        out_console.print("[yellow]\\[detaudit] this environment differs from the standard's:[/yellow]")
+        for line in result.provenance:
+            out_console.print("  " + escape(line))
+    sys.exit(EXIT_FAIL)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,416 @@
+"""Exact comparison of metric series across runs, and what kind each divergence is.
+
+Every run is compared with the first. A series matches when every point has the same
+step and the same value: same JSON type and, for floats, the same bits (NaN matches NaN;
+0.0 vs -0.0 does not). The first divergent point of a series gets a *kind*:
+
+``missing``      the series is absent from one run
+``steps``        a step differs, or points are missing or extra: control flow diverged
+``type``         the values have different JSON types (1 vs 1.0, null vs 0.5)
+``nan``          NaN against a number
+``signed-zero``  0.0 against -0.0
+``ulp``          floats within ``ULP_REL_TOL`` relative: summation or reduction order
+``value``        different values: different data
+
+The *root* divergence is the first mismatching point in emission order (line order of
+the first run) over all series: the place to start looking.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import Any, Sequence
+
+from detaudit.floats import encode_value, format_value, same_value, ulp_distance
+from detaudit.metrics import MetricsRun, Series
+
+# Reordered float reductions land a few ULPs to ~1e-9 relative apart in fp32/fp64 metrics;
+# 1e-6 relative still reads as "same data, different order" rather than different data.
+ULP_REL_TOL = 1e-6
+
+KINDS = ("missing", "steps", "type", "nan", "signed-zero", "ulp", "value")
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "<absent>"
+
+
+ABSENT: Any = _Absent()  # a point a run does not have
+
+
+@dataclass
+class PairDivergence:
+    """Where one run's series first departs from the first run's."""
+
+    run: int  # index of the other run (the first run is 0)
+    index: int  # point index of the first divergence
+    kind: str
+    step: Any  # the step there (first run's, else the other's)
+    value_a: Any
+    value_b: Any
+    step_a: Any = ABSENT
+    step_b: Any = ABSENT
+    len_a: int = 0
+    len_b: int = 0
+    emission: tuple[int, int] = (0, 0)  # (line index, series order) in the run that has the point
+
+    @property
+    def abs_diff(self) -> float | None:
+        a, b = self.value_a, self.value_b
+        if _is_number(a) and _is_number(b):
+            try:
+                return abs(float(a) - float(b))
+            except OverflowError:
+                return math.inf
+        return None
+
+    @property
+    def rel_diff(self) -> float | None:
+        diff = self.abs_diff
+        if diff is None:
+            return None
+        scale = max(abs(float(self.value_a)), abs(float(self.value_b)))
+        if scale == 0 or math.isnan(diff):
+            return 0.0 if diff == 0 else None
+        return diff / scale
+
+    @property
+    def ulps(self) -> int | None:
+        a, b = self.value_a, self.value_b
+        if type(a) is float and type(b) is float:
+            return ulp_distance(a, b)
+        return None
+
+
+@dataclass
+class SeriesMismatch:
+    """A series that differs in at least one run; ``first`` is its earliest divergence."""
+
+    series: str
+    step_key: str
+    pairs: list[PairDivergence]
+    values: list[Any]  # each run's value at the first divergent point (ABSENT if none)
+
+    @property
+    def first(self) -> PairDivergence:
+        return min(self.pairs, key=lambda p: (p.index, p.run))
+
+    @property
+    def kind(self) -> str:
+        return self.first.kind
+
+    @property
+    def step(self) -> Any:
+        return self.first.step
+
+    @property
+    def disagreeing_runs(self) -> list[int]:
+        return sorted(p.run for p in self.pairs)
+
+
+@dataclass
+class RootDivergence:
+    series: str
+    step_key: str
+    step: Any
+    line: int | None  # 1-based line in the run that has the point
+    run: int  # which run's line number ``line`` is
+    identical_through: dict[str, Any]  # step key -> last step emitted before the root
+    summary: str
+
+
+@dataclass
+class DiffReport:
+    """The outcome of comparing runs; ``to_json()`` is the ``--json`` form."""
+
+    runs: list[str]
+    compared: list[str]
+    identical: list[str]
+    mismatched: list[SeriesMismatch]
+    root: RootDivergence | None
+    excluded: dict[str, str]
+    exclude_patterns: dict[str, list[str]] = field(default_factory=dict)
+    torn: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatched
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "runs": self.runs,
+            "compared": len(self.compared),
+            "identical_count": len(self.identical),
+            "mismatched_count": len(self.mismatched),
+            "identical": self.identical,
+            "mismatched": [_mismatch_json(m) for m in self.mismatched],
+            "root": None
+            if self.root is None
+            else {
+                "series": self.root.series,
+                "step_key": self.root.step_key,
+                "step": encode_value(self.root.step),
+                "line": self.root.line,
+                "run": self.root.run + 1,
+                "identical_through": {k: encode_value(v) for k, v in self.root.identical_through.items()},
+                "summary": self.root.summary,
+            },
+            "excluded": self.excluded,
+            "exclude_patterns": self.exclude_patterns,
+            "torn_last_line": self.torn,
+        }
+
+
+def _json_value(value: Any) -> Any:
+    return None if value is ABSENT else encode_value(value)
+
+
+def _finite_or_none(x: float | None) -> float | None:
+    return x if x is None or math.isfinite(x) else None
+
+
+def _mismatch_json(m: SeriesMismatch) -> dict[str, Any]:
+    first = m.first
+    return {
+        "series": m.series,
+        "step_key": m.step_key,
+        "step": _json_value(m.step),
+        "kind": m.kind,
+        "values": [_json_value(v) for v in m.values],
+        "present": [v is not ABSENT for v in m.values],
+        "abs_diff": _finite_or_none(first.abs_diff),
+        "rel_diff": _finite_or_none(first.rel_diff),
+        "ulps": first.ulps,
+        "disagreeing_runs": [r + 1 for r in m.disagreeing_runs],
+        "by_run": [
+            {
+                "run": p.run + 1,
+                "index": p.index,
+                "kind": p.kind,
+                "step": _json_value(p.step),
+                "values": [_json_value(p.value_a), _json_value(p.value_b)],
+                "points": [p.len_a, p.len_b],
+            }
+            for p in sorted(m.pairs, key=lambda p: p.run)
+        ],
+    }
+
+
+def _is_number(v: Any) -> bool:
+    return type(v) in (int, float)
+
+
+def classify(a: Any, b: Any) -> str:
+    """The kind of a value divergence (``a`` and ``b`` known not to match)."""
+    ta, tb = type(a), type(b)
+    a_nan = ta is float and a != a
+    b_nan = tb is float and b != b
+    if a_nan != b_nan and _is_number(a) and _is_number(b):
+        return "nan"
+    if ta is not tb:
+        return "type"
+    if ta is float:
+        if a == b:
+            return "signed-zero"
+        if math.isinf(a) or math.isinf(b):
+            return "value"
+        scale = max(abs(a), abs(b))
+        return "ulp" if abs(a - b) <= ULP_REL_TOL * scale else "value"
+    return "value"
+
+
+def _steps(run: MetricsRun, series: Series) -> list[Any]:
+    lines = series.lines
+    if len(lines) == 0:
+        return []
+    if len(lines) == 1:
+        return [run.line_steps[lines[0]]]
+    return list(itemgetter(*lines)(run.line_steps))
+
+
+def _same_step(a: Any, b: Any, lenient: bool) -> bool:
+    if lenient and _is_number(a) and _is_number(b):
+        return a == b  # miles standards may hold 1.0 where the run logs 1
+    return same_value(a, b)
+
+
+def _steps_identical(sa: list[Any], sb: list[Any], lenient: bool) -> bool:
+    if sa != sb:  # catches most differences at C speed (NaN steps fall through to the loop)
+        if len(sa) != len(sb):
+            return False
+        return all(_same_step(x, y, lenient) for x, y in zip(sa, sb))
+    return lenient or list(map(type, sa)) == list(map(type, sb))
+
+
+def _values_identical(va: array | list, vb: array | list) -> bool:
+    if type(va) is array and type(vb) is array:
+        return va.tobytes() == vb.tobytes()
+    if len(va) != len(vb):
+        return False
+    return all(same_value(x, y) for x, y in zip(va, vb))
+
+
+@dataclass
+class SeriesData:
+    """A series as the comparison needs it: steps and values, plus where each point sits."""
+
+    name: str
+    step_key: str
+    steps: list[Any]
+    values: array | list
+    lines: array | None = None  # line index per point, for emission order
+    order: int = 0
+
+    @classmethod
+    def from_run(cls, run: MetricsRun, series: Series) -> "SeriesData":
+        return cls(series.name, series.step_key, _steps(run, series), series.values, series.lines, series.order)
+
+    def emission(self, index: int) -> tuple[int, int]:
+        if self.lines is not None and index < len(self.lines):
+            return (self.lines[index], self.order)
+        if self.lines is not None and len(self.lines):
+            return (self.lines[-1] + 1, self.order)
+        return (1 << 31, self.order)
+
+
+def compare_series(
+    a: SeriesData | None, b: SeriesData | None, run: int = 1, *, lenient_steps: bool = False
+) -> PairDivergence | None:
+    """Compare one series of the first run (``a``) with another run's (``b``).
+
+    Returns None when they match point for point, else where and how they first diverge.
+    """
+    if a is None or b is None:
+        present = a if a is not None else b
+        assert present is not None
+        return PairDivergence(
+            run=run,
+            index=0,
+            kind="missing",
+            step=present.steps[0] if present.steps else ABSENT,
+            value_a=a.values[0] if a is not None and len(a.values) else ABSENT,
+            value_b=b.values[0] if b is not None and len(b.values) else ABSENT,
+            len_a=len(a.values) if a is not None else 0,
+            len_b=len(b.values) if b is not None else 0,
+            emission=present.emission(0),
+        )
+    if _steps_identical(a.steps, b.steps, lenient_steps) and _values_identical(a.values, b.values):
+        return None
+    n = min(len(a.steps), len(b.steps))
+    for i in range(n):
+        sa, sb = a.steps[i], b.steps[i]
+        va, vb = a.values[i], b.values[i]
+        if not _same_step(sa, sb, lenient_steps):
+            kind = "steps"
+        elif not same_value(va, vb):
+            kind = classify(va, vb)
+        else:
+            continue
+        return PairDivergence(run, i, kind, sa, va, vb, sa, sb, len(a.steps), len(b.steps), a.emission(i))
+    # All common points agree: one run has points the other lacks.
+    longer = a if len(a.steps) > len(b.steps) else b
+    return PairDivergence(
+        run=run,
+        index=n,
+        kind="steps",
+        step=longer.steps[n],
+        value_a=a.values[n] if n < len(a.values) else ABSENT,
+        value_b=b.values[n] if n < len(b.values) else ABSENT,
+        step_a=a.steps[n] if n < len(a.steps) else ABSENT,
+        step_b=b.steps[n] if n < len(b.steps) else ABSENT,
+        len_a=len(a.steps),
+        len_b=len(b.steps),
+        emission=a.emission(n) if n < len(a.steps) else longer.emission(n),
+    )
+
+
+def compare_series_sets(
+    labels: Sequence[str],
+    runs: Sequence[dict[str, SeriesData]],
+    *,
+    lenient_steps: bool = False,
+) -> tuple[list[str], list[str], list[SeriesMismatch]]:
+    """Compare each run's series with the first run's.
+
+    Returns (compared names, identical names, mismatches in emission order).
+    """
+    names: dict[str, None] = {}
+    for run in runs:
+        names.update(dict.fromkeys(run))
+    compared = sorted(names)
+    identical: list[str] = []
+    mismatched: list[SeriesMismatch] = []
+    first = runs[0]
+    for name in compared:
+        a = first.get(name)
+        pairs = []
+        for j in range(1, len(runs)):
+            divergence = compare_series(a, runs[j].get(name), j, lenient_steps=lenient_steps)
+            if divergence is not None:
+                pairs.append(divergence)
+        if not pairs:
+            identical.append(name)
+            continue
+        earliest = min(pairs, key=lambda p: (p.index, p.run))
+        values = []
+        for run in runs:
+            data = run.get(name)
+            values.append(
+                data.values[earliest.index] if data is not None and earliest.index < len(data.values) else ABSENT
+            )
+        step_key = (a or runs[earliest.run][name]).step_key
+        mismatched.append(SeriesMismatch(name, step_key, pairs, values))
+    mismatched.sort(key=lambda m: (m.first.emission, m.series))
+    return compared, identical, mismatched
+
+
+def diff_runs(runs: Sequence[MetricsRun], labels: Sequence[str] | None = None) -> DiffReport:
+    """Compare parsed metrics runs (the first is the reference)."""
+    if len(runs) < 2:
+        raise ValueError("diff needs at least two runs")
+    labels = list(labels or [r.path for r in runs])
+    data = [{name: SeriesData.from_run(run, s) for name, s in run.series.items()} for run in runs]
+    compared, identical, mismatched = compare_series_sets(labels, data)
+    excluded: dict[str, str] = {}
+    for run in runs:
+        excluded.update(run.excluded)
+    root = _root(runs, mismatched) if mismatched else None
+    return DiffReport(
+        runs=labels,
+        compared=compared,
+        identical=identical,
+        mismatched=mismatched,
+        root=root,
+        excluded=dict(sorted(excluded.items())),
+        torn=[r.path for r in runs if r.torn_last_line],
+    )
+
+
+def _root(runs: Sequence[MetricsRun], mismatched: list[SeriesMismatch]) -> RootDivergence:
+    top = mismatched[0]
+    first = top.first
+    line_index = first.emission[0]
+    # The emission position is in run 0 unless run 0 lacks the point.
+    run_index = 0 if (top.values[0] is not ABSENT or first.kind == "steps" and first.step_a is not ABSENT) else first.run
+    run = runs[run_index]
+    line = run.line_numbers[line_index] if line_index < len(run.line_numbers) else None
+    through: dict[str, Any] = {}
+    for i in range(min(line_index, len(run.line_steps))):
+        through[run.line_step_keys[i]] = run.line_steps[i]
+    step_text = f"{top.step_key} {_fmt_step(top.step)}"
+    if through:
+        before = ", ".join(f"{key} through {_fmt_step(step)}" for key, step in sorted(through.items()))
+        summary = f"all series identical before it ({before}); first difference {top.series} @ {step_text} ({first.kind})"
+    else:
+        summary = f"first difference at the very first point: {top.series} @ {step_text} ({first.kind})"
+    return RootDivergence(top.series, top.step_key, top.step, line, run_index, through, summary)
+
+
+def _fmt_step(step: Any) -> str:
+    if step is ABSENT:
+        return "?"
+    return format_value(step)

@@ -1,0 +1,226 @@
+"""Run a recipe command N times, each a fresh process in its own session and process group.
+
+Each run gets its own work dir (its cwd), log file and metrics path. A run that fails or
+times out ends the batch: every started run's process group is killed (SIGTERM, then
+SIGKILL after a grace period), and never anything broader than those groups. Ctrl-C does
+the same and re-raises ``KeyboardInterrupt``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+KILL_GRACE_S = 5.0
+POLL_S = 0.1
+
+
+@dataclass
+class RunSpec:
+    index: int  # 0-based
+    argv: list[str]
+    env: dict[str, str]
+    workdir: Path
+    log_path: Path
+    metrics_path: Path
+    timeout_s: float
+    gpus: list[str] | None = None  # CUDA_VISIBLE_DEVICES for this run
+
+
+@dataclass
+class RunState:
+    spec: RunSpec
+    status: str = "waiting"  # waiting, running, ok, failed, timeout, killed
+    returncode: int | None = None
+    started: float | None = None
+    finished: float | None = None
+    proc: subprocess.Popen | None = field(default=None, repr=False)
+
+    @property
+    def elapsed(self) -> float:
+        if self.started is None:
+            return 0.0
+        return (self.finished or time.monotonic()) - self.started
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def log_tail(path: Path, lines: int = 20) -> str:
+    """The last ``lines`` lines of a log file ('' if there is none)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 64 * 1024))
+            data = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+def last_log_line(path: Path) -> str:
+    tail = log_tail(path, 5).strip().splitlines()
+    return tail[-1] if tail else ""
+
+
+def visible_gpus() -> list[str]:
+    """GPU ids this process may hand out: CUDA_VISIBLE_DEVICES, else those nvidia-smi lists."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is not None:
+        return [g.strip() for g in value.split(",") if g.strip()]
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+
+
+def gpu_slots(gpus_per_run: int, parallel: int, gpus: Sequence[str] | None = None) -> list[list[str]] | None:
+    """Disjoint GPU sets for concurrent runs (None when runs need no GPU)."""
+    if gpus_per_run <= 0:
+        return None
+    gpus = list(gpus if gpus is not None else visible_gpus())
+    slots = [gpus[i : i + gpus_per_run] for i in range(0, len(gpus) - gpus_per_run + 1, gpus_per_run)]
+    return slots[: max(1, parallel)]
+
+
+def _kill_group(state: RunState) -> None:
+    proc = state.proc
+    if proc is None or proc.poll() is not None and not _group_alive(proc.pid):
+        return
+    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
+        try:
+            os.killpg(proc.pid, sig)  # the run's own group: pgid == pid (start_new_session)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            proc.poll()
+            if not _group_alive(proc.pid):
+                break
+            time.sleep(POLL_S)
+        else:
+            continue
+        break
+    proc.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _start(state: RunState) -> None:
+    spec = state.spec
+    spec.workdir.mkdir(parents=True, exist_ok=True)
+    env = dict(spec.env)
+    if spec.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(spec.gpus)
+    log = open(spec.log_path, "wb")
+    try:
+        state.proc = subprocess.Popen(
+            spec.argv,
+            cwd=spec.workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        log.write(f"detaudit: cannot start {spec.argv[0]!r}: {exc}\n".encode())
+        state.status = "failed"
+        state.returncode = 127
+        state.started = state.finished = time.monotonic()
+        return
+    finally:
+        log.close()
+    state.started = time.monotonic()
+    state.status = "running"
+
+
+def run_batch(
+    specs: Sequence[RunSpec],
+    *,
+    parallel: int = 1,
+    gpu_sets: list[list[str]] | None = None,
+    on_update: Callable[[list[RunState]], None] | None = None,
+) -> list[RunState]:
+    """Run ``specs``, at most ``parallel`` at once; stop everything at the first failure.
+
+    With ``gpu_sets`` each concurrent run gets one set (as CUDA_VISIBLE_DEVICES), and no
+    two running runs share a set. Returns every run's final state.
+    """
+    states = [RunState(spec) for spec in specs]
+    waiting = deque(states)
+    free_sets: deque[list[str]] | None = deque(gpu_sets) if gpu_sets else None
+    limit = max(1, parallel)
+    if free_sets is not None:
+        limit = min(limit, len(free_sets))
+    running: dict[int, list[str] | None] = {}  # spec index -> its GPU set
+    by_index = {state.spec.index: state for state in states}
+    try:
+        while waiting or running:
+            while waiting and len(running) < limit:
+                state = waiting.popleft()
+                state.spec.gpus = free_sets.popleft() if free_sets is not None else None
+                running[state.spec.index] = state.spec.gpus
+                _start(state)
+            failed = None
+            for index in list(running):
+                state = by_index[index]
+                if state.status == "running":
+                    code = state.proc.poll() if state.proc else 127
+                    if code is None:
+                        if time.monotonic() - (state.started or 0) > state.spec.timeout_s:
+                            state.status = "timeout"
+                            _kill_group(state)
+                            state.finished = time.monotonic()
+                        else:
+                            continue
+                    else:
+                        state.returncode = code
+                        state.finished = time.monotonic()
+                        state.status = "ok" if code == 0 else "failed"
+                        # Whatever the run left behind in its group (a forked daemon) goes too.
+                        _kill_group(state)
+                gpus = running.pop(index)
+                if free_sets is not None and gpus is not None:
+                    free_sets.append(gpus)
+                if not state.ok and failed is None:
+                    failed = state
+            if on_update:
+                on_update(states)
+            if failed is not None:
+                _stop_all(states)
+                if on_update:
+                    on_update(states)
+                return states
+            time.sleep(POLL_S)
+    except KeyboardInterrupt:
+        _stop_all(states)
+        raise
+    return states
+
+
+def _stop_all(states: Sequence[RunState]) -> None:
+    for state in states:
+        if state.status == "running":
+            _kill_group(state)
+            state.status = "killed"
+            state.finished = time.monotonic()
+        elif state.proc is not None:
+            _kill_group(state)  # reap anything a finished run left in its group

@@ -1,0 +1,284 @@
+"""Standard files: reading, writing (atomically, never clobbering), and locking.
+
+Two formats:
+
+* ``detaudit/standard/1`` (ours)::
+
+    {"schema": "detaudit/standard/1", "name": ..., "runner": {...}, "recorded": {...},
+     "excluded": {...}, "dropped": {...},
+     "series": {"train/loss": {"step_key": "train/step", "points": [[1.0, 0.25], ...]}}}
+
+  Keys sorted, one point per line, so that a change reads well in review. Floats are
+  written with ``repr`` (bit-exact round trip); NaN and the infinities as
+  ``{"float": "NaN"}`` etc. (see ``detaudit.floats``) so any JSON parser reads the file.
+
+* miles_diffusion's, read and written as teams already have it::
+
+    {"meta": {"commit": "...", "source": "..."}, "metrics": {"<series>": [[step, value], ...]}}
+
+  with Python's NaN literals for non-finite values.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from detaudit.compare import SeriesData
+from detaudit.errors import InputError, UsageError
+from detaudit.floats import decode_value, encode_value
+
+SCHEMA = "detaudit/standard/1"
+FORMATS = ("detaudit", "miles")
+
+
+@dataclass
+class Standard:
+    """A standard in memory, whichever format it came from."""
+
+    series: dict[str, SeriesData]
+    format: str = "detaudit"
+    name: str | None = None
+    runner: dict[str, Any] = field(default_factory=dict)
+    recorded: dict[str, Any] = field(default_factory=dict)
+    excluded: dict[str, Any] = field(default_factory=dict)
+    dropped: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+    @property
+    def runner_class(self) -> list[str] | None:
+        cls = self.runner.get("class")
+        return list(cls) if isinstance(cls, list) else None
+
+
+def series_document(series: dict[str, SeriesData]) -> dict[str, Any]:
+    """The ``series`` section: per name its step key and [step, value] points."""
+    return {
+        name: {
+            "step_key": data.step_key,
+            "points": [[encode_value(s), encode_value(v)] for s, v in zip(data.steps, data.values)],
+        }
+        for name, data in sorted(series.items())
+    }
+
+
+def render_standard(standard: Standard) -> str:
+    """The file text of a standard in its format; the same input gives the same bytes."""
+    if standard.format == "miles":
+        doc: dict[str, Any] = {
+            "meta": standard.meta,
+            "metrics": {
+                name: [[s, v] for s, v in zip(data.steps, data.values)]
+                for name, data in sorted(standard.series.items())
+            },
+        }
+        return _dump(doc, allow_nan=True) + "\n"
+    doc = {
+        "schema": SCHEMA,
+        "name": standard.name,
+        "runner": standard.runner,
+        "recorded": standard.recorded,
+        "excluded": standard.excluded,
+        "series": series_document(standard.series),
+    }
+    if standard.dropped:
+        doc["dropped"] = standard.dropped
+    return _dump(doc, allow_nan=False) + "\n"
+
+
+def _compact(value: Any, allow_nan: bool) -> str:
+    return json.dumps(value, sort_keys=True, separators=(", ", ": "), allow_nan=allow_nan, ensure_ascii=False)
+
+
+def _dump(value: Any, allow_nan: bool, depth: int = 0) -> str:
+    # Sorted keys and one list element per line, but a point ([step, value]) or a list of
+    # scalars stays on one line: diffs of a re-recorded standard then show the points.
+    pad, inner = "  " * depth, "  " * (depth + 1)
+    if isinstance(value, dict) and value and not _is_encoded_scalar(value):
+        items = [f"{inner}{json.dumps(k, ensure_ascii=False)}: {_dump(value[k], allow_nan, depth + 1)}" for k in sorted(value)]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(value, list) and value and any(isinstance(x, (list, dict)) and not _is_encoded_scalar(x) for x in value):
+        items = [inner + (_compact(x, allow_nan) if _is_point(x) else _dump(x, allow_nan, depth + 1)) for x in value]
+        return "[\n" + ",\n".join(items) + "\n" + pad + "]"
+    return _compact(value, allow_nan)
+
+
+def _is_encoded_scalar(value: Any) -> bool:
+    return isinstance(value, dict) and len(value) == 1 and "float" in value
+
+
+def _is_point(value: Any) -> bool:
+    return isinstance(value, list) and all(not isinstance(x, (list, dict)) or _is_encoded_scalar(x) for x in value)
+
+
+# --- reading -------------------------------------------------------------------------
+
+
+def load_standard(path: str | Path) -> Standard:
+    """Read a standard in either format; ``InputError`` names the file on any problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(path, "standard file not found") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot read standard: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise InputError(path, "standard is not UTF-8") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"invalid JSON: {exc.msg} (column {exc.colno})", exc.lineno) from None
+    if not isinstance(doc, dict):
+        raise InputError(path, "a standard must be a JSON object")
+    if doc.get("schema") == SCHEMA:
+        return _load_detaudit(path, doc)
+    if "metrics" in doc:
+        return _load_miles(path, doc)
+    if "schema" in doc:
+        raise InputError(path, f"unsupported standard schema {doc['schema']!r} (expected {SCHEMA!r})")
+    raise InputError(path, 'not a standard: expected "schema" (detaudit) or "metrics" (miles) at the top level')
+
+
+def _points(path: Path, name: str, points: Any) -> tuple[list[Any], list[Any]]:
+    if not isinstance(points, list):
+        raise InputError(path, f"series {name!r}: points must be a list of [step, value]")
+    steps, values = [], []
+    for i, point in enumerate(points):
+        if not isinstance(point, list) or len(point) != 2:
+            raise InputError(path, f"series {name!r}: point {i} must be [step, value], got {point!r}")
+        try:
+            steps.append(decode_value(point[0]))
+            values.append(decode_value(point[1]))
+        except ValueError as exc:
+            raise InputError(path, f"series {name!r}: point {i}: {exc}") from None
+    return steps, values
+
+
+def _load_detaudit(path: Path, doc: dict[str, Any]) -> Standard:
+    series_doc = doc.get("series")
+    if not isinstance(series_doc, dict):
+        raise InputError(path, '"series" must be an object of series')
+    series: dict[str, SeriesData] = {}
+    for name, entry in series_doc.items():
+        if not isinstance(entry, dict) or "points" not in entry:
+            raise InputError(path, f"series {name!r}: expected an object with \"step_key\" and \"points\"")
+        steps, values = _points(path, name, entry["points"])
+        series[name] = SeriesData(name, str(entry.get("step_key", "")), steps, values)
+    for key in ("runner", "recorded", "excluded", "dropped"):
+        if key in doc and not isinstance(doc[key], dict):
+            raise InputError(path, f'"{key}" must be an object')
+    return Standard(
+        series=series,
+        format="detaudit",
+        name=doc.get("name"),
+        runner=doc.get("runner", {}),
+        recorded=doc.get("recorded", {}),
+        excluded=doc.get("excluded", {}),
+        dropped=doc.get("dropped", {}),
+        path=path,
+    )
+
+
+def _load_miles(path: Path, doc: dict[str, Any]) -> Standard:
+    metrics = doc["metrics"]
+    if not isinstance(metrics, dict):
+        raise InputError(path, '"metrics" must be an object of series')
+    meta = doc.get("meta", {})
+    if not isinstance(meta, dict):
+        raise InputError(path, '"meta" must be an object')
+    series = {}
+    for name, points in metrics.items():
+        steps, values = _points(path, name, points)
+        series[name] = SeriesData(name, "", steps, values)
+    return Standard(series=series, format="miles", meta=meta, path=path)
+
+
+# --- writing -------------------------------------------------------------------------
+
+
+def write_atomic(path: str | Path, text: str, *, overwrite: bool) -> None:
+    """Write ``text`` to ``path`` via a temporary file and a rename: readers never see half.
+
+    Without ``overwrite`` an existing file is never replaced (``UsageError``), also when
+    another process created it in the meantime (the final step is a hard link, which
+    fails if the name exists).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise UsageError("exists; pass --update to replace it", path) from None
+            os.unlink(tmp)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+@contextmanager
+def standard_lock(path: str | Path) -> Iterator[Path]:
+    """Hold ``PATH.lock`` while recording, so two records of one standard cannot race.
+
+    A lock left by a process that no longer exists is taken over.
+    """
+    lock = Path(str(path) + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = _lock_holder(lock)
+            if holder is not None and _alive(holder):
+                raise UsageError(
+                    f"another 'detaudit record' of this standard is running (pid {holder}; lock {lock})", path
+                ) from None
+            try:
+                lock.unlink()
+            except FileNotFoundError:
+                pass
+            continue
+        with os.fdopen(fd, "w") as fh:
+            fh.write(f"{os.getpid()}\n")
+        break
+    else:
+        raise UsageError(f"could not take the lock {lock}", path)
+    try:
+        yield lock
+    finally:
+        try:
+            if _lock_holder(lock) == os.getpid():
+                lock.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def _lock_holder(lock: Path) -> int | None:
+    try:
+        return int(lock.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError as exc:
+        return exc.errno == errno.EPERM
+    return True

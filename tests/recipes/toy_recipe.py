@@ -1,0 +1,58 @@
+"""A test-only recipe: writes a miles-style metrics JSONL, deterministically or not.
+
+Not a mock of anything we ship: it stands in for a user's training command. Flags:
+  --unseeded       draw the "data" from an unseeded global RNG (the bug detaudit catches)
+  --reorder        sum the same numbers in a random order (a ~1e-16 ULP-kind difference)
+  --fail           exit 3 after writing some lines
+  --sleep S        sleep S seconds before finishing (for timeouts and Ctrl-C)
+  --spawn-child    leave a sleeping child process in the run's process group
+  --steps N        rollouts (default 3)
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import time
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--unseeded", action="store_true")
+parser.add_argument("--reorder", action="store_true")
+parser.add_argument("--fail", action="store_true")
+parser.add_argument("--sleep", type=float, default=0.0)
+parser.add_argument("--spawn-child", action="store_true")
+parser.add_argument("--steps", type=int, default=3)
+args = parser.parse_args()
+
+path = os.environ["DETAUDIT_METRICS_JSONL"]
+rng = random.Random() if args.unseeded else random.Random(1234)
+if args.spawn_child:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    with open(os.path.join(os.environ["DETAUDIT_WORKDIR"], "child.pid"), "w") as fh:
+        fh.write(str(child.pid))
+
+with open(path, "w") as out:
+    for step in range(args.steps):
+        rewards = [rng.random() for _ in range(8)]
+        order = list(range(8))
+        if args.reorder:
+            random.Random().shuffle(order)
+        mean = sum(rewards[i] for i in order) / 8
+        out.write(json.dumps({"step_key": "rollout/step", "rollout/step": step,
+                              "rollout/reward/raw_mean": mean,
+                              "rollout/reward/raw_num_samples": 8,
+                              "perf/rollout_time": time.time()}) + "\n")
+        grad_norm = math.nan if step == 0 else mean * 2  # fp16 scaler skips step 0: NaN, deterministically
+        out.write(json.dumps({"step_key": "train/step", "train/step": float(step),
+                              "train/loss": mean * 0.5, "train/grad_norm": grad_norm,
+                              "perf/step_time": time.time()}) + "\n")
+        out.flush()
+        if args.fail and step == 1:
+            print("toy recipe: failing on purpose", file=sys.stderr)
+            sys.exit(3)
+print("toy recipe: wrote", path, flush=True)
+if args.sleep:
+    time.sleep(args.sleep)
