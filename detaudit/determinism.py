@@ -1,0 +1,114 @@
+"""Make a training process, and every Ray worker process it starts, deterministic.
+
+The failure this prevents: a pipeline seeds torch in its train actor only, while another
+actor (a rollout manager, a data-conversion worker) draws from its own, never seeded,
+process-global RNG. ``enable(seed)`` treats one process; ``ray_runtime_env(seed)`` gives
+``ray.init`` a runtime env whose worker setup hook runs ``enable`` in *every* worker
+process before any task or actor code::
+
+    import ray
+    from detaudit import determinism
+
+    determinism.enable(seed)                       # the driver
+    ray.init(runtime_env=determinism.ray_runtime_env(seed))
+
+Set CUDA-related variables before CUDA initialises: ``ray_runtime_env`` passes them as
+environment variables, so actors get them at process start.
+
+Nothing here imports torch, numpy or ray at module import; ``enable`` imports what is
+installed.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+SEED_ENV = "DETAUDIT_SEED"
+DETERMINISTIC_ENV = "DETAUDIT_DETERMINISTIC"
+SKIP_SEED_ENV = "DETAUDIT_SKIP_SEED"  # set on one actor to reproduce an unseeded process
+
+# cuBLAS needs a fixed workspace config for deterministic GEMMs (see the CUDA docs on
+# results reproducibility); PYTHONHASHSEED fixes set/dict-of-str iteration order.
+DETERMINISTIC_ENV_VARS = {
+    "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+    "PYTHONHASHSEED": "0",
+}
+
+
+def seed_everything(seed: int) -> None:
+    """Seed the process-global RNGs: Python's random, numpy's legacy RNG, torch (CPU+CUDA)."""
+    random.seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % (2**32))
+    except ImportError:
+        pass
+    try:
+        import torch
+
+        torch.manual_seed(seed)  # also seeds every CUDA device lazily
+    except ImportError:
+        pass
+
+
+def set_deterministic_flags(attention: str = "math") -> None:
+    """cuDNN and torch deterministic-algorithm switches, and a deterministic attention backend.
+
+    ``attention``: "math" keeps only the math SDPA kernel (deterministic forward and
+    backward); "any" leaves the backends as they are.
+    """
+    for key, value in DETERMINISTIC_ENV_VARS.items():
+        os.environ.setdefault(key, value)
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(True, warn_only=False)
+    if attention == "math" and hasattr(torch.backends, "cuda"):
+        cuda = torch.backends.cuda
+        for name in ("enable_flash_sdp", "enable_mem_efficient_sdp", "enable_cudnn_sdp"):
+            switch = getattr(cuda, name, None)
+            if switch is not None:
+                switch(False)
+        cuda.enable_math_sdp(True)
+
+
+def enable(seed: int, *, deterministic: bool = True, seed_rngs: bool = True, attention: str = "math") -> None:
+    """Seed this process's global RNGs and switch torch to deterministic kernels."""
+    if deterministic:
+        set_deterministic_flags(attention)
+    if seed_rngs:
+        seed_everything(seed)
+
+
+def ray_worker_setup() -> None:
+    """Ray ``worker_process_setup_hook``: runs in every worker process before user code.
+
+    Reads the seed from ``DETAUDIT_SEED``. An actor started with ``DETAUDIT_SKIP_SEED=1``
+    gets the deterministic flags but unseeded RNGs (to reproduce the classic bug).
+    """
+    seed = os.environ.get(SEED_ENV)
+    deterministic = os.environ.get(DETERMINISTIC_ENV, "1") == "1"
+    skip = os.environ.get(SKIP_SEED_ENV) == "1"
+    if seed is None:
+        return
+    enable(int(seed), deterministic=deterministic, seed_rngs=not skip)
+
+
+def ray_runtime_env(seed: int, *, deterministic: bool = True, env_vars: dict[str, str] | None = None,
+                    base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A runtime env for ``ray.init`` that runs ``ray_worker_setup`` in every worker process."""
+    runtime_env = dict(base or {})
+    variables = dict(runtime_env.get("env_vars", {}))
+    if deterministic:
+        variables.update(DETERMINISTIC_ENV_VARS)
+    variables.update({SEED_ENV: str(seed), DETERMINISTIC_ENV: "1" if deterministic else "0"})
+    variables.update(env_vars or {})
+    runtime_env["env_vars"] = variables
+    runtime_env["worker_process_setup_hook"] = "detaudit.determinism.ray_worker_setup"
+    return runtime_env

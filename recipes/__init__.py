@@ -1,0 +1,1 @@
+"""Reference pipelines that detaudit audits (see recipes/*.toml for their cards)."""

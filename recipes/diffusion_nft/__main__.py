@@ -1,0 +1,3 @@
+from recipes.diffusion_nft.pipeline import main
+
+main()

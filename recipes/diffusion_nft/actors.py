@@ -1,0 +1,367 @@
+"""The Ray actors of the pipeline. Plain classes here; ``pipeline.py`` wraps them with ``ray.remote``.
+
+RolloutEngine  diffusers SD3 sampling with the old policy (EMA LoRA weights)
+RewardActor    PickScore (or JPEG compressibility)
+RolloutManager drives the engines and the reward, normalises, converts to train pairs
+TrainActor     one FSDP2 rank: LoRA on the SD3 transformer, the NFT loss, AdamW, grad scaler
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import torch
+
+from detaudit import determinism
+from recipes.diffusion_nft import nft
+from recipes.diffusion_nft.config import load_prompts, rollout_prompts
+from recipes.diffusion_nft.models import build_pickscore, build_pipeline, build_transformer, init_on, max_sequence_length
+from recipes.diffusion_nft.reward import PickScore, jpeg_compressibility
+from recipes.diffusion_nft.sampling import initial_noise, sample, sampler_sigmas
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"]
+
+
+def setup_process(args: Any, role: str) -> torch.device:
+    """Per-actor start-up: threads, and the seeding that --deterministic-mode promises."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.deterministic_mode:
+        skip = role == "rollout_manager" and args.no_seed_rollout_manager
+        determinism.enable(args.seed, seed_rngs=not skip, attention=args.attention)
+    if args.device == "cuda" and torch.cuda.is_available():
+        return torch.device("cuda", 0)  # Ray sets CUDA_VISIBLE_DEVICES to the actor's GPU
+    return torch.device("cpu")
+
+
+def add_lora(transformer: Any, args: Any, seed: int) -> None:
+    """The LoRA adapter (r, alpha on the attention projections), initialised from ``seed``."""
+    from peft import LoraConfig
+
+    config = LoraConfig(r=args.lora_rank, lora_alpha=args.lora_alpha, init_lora_weights="gaussian",
+                        target_modules=LORA_TARGETS)
+    device = next(transformer.parameters()).device
+    with init_on(device, seed):
+        transformer.add_adapter(config)
+
+
+def lora_parameters(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
+    return [(n, p) for n, p in model.named_parameters() if "lora_" in n]
+
+
+@contextmanager
+def adapters_disabled(model: torch.nn.Module) -> Iterator[None]:
+    """Run the base model (the frozen reference) without touching requires_grad.
+
+    peft's disable_adapters() also flips requires_grad of every adapter, which FSDP2 would
+    see mid-step; the layers' own switch is all a forward needs.
+    """
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+    for layer in layers:
+        layer._disable_adapters = True
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer._disable_adapters = False
+
+
+class RolloutEngine:
+    def __init__(self, args: Any, rank: int) -> None:
+        self.args = args
+        self.device = setup_process(args, "rollout_engine")
+        self.dtype = DTYPES[args.precision] if self.device.type == "cuda" else torch.float32
+        started = time.perf_counter()
+        self.pipe = build_pipeline(args.preset, args.init_seed, args.model_path, self.device, self.dtype)
+        add_lora(self.pipe.transformer, args, args.init_seed + 100)
+        self.pipe.transformer.to(self.dtype).eval().requires_grad_(False)
+        self.load_time = time.perf_counter() - started
+        self.rank = rank
+
+    def ready(self) -> float:
+        return self.load_time
+
+    def load_lora(self, state: dict[str, torch.Tensor]) -> int:
+        """Take the old policy's LoRA weights from the trainer (names as in the trainer)."""
+        params = dict(self.pipe.transformer.named_parameters())
+        with torch.no_grad():
+            for name, tensor in state.items():
+                params[name].copy_(tensor.to(params[name].device, params[name].dtype))
+        return len(state)
+
+    @torch.no_grad()
+    def generate(self, prompts: list[tuple[int, str]], group_size: int, seed: int) -> dict[str, Any]:
+        args = self.args
+        texts = [p for _, p in prompts]
+        embeds, _, pooled, _ = self.pipe.encode_prompt(
+            texts, None, None, device=self.device, do_classifier_free_guidance=False,
+            max_sequence_length=max_sequence_length(args.preset, args.model_path),
+        )
+        scale = self.pipe.vae_scale_factor
+        channels = self.pipe.transformer.config.in_channels
+        shape = (channels, args.resolution // scale, args.resolution // scale)
+        noise = torch.stack([initial_noise(shape, seed, pidx, s) for pidx, _ in prompts for s in range(group_size)])
+        sigmas = sampler_sigmas(self.pipe.scheduler, args.steps)
+        embeds = embeds.repeat_interleave(group_size, dim=0)
+        pooled = pooled.repeat_interleave(group_size, dim=0)
+        out = sample(self.pipe.transformer, self.pipe.vae, embeds, pooled, noise, sigmas, self.dtype, self.device)
+        return {
+            "x0": out.x0,
+            "images": out.images,
+            "prompt_embeds": embeds.float().cpu(),
+            "pooled": pooled.float().cpu(),
+            "sigmas": sigmas,
+            "prompts": [p for p in texts for _ in range(group_size)],
+        }
+
+
+class RewardActor:
+    def __init__(self, args: Any) -> None:
+        self.args = args
+        self.device = setup_process(args, "reward")
+        started = time.perf_counter()
+        if args.reward == "pickscore":
+            processor, model = build_pickscore(args.preset, args.init_seed, args.pickscore_path,
+                                               args.pickscore_processor, self.device)
+            self.score = PickScore(processor, model, self.device)
+        else:
+            self.score = jpeg_compressibility
+        self.load_time = time.perf_counter() - started
+
+    def ready(self) -> float:
+        return self.load_time
+
+    def __call__(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        return self.score(images, prompts)
+
+    def reward(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        return self.score(images, prompts)
+
+
+class RolloutManager:
+    """Drives rollouts: engines -> reward -> advantages -> train pairs (with torch.randperm)."""
+
+    def __init__(self, args: Any, engines: list[Any], reward_actor: Any) -> None:
+        self.args = args
+        # Under --deterministic-mode this seeds the actor's global torch RNG; with
+        # --no-seed-rollout-manager it is left as torch seeded it at start-up: randomly.
+        self.device = setup_process(args, "rollout_manager")
+        self.engines = engines
+        self.reward_actor = reward_actor
+        self.prompts = load_prompts(args.prompts)
+
+    def ready(self) -> bool:
+        return True
+
+    def generate(self, rollout: int) -> tuple[dict[str, Any], dict[str, float]]:
+        import ray
+
+        args = self.args
+        started = time.perf_counter()
+        chosen = rollout_prompts(self.prompts, rollout, args.prompts_per_rollout, args.seed)
+        shards = [chosen[i :: len(self.engines)] for i in range(len(self.engines))]
+        seed = args.seed * 100_003 + rollout
+        outputs = ray.get([e.generate.remote(s, args.group_size, seed) for e, s in zip(self.engines, shards) if s])
+        order = [p for s in shards if s for p in s]  # prompts in the order the outputs come
+        batch = {key: torch.cat([o[key] for o in outputs]) for key in ("x0", "images", "prompt_embeds", "pooled")}
+        prompts = [p for o in outputs for p in o["prompts"]]
+        sigmas = outputs[0]["sigmas"]
+        rollout_time = time.perf_counter() - started
+        started = time.perf_counter()
+        rewards = ray.get(self.reward_actor.reward.remote(batch["images"], prompts)).double()
+        reward_time = time.perf_counter() - started
+        adv = nft.advantages(rewards, args.group_size)
+        train_t = nft.convert(sigmas, len(rewards), args.steps)  # the global-RNG draw
+        metrics = {
+            "rollout/reward/raw_mean": rewards.mean().item(),
+            "rollout/reward/raw_median": rewards.median().item(),
+            "rollout/reward/raw_std": rewards.std(correction=0).item(),
+            "rollout/reward/raw_min": rewards.min().item(),
+            "rollout/reward/raw_max": rewards.max().item(),
+            "rollout/reward/raw_num_samples": int(rewards.numel()),
+            "perf/rollout_time": rollout_time,
+            "perf/reward_time": reward_time,
+            "perf/images_per_sec": rewards.numel() / rollout_time,
+        }
+        del batch["images"]
+        batch.update({"adv": adv, "r": nft.advantage_to_r(adv), "train_t": train_t,
+                      "prompt_ids": torch.tensor([i for i, _ in order]).repeat_interleave(args.group_size)})
+        return batch, metrics
+
+
+class TrainActor:
+    """One FSDP2 rank: LoRA on the SD3 transformer, trained with the DiffusionNFT loss."""
+
+    def __init__(self, args: Any, rank: int, world_size: int, master_port: int) -> None:
+        import torch.distributed as dist
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        self.args = args
+        self.rank, self.world_size = rank, world_size
+        self.device = setup_process(args, "train")
+        started = time.perf_counter()
+        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{master_port}", rank=rank,
+                                world_size=world_size)
+        self.dtype = DTYPES[args.precision]
+        model = build_transformer(args.preset, args.init_seed, self.device)
+        if args.model_path is not None:
+            from diffusers import SD3Transformer2DModel
+
+            model = SD3Transformer2DModel.from_pretrained(args.model_path, subfolder="transformer",
+                                                          local_files_only=True).to(self.device)
+        model.requires_grad_(False)
+        add_lora(model, args, args.init_seed + 100)
+        for _, p in lora_parameters(model):
+            p.requires_grad_(True)
+        mp = MixedPrecisionPolicy(param_dtype=self.dtype, reduce_dtype=torch.float32)
+        for block in model.transformer_blocks:
+            fully_shard(block, mp_policy=mp)
+        fully_shard(model, mp_policy=mp)
+        self.model = model
+        self.lora = lora_parameters(model)
+        self.params = [p for _, p in self.lora]
+        # The old policy: an EMA copy of the LoRA weights (as local shards).
+        self.old = [p.detach().clone() for p in self.params]
+        self.optimizer = torch.optim.AdamW(self.params, lr=args.lr, weight_decay=1e-4)
+        self.scaler = None
+        if self.dtype == torch.float16:
+            from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+            self.scaler = ShardedGradScaler(device=self.device.type, init_scale=args.grad_scaler_init,
+                                            backoff_factor=args.grad_scaler_backoff)
+        self.step = 0
+        self.load_time = time.perf_counter() - started
+
+    def ready(self) -> float:
+        return self.load_time
+
+    @contextmanager
+    def old_policy(self) -> Iterator[None]:
+        """Swap the EMA weights into the LoRA parameters for a no-grad forward."""
+        saved = [p.detach().clone() for p in self.params]
+        with torch.no_grad():
+            for p, o in zip(self.params, self.old):
+                p.copy_(o)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for p, s in zip(self.params, saved):
+                    p.copy_(s)
+
+    def _predict(self, x_t: torch.Tensor, embeds: torch.Tensor, pooled: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        out = self.model(hidden_states=x_t.to(self.dtype), encoder_hidden_states=embeds.to(self.dtype),
+                         pooled_projections=pooled.to(self.dtype), timestep=t * 1000, return_dict=False)[0]
+        return out.float()
+
+    def train(self, batch: dict[str, torch.Tensor], rollout: int) -> list[dict[str, float]]:
+        import torch.distributed as dist
+
+        args = self.args
+        n = batch["x0"].shape[0]
+        mine = list(range(self.rank, n, self.world_size))
+        per_step = args.train_batch_size // self.world_size
+        results = []
+        for start in range(0, len(mine), per_step):
+            idx = torch.tensor(mine[start : start + per_step])
+            results.append(self._optimizer_step({k: v[idx] for k, v in batch.items()}, rollout, start))
+        if self.world_size > 1:
+            for metrics in results:
+                keys = sorted(k for k in metrics if not k.startswith("perf/"))
+                values = torch.tensor([metrics[k] for k in keys], dtype=torch.float64)
+                dist.all_reduce(values)
+                metrics.update({k: v / self.world_size for k, v in zip(keys, values.tolist())})
+        return results
+
+    def _optimizer_step(self, batch: dict[str, torch.Tensor], rollout: int, offset: int) -> dict[str, float]:
+        args = self.args
+        started = time.perf_counter()
+        dev = self.device
+        x0 = batch["x0"].to(dev)
+        embeds, pooled = batch["prompt_embeds"].to(dev), batch["pooled"].to(dev)
+        r = batch["r"].to(dev)
+        train_t = batch["train_t"].to(dev)
+        k_steps = train_t.shape[1]
+        self.optimizer.zero_grad(set_to_none=True)
+        sums = {"loss": 0.0, "policy": 0.0, "pos": 0.0, "neg": 0.0, "kl": 0.0}
+        gen = torch.Generator(device="cpu")
+        for k in range(k_steps):
+            t = train_t[:, k]
+            # The forward-process noise comes from an explicit generator, never the global RNG.
+            gen.manual_seed(((args.seed * 1_000_003 + rollout) * 1_000_003 + offset) * 1_000 + k * 10 + self.rank)
+            noise = torch.randn(x0.shape, generator=gen, dtype=torch.float32).to(dev)
+            x_t = nft.forward_noise(x0, noise, t)
+            with torch.no_grad():
+                with self.old_policy():
+                    v_old = self._predict(x_t, embeds, pooled, t)
+                v_ref = None
+                if args.kl_weight > 0:
+                    with adapters_disabled(self.model):
+                        v_ref = self._predict(x_t, embeds, pooled, t)
+            v_theta = self._predict(x_t, embeds, pooled, t)
+            out = nft.nft_loss(v_theta, v_old, v_ref, x0, x_t, t, r, args.beta, args.kl_weight)
+            loss = out.loss / k_steps
+            (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+            sums["loss"] += out.loss.item()
+            sums["policy"] += out.policy_loss.item()
+            sums["pos"] += out.pos_loss.mean().item()
+            sums["neg"] += out.neg_loss.mean().item()
+            sums["kl"] += out.kl_loss.item()
+        scale = self.scaler.get_scale() if self.scaler is not None else 1.0
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)  # skipped when grads overflowed (grad_norm inf/NaN)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.step += 1
+        nft.ema_update(self.old, self.params, nft.ema_decay(self.step, args.ema_slope, args.ema_max))
+        adv = batch["adv"]
+        return {
+            "train/loss": sums["loss"] / k_steps,
+            "train/nft_loss": sums["policy"],
+            "train/nft_loss_per_pair": sums["policy"] / k_steps,
+            "train/nft_pos_loss": sums["pos"] / k_steps,
+            "train/nft_neg_loss": sums["neg"] / k_steps,
+            "train/nft_r_mean": r.mean().item(),
+            "train/nft_t_mean": train_t.mean().item(),
+            "train/nft_adv_mean": adv.mean().item(),
+            "train/nft_num_timesteps": k_steps,
+            "train/adv_abs_mean": adv.abs().mean().item(),
+            "train/kl_loss": sums["kl"] / k_steps,
+            "train/grad_norm": float(grad_norm),
+            "train/grad_scale": float(scale),
+            "train/lr": self.optimizer.param_groups[0]["lr"],
+            "perf/train_step_time": time.perf_counter() - started,
+        }
+
+    def old_lora_state(self) -> dict[str, torch.Tensor] | None:
+        """The old policy's LoRA weights, gathered whole (every rank must call; rank 0 returns)."""
+        state = {}
+        for (name, _), shard in zip(self.lora, self.old):
+            full = shard.full_tensor() if hasattr(shard, "full_tensor") else shard
+            state[name] = full.detach().float().cpu()
+        return state if self.rank == 0 else None
+
+    def shutdown(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def pid() -> int:
+    return os.getpid()

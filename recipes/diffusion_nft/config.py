@@ -1,0 +1,116 @@
+"""Command-line options and presets of the DiffusionNFT recipe."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+from pathlib import Path
+
+# Per-preset defaults; a flag given on the command line wins.
+PRESET_DEFAULTS = {
+    "tiny": dict(resolution=32, prompts_per_rollout=2, group_size=4, steps=10, threads=1),
+    "sd35m-shapes": dict(resolution=512, prompts_per_rollout=8, group_size=8, steps=10, threads=4),
+}
+
+BUILTIN_PROMPTS = (
+    "a photo of a red fox in fresh snow",
+    "an astronaut riding a horse on the moon",
+    "a watercolor painting of a lighthouse at dawn",
+    "a bowl of ramen with a soft boiled egg",
+    "a cat wearing a tiny wizard hat",
+    "a futuristic city skyline at night, neon lights",
+    "an oil painting of sunflowers in a blue vase",
+    "a steaming cup of coffee on a wooden table",
+    "a small cabin in a pine forest under the milky way",
+    "a portrait of an old sailor with a white beard",
+    "a bicycle leaning against a yellow wall",
+    "a koi pond with lily pads, top-down view",
+    "a dragon made of origami paper",
+    "a rainy street in tokyo reflected in puddles",
+    "a macro photo of a honeybee on lavender",
+    "a vintage robot reading a newspaper",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m recipes.diffusion_nft",
+        description="SD3.5 DiffusionNFT with a PickScore reward on Ray: rollout engines, reward actor, "
+        "rollout manager and FSDP2 train actors. Writes miles-style metrics JSONL.",
+    )
+    p.add_argument("--preset", choices=sorted(PRESET_DEFAULTS), default="tiny")
+    p.add_argument("--model-path", help="Local SD3/SD3.5 diffusers directory (real weights; nothing is downloaded).")
+    p.add_argument("--reward", choices=["pickscore", "compressibility"], default="pickscore")
+    p.add_argument("--pickscore-path", help="Local directory of yuvalkirstain/PickScore_v1.")
+    p.add_argument("--pickscore-processor", help="Local directory of the laion/CLIP-ViT-H-14-laion2B-s32B-b79K processor.")
+    p.add_argument("--prompts", type=Path, help="Prompt file, one per line (default: a built-in set).")
+    p.add_argument("--rollouts", type=int, default=3)
+    p.add_argument("--prompts-per-rollout", type=int)
+    p.add_argument("--group-size", type=int, help="Samples per prompt.")
+    p.add_argument("--steps", type=int, help="Sampler steps (SD3 flow matching, shift 3.0).")
+    p.add_argument("--resolution", type=int)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--init-seed", type=int, default=0, help="Seed of the random-init weights of presets.")
+    p.add_argument("--deterministic-mode", action="store_true",
+                   help="Seed every process (driver and every Ray worker) and use deterministic kernels.")
+    p.add_argument("--no-seed-rollout-manager", action="store_true",
+                   help="Leave the RolloutManager's global torch RNG unseeded (reproduces the real bug).")
+    p.add_argument("--attention", choices=["math", "any"], default="math",
+                   help="SDPA backends under --deterministic-mode: math only (deterministic) or any.")
+    p.add_argument("--precision", choices=["fp16", "bf16", "fp32"], default="fp16")
+    p.add_argument("--grad-scaler-init", type=float, default=2.0**16, help="fp16 grad scaler's initial scale.")
+    p.add_argument("--grad-scaler-backoff", type=float, default=0.5,
+                   help="Factor the scale is multiplied by after a step whose gradients overflowed.")
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--beta", type=float, default=1.0)
+    p.add_argument("--kl-weight", type=float, default=1e-4)
+    p.add_argument("--lora-rank", type=int, default=32)
+    p.add_argument("--lora-alpha", type=int, default=64)
+    p.add_argument("--ema-slope", type=float, default=0.001, help="Old-policy EMA decay = min(slope*step, max).")
+    p.add_argument("--ema-max", type=float, default=0.5)
+    p.add_argument("--train-batch-size", type=int, help="Samples per optimizer step (default: the whole rollout).")
+    p.add_argument("--train-actors", type=int, default=1, help="FSDP2 world size.")
+    p.add_argument("--rollout-engines", type=int, default=1)
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument("--colocate", action=argparse.BooleanOptionalAction, default=True,
+                   help="Put rollout engines on the train GPUs (else on GPUs of their own).")
+    p.add_argument("--reward-gpu", action=argparse.BooleanOptionalAction, default=None,
+                   help="Give the reward actor a GPU of its own (default: when one is free).")
+    p.add_argument("--threads", type=int, help="torch CPU threads per actor.")
+    p.add_argument("--num-cpus", type=int, help="CPUs Ray may use (default: all).")
+    p.add_argument("--metrics-jsonl", type=Path, help="Default: $DETAUDIT_METRICS_JSONL or $MILES_METRICS_JSONL.")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for key, value in PRESET_DEFAULTS[args.preset].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.train_batch_size is None:
+        args.train_batch_size = args.prompts_per_rollout * args.group_size
+    for name in ("rollouts", "prompts_per_rollout", "group_size", "steps", "train_actors", "rollout_engines"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.group_size < 2:
+        parser.error("--group-size must be at least 2 (advantages are relative to the prompt's group)")
+    if args.train_batch_size % args.train_actors:
+        parser.error("--train-batch-size must be a multiple of --train-actors")
+    return args
+
+
+def load_prompts(path: Path | None) -> list[str]:
+    if path is None:
+        return list(BUILTIN_PROMPTS)
+    prompts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not prompts:
+        raise SystemExit(f"{path}: no prompts")
+    return prompts
+
+
+def rollout_prompts(prompts: list[str], rollout: int, count: int, seed: int) -> list[tuple[int, str]]:
+    """The (index, prompt) pairs of a rollout: a fixed function of (seed, rollout), no RNG state."""
+    ranked = sorted(range(len(prompts)),
+                    key=lambda i: hashlib.sha256(f"{seed}:{rollout}:{i}".encode()).hexdigest())
+    return [(i, prompts[i]) for i in ranked[:count]]

@@ -1,0 +1,179 @@
+"""Orchestration: start Ray, place the actors, loop rollout -> train -> sync, write metrics."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from detaudit import determinism
+from recipes.diffusion_nft.config import parse_args
+
+RECIPE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds `recipes/`
+
+
+class MetricsLog:
+    """Miles-style JSONL lines to every configured path (a tee), flushed per line."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.files: list[TextIO] = []
+        for path in dict.fromkeys(paths):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.files.append(open(path, "w", encoding="utf-8"))
+
+    def write(self, step_key: str, step: int | float, values: dict[str, Any]) -> None:
+        line = json.dumps({"step_key": step_key, step_key: step, **values})  # NaN as Python writes it
+        for fh in self.files:
+            fh.write(line + "\n")
+            fh.flush()
+
+    def close(self) -> None:
+        for fh in self.files:
+            fh.close()
+
+
+def metrics_paths(args: Any) -> list[Path]:
+    paths = [args.metrics_jsonl] if args.metrics_jsonl else []
+    for var in ("DETAUDIT_METRICS_JSONL", "MILES_METRICS_JSONL"):
+        if os.environ.get(var):
+            paths.append(Path(os.environ[var]))
+    return paths
+
+
+def log(message: str) -> None:
+    print(f"[diffusion_nft] {message}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def resolve_device(args: Any) -> str:
+    if args.device != "auto":
+        return args.device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def gpu_shares(args: Any, gpus: int) -> dict[str, float]:
+    """GPUs per actor kind. Colocated: engine i shares train GPU i; reward on its own if free."""
+    if args.device != "cuda" or gpus == 0:
+        return {"train": 0, "engine": 0, "reward": 0}
+    train_gpus = args.train_actors
+    if args.colocate:
+        used = train_gpus
+        shares = {"train": 0.5, "engine": 0.5 * train_gpus / args.rollout_engines}
+    else:
+        used = train_gpus + args.rollout_engines
+        shares = {"train": 1.0, "engine": 1.0}
+    own_reward = args.reward_gpu if args.reward_gpu is not None else gpus > used
+    shares["reward"] = 1.0 if own_reward else 0.01
+    if own_reward and args.colocate is True and gpus <= used:
+        raise SystemExit("--reward-gpu needs a GPU beyond the train GPUs")
+    if not own_reward and args.colocate:
+        shares["train"] = shares["engine"] = 0.49
+    return shares
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    args.device = resolve_device(args)
+    import ray
+    import torch
+
+    from recipes.diffusion_nft import actors
+
+    paths = metrics_paths(args)
+    if not paths:
+        log("no metrics path: set --metrics-jsonl or $DETAUDIT_METRICS_JSONL")
+    metrics = MetricsLog(paths)
+    env_vars = {"PYTHONPATH": os.pathsep.join(p for p in [RECIPE_ROOT, os.environ.get("PYTHONPATH", "")] if p)}
+    if args.deterministic_mode:
+        determinism.enable(args.seed, attention=args.attention)
+        runtime_env = determinism.ray_runtime_env(args.seed, env_vars=env_vars)
+    else:
+        runtime_env = {"env_vars": env_vars}
+    gpus = torch.cuda.device_count() if args.device == "cuda" else 0
+    ray.init(num_cpus=args.num_cpus, num_gpus=gpus, runtime_env=runtime_env, include_dashboard=False,
+             log_to_driver=True, object_store_memory=512 * 1024**2 if args.device == "cpu" else None,
+             configure_logging=False)
+    try:
+        return _loop(args, ray, actors, metrics, gpus, started)
+    finally:
+        metrics.close()
+        ray.shutdown()
+
+
+def _loop(args: Any, ray: Any, actors: Any, metrics: MetricsLog, gpus: int, started: float) -> int:
+    shares = gpu_shares(args, gpus)
+    remote = lambda cls, share, **kw: ray.remote(num_cpus=0, num_gpus=share, **kw)(cls)  # noqa: E731
+    Engine = remote(actors.RolloutEngine, shares["engine"])
+    Reward = remote(actors.RewardActor, shares["reward"])
+    Train = remote(actors.TrainActor, shares["train"])
+    manager_env = {}
+    if args.no_seed_rollout_manager:
+        # Reproduce the real bug: this actor's worker hook leaves its RNGs unseeded.
+        manager_env = {"env_vars": {determinism.SKIP_SEED_ENV: "1"}}
+    Manager = remote(actors.RolloutManager, 0, runtime_env=manager_env or None)
+
+    port = free_port()
+    trainers = [Train.remote(args, rank, args.train_actors, port) for rank in range(args.train_actors)]
+    engines = [Engine.remote(args, i) for i in range(args.rollout_engines)]
+    reward = Reward.remote(args)
+    manager = Manager.remote(args, engines, reward)
+    load_times = ray.get([a.ready.remote() for a in trainers + engines + [reward]])
+    ray.get(manager.ready.remote())
+    _sync(ray, trainers, engines)
+    startup = time.perf_counter() - started
+    log(f"ready in {startup:.1f}s (slowest model load {max(load_times):.1f}s); device {args.device}, "
+        f"{args.train_actors} train actor(s), {args.rollout_engines} engine(s), reward {args.reward}")
+    opt_step = 0
+    first_rollout_done = None
+    for rollout in range(args.rollouts):
+        t0 = time.perf_counter()
+        batch_ref, rollout_ref = manager.generate.options(num_returns=2).remote(rollout)
+        rollout_metrics = ray.get(rollout_ref)
+        if rollout == 0:
+            rollout_metrics["perf/startup_time"] = startup
+            rollout_metrics["perf/model_load_time"] = max(load_times)
+        metrics.write("rollout/step", rollout, rollout_metrics)
+        results = ray.get([t.train.remote(batch_ref, rollout) for t in trainers])[0]
+        for step_metrics in results:
+            opt_step += 1
+            metrics.write("train/step", opt_step, step_metrics)
+        _sync(ray, trainers, engines)
+        wall = time.perf_counter() - t0
+        if first_rollout_done is None:
+            first_rollout_done = time.perf_counter() - started
+        metrics.write("perf/step", rollout, {"perf/rollout_wall_time": wall,
+                                              "perf/time_since_start": time.perf_counter() - started})
+        last = results[-1]
+        log(f"rollout {rollout + 1}/{args.rollouts}: reward {rollout_metrics['rollout/reward/raw_mean']:.6f}, "
+            f"loss {last['train/loss']:.6f}, grad_norm {_f(last['train/grad_norm'])}, {wall:.1f}s")
+    ray.get([t.shutdown.remote() for t in trainers])
+    log(f"done in {time.perf_counter() - started:.1f}s")
+    return 0
+
+
+def _sync(ray: Any, trainers: list[Any], engines: list[Any]) -> None:
+    """Old-policy LoRA weights from the train ranks to every rollout engine."""
+    state = ray.get([t.old_lora_state.remote() for t in trainers])[0]
+    state_ref = ray.put(state)
+    ray.get([e.load_lora.remote(state_ref) for e in engines])
+
+
+def _f(x: float) -> str:
+    return "nan" if math.isnan(x) else f"{x:.4g}"
+
+
+def main() -> None:
+    sys.exit(run())

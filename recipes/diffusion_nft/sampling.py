@@ -1,0 +1,46 @@
+"""The SD3 flow-matching ODE sampler (Euler, no CFG), keeping what DiffusionNFT trains on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+def sampler_sigmas(scheduler, steps: int) -> torch.Tensor:
+    """The sampler's noise levels, shift applied, with the trailing 0: [steps + 1], float32."""
+    scheduler.set_timesteps(steps)
+    return scheduler.sigmas.detach().to("cpu", torch.float32).clone()
+
+
+def initial_noise(shape: tuple[int, ...], seed: int, prompt_index: int, sample_index: int) -> torch.Tensor:
+    """A sample's initial noise, from an explicit generator: (rollout seed, prompt, sample)."""
+    gen = torch.Generator(device="cpu")
+    gen.manual_seed(((seed * 1_000_003 + prompt_index) * 1_000_003 + sample_index) % (2**63))
+    return torch.randn(shape, generator=gen, dtype=torch.float32)
+
+
+@dataclass
+class Samples:
+    x0: torch.Tensor  # final latents [N, C, h, w], float32, CPU
+    images: torch.Tensor  # decoded images [N, 3, H, W], uint8, CPU
+
+
+@torch.no_grad()
+def sample(transformer, vae, prompt_embeds: torch.Tensor, pooled: torch.Tensor, noise: torch.Tensor,
+           sigmas: torch.Tensor, dtype: torch.dtype, device: torch.device) -> Samples:
+    """Integrate dx/dsigma = v from sigma_0 to 0 with Euler steps; decode with the VAE."""
+    x = noise.to(device, torch.float32)
+    emb = prompt_embeds.to(device, dtype)
+    pool = pooled.to(device, dtype)
+    sig = sigmas.to(device)
+    for i in range(len(sigmas) - 1):
+        t = sig[i].expand(x.shape[0])
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+            v = transformer(hidden_states=x.to(dtype), encoder_hidden_states=emb, pooled_projections=pool,
+                            timestep=t * 1000, return_dict=False)[0]
+        x = x + (sig[i + 1] - sig[i]) * v.float()
+    latents = x / vae.config.scaling_factor + vae.config.shift_factor
+    images = vae.decode(latents.to(vae.dtype), return_dict=False)[0]
+    images = ((images.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+    return Samples(x.cpu(), images.cpu())
