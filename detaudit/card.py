@@ -99,6 +99,9 @@ def load_card(path: str | Path) -> Card:
                 message = head
             except ValueError:
                 pass
+        elif message.endswith("(at end of document)"):
+            message = message[: -len(" (at end of document)")] + " at end of file"
+            line = max(1, len(text.splitlines()))
         raise InputError(path, f"invalid TOML: {message}", line) from None
 
     def fail(key: str, message: str) -> InputError:

@@ -95,6 +95,9 @@ class RolloutEngine:
                 params[name].copy_(tensor.to(params[name].device, params[name].dtype))
         return len(state)
 
+    def lora_state(self) -> dict[str, torch.Tensor]:
+        return {n: p.detach().float().cpu().clone() for n, p in lora_parameters(self.pipe.transformer)}
+
     @torch.no_grad()
     def generate(self, prompts: list[tuple[int, str]], group_size: int, seed: int) -> dict[str, Any]:
         args = self.args

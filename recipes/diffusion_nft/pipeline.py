@@ -8,6 +8,7 @@ import os
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -90,8 +91,6 @@ def run(argv: list[str] | None = None) -> int:
     import ray
     import torch
 
-    from recipes.diffusion_nft import actors
-
     paths = metrics_paths(args)
     if not paths:
         log("no metrics path: set --metrics-jsonl or $DETAUDIT_METRICS_JSONL")
@@ -107,32 +106,47 @@ def run(argv: list[str] | None = None) -> int:
              log_to_driver=True, object_store_memory=512 * 1024**2 if args.device == "cpu" else None,
              configure_logging=False)
     try:
-        return _loop(args, ray, actors, metrics, gpus, started)
+        return _loop(args, ray, metrics, gpus, started)
     finally:
         metrics.close()
         ray.shutdown()
 
 
-def _loop(args: Any, ray: Any, actors: Any, metrics: MetricsLog, gpus: int, started: float) -> int:
+@dataclass
+class Actors:
+    trainers: list[Any]
+    engines: list[Any]
+    reward: Any
+    manager: Any
+
+
+def start_actors(args: Any, ray: Any, gpus: int) -> Actors:
+    """Create the actors with their GPU shares; the manager gets the engines and the reward."""
+    from recipes.diffusion_nft import actors
+
     shares = gpu_shares(args, gpus)
     remote = lambda cls, share, **kw: ray.remote(num_cpus=0, num_gpus=share, **kw)(cls)  # noqa: E731
     Engine = remote(actors.RolloutEngine, shares["engine"])
     Reward = remote(actors.RewardActor, shares["reward"])
     Train = remote(actors.TrainActor, shares["train"])
-    manager_env = {}
+    manager_env = None
     if args.no_seed_rollout_manager:
         # Reproduce the real bug: this actor's worker hook leaves its RNGs unseeded.
         manager_env = {"env_vars": {determinism.SKIP_SEED_ENV: "1"}}
-    Manager = remote(actors.RolloutManager, 0, runtime_env=manager_env or None)
-
+    Manager = remote(actors.RolloutManager, 0, runtime_env=manager_env)
     port = free_port()
     trainers = [Train.remote(args, rank, args.train_actors, port) for rank in range(args.train_actors)]
     engines = [Engine.remote(args, i) for i in range(args.rollout_engines)]
     reward = Reward.remote(args)
-    manager = Manager.remote(args, engines, reward)
+    return Actors(trainers, engines, reward, Manager.remote(args, engines, reward))
+
+
+def _loop(args: Any, ray: Any, metrics: MetricsLog, gpus: int, started: float) -> int:
+    group = start_actors(args, ray, gpus)
+    trainers, engines, reward, manager = group.trainers, group.engines, group.reward, group.manager
     load_times = ray.get([a.ready.remote() for a in trainers + engines + [reward]])
     ray.get(manager.ready.remote())
-    _sync(ray, trainers, engines)
+    sync_weights(ray, trainers, engines)
     startup = time.perf_counter() - started
     log(f"ready in {startup:.1f}s (slowest model load {max(load_times):.1f}s); device {args.device}, "
         f"{args.train_actors} train actor(s), {args.rollout_engines} engine(s), reward {args.reward}")
@@ -150,7 +164,7 @@ def _loop(args: Any, ray: Any, actors: Any, metrics: MetricsLog, gpus: int, star
         for step_metrics in results:
             opt_step += 1
             metrics.write("train/step", opt_step, step_metrics)
-        _sync(ray, trainers, engines)
+        sync_weights(ray, trainers, engines)
         wall = time.perf_counter() - t0
         if first_rollout_done is None:
             first_rollout_done = time.perf_counter() - started
@@ -164,7 +178,7 @@ def _loop(args: Any, ray: Any, actors: Any, metrics: MetricsLog, gpus: int, star
     return 0
 
 
-def _sync(ray: Any, trainers: list[Any], engines: list[Any]) -> None:
+def sync_weights(ray: Any, trainers: list[Any], engines: list[Any]) -> None:
     """Old-policy LoRA weights from the train ranks to every rollout engine."""
     state = ray.get([t.old_lora_state.remote() for t in trainers])[0]
     state_ref = ray.put(state)

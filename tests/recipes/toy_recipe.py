@@ -28,6 +28,7 @@ parser.add_argument("--steps", type=int, default=3)
 args = parser.parse_args()
 
 path = os.environ["DETAUDIT_METRICS_JSONL"]
+started = time.time()
 rng = random.Random() if args.unseeded else random.Random(1234)
 if args.spawn_child:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
@@ -56,3 +57,5 @@ with open(path, "w") as out:
 print("toy recipe: wrote", path, flush=True)
 if args.sleep:
     time.sleep(args.sleep)
+with open(os.path.join(os.environ["DETAUDIT_WORKDIR"], "info.json"), "w") as fh:
+    json.dump({"start": started, "end": time.time(), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES")}, fh)

@@ -1,0 +1,74 @@
+"""Recipe cards: the schema, placeholders, and errors naming the file, line and key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from detaudit.card import load_card, run_argv, run_env, standard_path
+from detaudit.errors import InputError
+
+
+def card(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    return path
+
+
+def test_full_card(tmp_path: Path) -> None:
+    path = card(tmp_path, """
+name = "x"
+command = ["{python}", "-m", "pkg", "--out", "{metrics}"]
+env = {A = "1", W = "{workdir}"}
+metrics_env = "MILES_METRICS_JSONL"
+timeout_s = 12.5
+exclude = ["debug/*"]
+include = ["perf/keep"]
+step_key = "it"
+runner = ["h200", "1gpu"]
+gpus_per_run = 1
+est_time = 30
+suite = "gpu"
+pythonpath = [".."]
+""")
+    c = load_card(path)
+    assert (c.name, c.timeout_s, c.runner, c.gpus_per_run, c.step_key) == ("x", 12.5, ("h200", "1gpu"), 1, "it")
+    assert standard_path(c, list(c.runner)) == Path("standards/x.h200-1gpu.json")
+    wd, metrics = tmp_path / "w", tmp_path / "w" / "m.jsonl"
+    argv = run_argv(c, wd, metrics, ("--extra",), python="/py")
+    assert argv == ["/py", "-m", "pkg", "--out", str(metrics), "--extra"]
+    env = run_env(c, wd, metrics, 2, base={"PYTHONPATH": "/old"})
+    assert env["MILES_METRICS_JSONL"] == env["DETAUDIT_METRICS_JSONL"] == str(metrics)
+    assert env["W"] == str(wd) and env["DETAUDIT_RUN_INDEX"] == "2"
+    assert env["PYTHONPATH"] == f"{tmp_path.parent.resolve()}:/old"
+
+
+def test_auto_runner_and_defaults(tmp_path: Path) -> None:
+    c = load_card(card(tmp_path, 'name = "x"\ncommand = ["true"]\nrunner = "auto"\n'))
+    assert c.runner is None and c.metrics_env == "DETAUDIT_METRICS_JSONL" and c.gpus_per_run == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('name = "x"\ncommand = ["a"]\ncolour = "red"\n', r"c\.toml:3: colour: unknown key"),
+        ('name = "x"\ncommand = "a b"\n', r"c\.toml:2: command: must be a list of strings, got str"),
+        ('name = "x"\ncommand = ["a", 1]\n', r"c\.toml:2: command: must be a list of strings"),
+        ('name = "x"\ncommand = ["a"]\ntimeout_s = "10"\n', r"c\.toml:3: timeout_s: must be a number"),
+        ('name = "x"\ncommand = ["a"]\ngpus_per_run = true\n', r"c\.toml:3: gpus_per_run: must be an integer"),
+        ('name = "x"\ncommand = ["a"]\nrunner = "fast"\n', r"c\.toml:3: runner: must be a list of strings or \"auto\""),
+        ('name = "x"\ncommand = ["a"]\nenv = {A = 1}\n', r"c\.toml:3: env: value of 'A' must be a string"),
+        ('command = ["a"]\n', r"c\.toml: missing required key 'name'"),
+        ('name = "x"\ncommand = []\n', r"c\.toml:2: command: must not be empty"),
+        ('name = "x"\ncommand = ["a"\n', r"c\.toml:\d+: invalid TOML"),
+    ],
+)
+def test_bad_cards(tmp_path: Path, text: str, expected: str) -> None:
+    with pytest.raises(InputError, match=expected):
+        load_card(card(tmp_path, text))
+
+
+def test_missing_card(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="none.toml: cannot read recipe card"):
+        load_card(tmp_path / "none.toml")

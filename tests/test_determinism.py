@@ -1,0 +1,57 @@
+"""detaudit.determinism in this process and, through Ray's worker setup hook, in every actor."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the recipe extra (torch) is part of the test install")
+ray = pytest.importorskip("ray", reason="the recipe extra (ray) is part of the test install")
+
+from detaudit import determinism  # noqa: E402
+
+PROBE = """
+import json, random, torch
+from detaudit import determinism
+determinism.enable(123)
+print(json.dumps([torch.initial_seed(), torch.are_deterministic_algorithms_enabled(),
+                  torch.backends.cudnn.deterministic, torch.randperm(6).tolist(), random.random()]))
+"""
+
+
+def test_enable_seeds_and_sets_flags_in_a_fresh_process() -> None:
+    runs = [subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True).stdout
+            for _ in range(2)]
+    assert runs[0] == runs[1]
+    assert runs[0].startswith("[123, true, true, ")
+
+
+@ray.remote(num_cpus=0)
+class Probe:
+    def state(self):
+        return {
+            "seed": torch.initial_seed(),
+            "deterministic": torch.are_deterministic_algorithms_enabled(),
+            "cublas": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+            "draw": torch.randperm(8).tolist(),
+        }
+
+
+def test_ray_hook_seeds_every_worker_and_skip_leaves_one_unseeded() -> None:
+    ray.init(num_cpus=2, include_dashboard=False, runtime_env=determinism.ray_runtime_env(77),
+             object_store_memory=100 * 1024**2)
+    try:
+        seeded = [Probe.remote() for _ in range(2)]
+        unseeded = Probe.options(runtime_env={"env_vars": {determinism.SKIP_SEED_ENV: "1"}}).remote()
+        states = ray.get([a.state.remote() for a in seeded])
+        skipped = ray.get(unseeded.state.remote())
+    finally:
+        ray.shutdown()
+    for state in states:
+        assert state["seed"] == 77 and state["deterministic"] and state["cublas"] == ":4096:8"
+    assert states[0]["draw"] == states[1]["draw"]
+    # The skipped actor still got the deterministic flags, but not the seed.
+    assert skipped["deterministic"] and skipped["seed"] != 77

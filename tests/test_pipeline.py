@@ -1,0 +1,85 @@
+"""The reference pipeline on Ray: one rollout and one update, weight sync, and its standard."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the recipe extra (torch) is part of the test install")
+ray = pytest.importorskip("ray", reason="the recipe extra (ray) is part of the test install")
+
+from conftest import REPO, run_cli  # noqa: E402
+from detaudit import determinism  # noqa: E402
+from recipes.diffusion_nft.config import parse_args, rollout_prompts  # noqa: E402
+from recipes.diffusion_nft.pipeline import start_actors, sync_weights  # noqa: E402
+
+CARD = REPO / "recipes" / "sd3_pickscore_nft.toml"
+TRAIN_KEYS = {f"train/{k}" for k in (
+    "loss", "nft_loss", "nft_loss_per_pair", "nft_pos_loss", "nft_neg_loss", "nft_r_mean", "nft_t_mean",
+    "nft_adv_mean", "nft_num_timesteps", "adv_abs_mean", "kl_loss", "grad_norm", "grad_scale", "lr")}
+ROLLOUT_KEYS = {f"rollout/reward/raw_{k}" for k in ("mean", "median", "std", "min", "max", "num_samples")}
+
+
+def test_one_rollout_one_update_and_weight_sync_on_ray() -> None:
+    args = parse_args(["--preset", "tiny", "--deterministic-mode", "--device", "cpu"])
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024**2,
+             runtime_env=determinism.ray_runtime_env(args.seed, env_vars={"PYTHONPATH": str(REPO)}))
+    try:
+        group = start_actors(args, ray, gpus=0)
+        ray.get([a.ready.remote() for a in group.trainers + group.engines + [group.reward, group.manager]])
+        sync_weights(ray, group.trainers, group.engines)
+        before = ray.get(group.engines[0].lora_state.remote())
+        batch_ref, metrics_ref = group.manager.generate.options(num_returns=2).remote(0)
+        rollout = ray.get(metrics_ref)
+        batch = ray.get(batch_ref)
+        train = ray.get(group.trainers[0].train.remote(batch_ref, 0))
+        sync_weights(ray, group.trainers, group.engines)
+        after = ray.get(group.engines[0].lora_state.remote())
+        trainer_old = ray.get(group.trainers[0].old_lora_state.remote())
+        ray.get(group.trainers[0].shutdown.remote())
+    finally:
+        ray.shutdown()
+    assert ROLLOUT_KEYS <= set(rollout) and rollout["rollout/reward/raw_num_samples"] == 8
+    n = args.prompts_per_rollout * args.group_size
+    assert batch["x0"].shape == (n, 4, 16, 16) and batch["train_t"].shape == (n, 9)
+    assert batch["r"].min() >= 0 and batch["r"].max() <= 1
+    (step,) = train
+    assert TRAIN_KEYS <= set(step) and step["train/nft_num_timesteps"] == 9
+    assert step["train/grad_scale"] == 2.0**16 and step["train/grad_norm"] > 0
+    # Sync: the engines hold exactly the trainer's old-policy weights, which moved.
+    assert after.keys() == trainer_old.keys() and len(after) > 0
+    assert all(torch.equal(after[k], trainer_old[k]) for k in after)
+    lora_b = [k for k in after if "lora_B" in k]
+    assert lora_b and all(before[k].abs().sum() == 0 for k in lora_b)
+    assert any(after[k].abs().sum() > 0 for k in lora_b)
+
+
+def test_prompts_per_rollout_are_a_pure_function() -> None:
+    prompts = [f"p{i}" for i in range(10)]
+    assert rollout_prompts(prompts, 3, 4, 42) == rollout_prompts(prompts, 3, 4, 42)
+    assert rollout_prompts(prompts, 3, 4, 42) != rollout_prompts(prompts, 4, 4, 42)
+
+
+def test_committed_standard_verifies() -> None:
+    result = run_cli("verify", str(CARD), cwd=REPO)
+    assert result.code == 0, result.text
+    assert "PASSED: 20 metric series match" in result.out or "SKIPPED" in result.out
+
+
+def test_record_agrees_with_nan_points_and_unseeded_manager_refuses(tmp_path: Path) -> None:
+    out = tmp_path / "std.json"
+    result = run_cli("record", str(CARD), "--runs", "2", "--parallel", "2", "--out", str(out), cwd=REPO)
+    assert result.code == 0, result.text
+    doc = json.loads(out.read_text())
+    assert len(doc["series"]) == 20 and ROLLOUT_KEYS | TRAIN_KEYS == set(doc["series"])
+    assert doc["series"]["train/grad_norm"]["points"][0] == [1, {"float": "NaN"}]  # step 1 overflows, as in the real run
+    committed = REPO / "standards" / "sd3_pickscore_nft.cpu-avx512.json"
+    if doc["runner"]["class"] == ["cpu", "avx512"]:
+        assert json.loads(committed.read_text())["series"] == doc["series"]
+    bad = run_cli("record", str(CARD), "--runs", "2", "--parallel", "2", "--out", str(tmp_path / "bad.json"),
+                  "--", "--no-seed-rollout-manager", cwd=REPO)
+    assert bad.code == 1 and not (tmp_path / "bad.json").exists()
+    assert "first difference train/loss @ train/step 1" in bad.out
+    assert "rollout/step through 0" in bad.out
