@@ -85,13 +85,13 @@ def diff(runs: tuple[Path, ...], as_json: bool, step_key: str | None, exclude: t
     """
     from detaudit.compare import diff_runs
     from detaudit.exclusion import Exclusion
-    from detaudit.metrics import read_metrics
+    from detaudit.metrics import read_metrics_many
     from detaudit.report import diff_json, print_diff
 
     if len(runs) < 2:
         raise click.UsageError("diff needs at least two metrics files")
     exclusion = Exclusion(cli=exclude, include=include)
-    parsed = [read_metrics(p, default_step_key=step_key, exclusion=exclusion) for p in runs]
+    parsed = read_metrics_many(runs, default_step_key=step_key, exclusion=exclusion)
     report = diff_runs(parsed, labels=[str(p) for p in runs])
     report.exclude_patterns = exclusion.patterns()
     if as_json:
@@ -157,8 +157,15 @@ def _print_failed_run(console: Console, states: list[Any]) -> None:
         console.print(f"\\[detaudit] killed the process groups of runs {', '.join(map(str, killed))}")
 
 
+def default_card() -> Path:
+    """The embedded default: the tiny CPU SD3.5 DiffusionNFT + PickScore recipe."""
+    from importlib.resources import files
+
+    return Path(str(files("recipes") / "sd3_pickscore_nft.toml"))
+
+
 @main.command(context_settings={"ignore_unknown_options": False})
-@click.argument("card", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("card", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--runs", "-n", default=3, show_default=True, type=click.IntRange(min=2), help="How many runs must agree.")
 @click.option("--parallel", "-j", default=1, show_default=True, type=click.IntRange(min=1), help="Runs at once (disjoint GPU sets when the card sets gpus_per_run).")
@@ -174,12 +181,14 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
            allow_partial: bool, fmt: str, exclude: tuple[str, ...], include: tuple[str, ...], workdir: Path | None) -> None:
     """Run CARD's command N times; write its standard only if all runs agree.
 
+    CARD defaults to the embedded tiny CPU recipe (recipes/sd3_pickscore_nft.toml).
     Arguments after `--` are appended to the command, e.g.
     `detaudit record recipes/sd3_pickscore_nft.toml -- --no-seed-rollout-manager`.
     """
     from detaudit.record import record as run_record
     from detaudit.report import print_diff
 
+    card = card or default_card()
     out_console, err_console = _stdout(), _stderr()
     display = RunDisplay(err_console, runs, f"detaudit record {card}")
 
@@ -232,12 +241,15 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
            strict_runner: bool, step_key: str | None, workdir: Path | None) -> None:
     """Check one run of CARD (or --metrics RUN.jsonl) against its standard, exactly.
 
+    CARD defaults to the embedded tiny CPU recipe when neither CARD nor --metrics is given.
     Reads detaudit and miles_diffusion standards. Exit 0 on PASSED (or SKIPPED: the runner
     class differs), 1 on a mismatch or failed run, 2 on bad input.
     """
     from detaudit.report import divergence_line
     from detaudit.verify import verify as run_verify
 
+    if card is None and metrics is None:
+        card = default_card()
     out_console, err_console = _stdout(), _stderr()
     display = RunDisplay(err_console, 1, f"detaudit verify {card}")
     try:
@@ -273,6 +285,64 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
         for line in result.provenance:
             out_console.print("  " + escape(line))
     sys.exit(EXIT_FAIL)
+
+
+# --- scan-rng ------------------------------------------------------------------------------
+
+SEVERITY_RANK = {"warning": 1, "error": 2, "never": 3}
+
+
+@main.command("scan-rng")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "sarif", "github"]), default="text", show_default=True)
+@click.option("--fail-on", type=click.Choice(["error", "warning", "never"]), default="error", show_default=True,
+              help="Lowest severity that makes the exit code 1.")
+@click.option("--baseline", type=click.Path(dir_okay=False, path_type=Path), help="Ignore findings recorded in this file.")
+@click.option("--write-baseline", type=click.Path(dir_okay=False, path_type=Path), help="Record every current finding here.")
+@click.option("--select", multiple=True, metavar="RULE", help="Only these rules (prefixes, e.g. DA1).")
+@click.option("--ignore", multiple=True, metavar="RULE", help="Leave out these rules (prefixes).")
+@click.option("--config", type=click.Path(dir_okay=False, path_type=Path), help="pyproject.toml with [tool.detaudit] (default: found upward).")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the per-file cache.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), help="Parser processes (default: CPU count).")
+@handle_errors
+def scan_rng(paths: tuple[Path, ...], fmt: str, fail_on: str, baseline: Path | None, write_baseline: Path | None,
+             select: tuple[str, ...], ignore: tuple[str, ...], config: Path | None, no_cache: bool, jobs: int | None) -> None:
+    """Find draws from process-global RNGs (torch, numpy, random) and the processes that run them unseeded.
+
+    Static: files are parsed, never imported. Exit 0 when no finding reaches --fail-on, 1 when
+    one does, 2 on usage errors. Suppress a line with `# detaudit: ignore[DA101]`.
+    """
+    from dataclasses import replace
+
+    from detaudit.scan import ScanConfig, apply_baseline, scan
+    from detaudit.scan import output
+
+    cfg = ScanConfig.load(config)
+    if select or ignore:
+        cfg = replace(cfg, select=select or cfg.select, ignore=cfg.ignore + ignore)
+    result = scan(list(paths), cfg, use_cache=not no_cache, jobs=jobs)
+    if write_baseline is not None:
+        from detaudit.scan import write_baseline as save
+
+        save(write_baseline, result.findings)
+        click.echo(f"detaudit: wrote {len(result.findings)} findings to baseline {write_baseline}", err=True)
+    dropped = 0
+    if baseline is not None:
+        result.findings, dropped = apply_baseline(baseline, result.findings)
+    if fmt == "json":
+        click.echo(output.as_json(result))
+    elif fmt == "sarif":
+        click.echo(output.as_sarif(result))
+    elif fmt == "github":
+        text = output.as_github(result)
+        if text:
+            click.echo(text)
+    else:
+        output.print_text(result, _stdout())
+        if dropped:
+            click.echo(f"({dropped} findings in the baseline not shown)")
+    worst = max((SEVERITY_RANK[f.severity] for f in result.findings), default=0)
+    sys.exit(EXIT_FAIL if worst >= SEVERITY_RANK[fail_on] else EXIT_OK)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -223,13 +223,25 @@ def classify(a: Any, b: Any) -> str:
     return "value"
 
 
-def _steps(run: MetricsRun, series: Series) -> list[Any]:
-    lines = series.lines
-    if len(lines) == 0:
-        return []
-    if len(lines) == 1:
-        return [run.line_steps[lines[0]]]
-    return list(itemgetter(*lines)(run.line_steps))
+class LineSteps:
+    """A run's step per line, with a cached fingerprint for the same-steps fast path."""
+
+    __slots__ = ("steps", "_types")
+
+    def __init__(self, steps: list[Any]) -> None:
+        self.steps = steps
+        self._types: list[type] | None = None
+
+    def same_as(self, other: "LineSteps") -> bool:
+        if self is other:
+            return True
+        if self.steps != other.steps:
+            return False
+        if self._types is None:
+            self._types = list(map(type, self.steps))
+        if other._types is None:
+            other._types = list(map(type, other.steps))
+        return self._types == other._types
 
 
 def _same_step(a: Any, b: Any, lenient: bool) -> bool:
@@ -246,6 +258,14 @@ def _steps_identical(sa: list[Any], sb: list[Any], lenient: bool) -> bool:
     return lenient or list(map(type, sa)) == list(map(type, sb))
 
 
+def _first_bytes_difference(a: array, b: array, n: int, chunk: int = 4096) -> int:
+    """Index of the first chunk where two float arrays' bits differ (C-speed slice compares)."""
+    for start in range(0, n, chunk):
+        if a[start : start + chunk].tobytes() != b[start : start + chunk].tobytes():
+            return start
+    return n
+
+
 def _values_identical(va: array | list, vb: array | list) -> bool:
     if type(va) is array and type(vb) is array:
         return va.tobytes() == vb.tobytes()
@@ -254,20 +274,41 @@ def _values_identical(va: array | list, vb: array | list) -> bool:
     return all(same_value(x, y) for x, y in zip(va, vb))
 
 
-@dataclass
 class SeriesData:
-    """A series as the comparison needs it: steps and values, plus where each point sits."""
+    """A series as the comparison needs it: steps and values, plus where each point sits.
 
-    name: str
-    step_key: str
-    steps: list[Any]
-    values: array | list
-    lines: array | None = None  # line index per point, for emission order
-    order: int = 0
+    From a run, steps are looked up lazily through the run's per-line steps: when two runs
+    have the same line steps and a series sits on the same lines in both, its steps match
+    without building them (``compare_series``'s fast path).
+    """
+
+    __slots__ = ("name", "step_key", "_steps", "values", "lines", "order", "line_steps")
+
+    def __init__(self, name: str, step_key: str, steps: list[Any] | None, values: array | list,
+                 lines: array | None = None, order: int = 0, line_steps: "LineSteps | None" = None) -> None:
+        self.name = name
+        self.step_key = step_key
+        self._steps = steps
+        self.values = values
+        self.lines = lines
+        self.order = order
+        self.line_steps = line_steps
+
+    @property
+    def steps(self) -> list[Any]:
+        if self._steps is None:
+            assert self.lines is not None and self.line_steps is not None
+            lines, steps = self.lines, self.line_steps.steps
+            self._steps = [steps[lines[0]]] if len(lines) == 1 else list(itemgetter(*lines)(steps)) if len(lines) else []
+        return self._steps
+
+    def __len__(self) -> int:
+        return len(self.values)
 
     @classmethod
-    def from_run(cls, run: MetricsRun, series: Series) -> "SeriesData":
-        return cls(series.name, series.step_key, _steps(run, series), series.values, series.lines, series.order)
+    def from_run(cls, run: MetricsRun, series: Series, line_steps: "LineSteps | None" = None) -> "SeriesData":
+        return cls(series.name, series.step_key, None, series.values, series.lines, series.order,
+                   line_steps or LineSteps(run.line_steps))
 
     def emission(self, index: int) -> tuple[int, int]:
         if self.lines is not None and index < len(self.lines):
@@ -298,10 +339,17 @@ def compare_series(
             len_b=len(b.values) if b is not None else 0,
             emission=present.emission(0),
         )
-    if _steps_identical(a.steps, b.steps, lenient_steps) and _values_identical(a.values, b.values):
+    same_lines = (
+        a.line_steps is not None and b.line_steps is not None and a.lines is not None and b.lines is not None
+        and a.lines == b.lines and a.line_steps.same_as(b.line_steps)
+    )
+    if (same_lines or _steps_identical(a.steps, b.steps, lenient_steps)) and _values_identical(a.values, b.values):
         return None
-    n = min(len(a.steps), len(b.steps))
-    for i in range(n):
+    n = min(len(a), len(b))
+    start = 0
+    if same_lines and type(a.values) is array and type(b.values) is array:
+        start = _first_bytes_difference(a.values, b.values, n)
+    for i in range(start, n):
         sa, sb = a.steps[i], b.steps[i]
         va, vb = a.values[i], b.values[i]
         if not _same_step(sa, sb, lenient_steps):
@@ -373,7 +421,10 @@ def diff_runs(runs: Sequence[MetricsRun], labels: Sequence[str] | None = None) -
     if len(runs) < 2:
         raise ValueError("diff needs at least two runs")
     labels = list(labels or [r.path for r in runs])
-    data = [{name: SeriesData.from_run(run, s) for name, s in run.series.items()} for run in runs]
+    data = []
+    for run in runs:
+        line_steps = LineSteps(run.line_steps)
+        data.append({name: SeriesData.from_run(run, s, line_steps) for name, s in run.series.items()})
     compared, identical, mismatched = compare_series_sets(labels, data)
     excluded: dict[str, str] = {}
     for run in runs:
@@ -397,10 +448,11 @@ def _root(runs: Sequence[MetricsRun], mismatched: list[SeriesMismatch]) -> RootD
     # The emission position is in run 0 unless run 0 lacks the point.
     run_index = 0 if (top.values[0] is not ABSENT or first.kind == "steps" and first.step_a is not ABSENT) else first.run
     run = runs[run_index]
-    line = run.line_numbers[line_index] if line_index < len(run.line_numbers) else None
+    line = run.line_number(line_index) if line_index < len(run.line_steps) else None
     through: dict[str, Any] = {}
+    step_keys = run.line_step_keys
     for i in range(min(line_index, len(run.line_steps))):
-        through[run.line_step_keys[i]] = run.line_steps[i]
+        through[step_keys[i]] = run.line_steps[i]
     step_text = f"{top.step_key} {_fmt_step(top.step)}"
     if through:
         before = ", ".join(f"{key} through {_fmt_step(step)}" for key, step in sorted(through.items()))

@@ -20,9 +20,15 @@ class InputError(Exception):
             where = f"{where}:{line}"
         super().__init__(f"{where}: {message}" if where else message)
 
+    def __reduce__(self):  # survives pickling (errors from parallel readers)
+        return (InputError, (self.path, self.message, self.line))
+
 
 class UsageError(InputError):
     """A command used wrongly (conflicting options, a standard that exists without --update)."""
 
     def __init__(self, message: str, path: str | Path | None = None) -> None:
         super().__init__(path, message)
+
+    def __reduce__(self):
+        return (UsageError, (self.message, self.path))

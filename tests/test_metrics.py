@@ -113,3 +113,42 @@ def test_exclusion_include_and_card_patterns() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert ex.reason("rollout/step_time") is not None
+
+
+def test_blank_lines_keep_file_line_numbers(tmp_path: Path) -> None:
+    from detaudit.compare import diff_runs
+
+    a = write_jsonl(tmp_path / "a.jsonl", ['{"x": 1.0}', "", "", '{"x": 2.0}', '{"x": 3.0}'])
+    b = write_jsonl(tmp_path / "b.jsonl", ['{"x": 1.0}', '{"x": 2.0}', '{"x": 4.0}'])
+    run = read_metrics(a)
+    assert [run.line_number(i) for i in range(3)] == [1, 4, 5]
+    report = diff_runs([run, read_metrics(b)])
+    assert report.root is not None and report.root.line == 5
+
+
+def test_type_change_after_many_float_rows_keeps_types(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import detaudit.metrics as metrics
+
+    monkeypatch.setattr(metrics, "ROWS_PER_FLUSH", 3)
+    lines = [f'{{"a": {i}.5, "b": {i}.25}}' for i in range(7)] + ['{"a": 7, "b": null}', '{"a": 8.5, "b": 1.0}']
+    run = read_metrics(write_jsonl(tmp_path / "m.jsonl", lines))
+    a = run.series["a"].values
+    assert type(a) is list and [type(v) for v in a] == [float] * 7 + [int, float]
+    assert list(a) == [0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7, 8.5]
+    assert run.series["b"].values[7] is None
+
+
+def test_parallel_reading_matches_and_reports_errors(tmp_path: Path) -> None:
+    from detaudit.metrics import read_metrics_many
+
+    a = write_jsonl(tmp_path / "a.jsonl", ['{"step_key": "s", "s": 0, "x": 0.5, "n": 3}', '{"step_key": "s", "s": 1, "x": NaN, "n": 4}'])
+    torn = tmp_path / "torn.jsonl"
+    torn.write_text('{"step_key": "s", "s": 0, "x": 0.5, "n": 3}\n{"step_key"')
+    serial = read_metrics_many([a, a], parallel=False)
+    with pytest.warns(TornLineWarning, match="torn.jsonl:2"):
+        parallel = read_metrics_many([a, a, torn], parallel=True)
+    assert [list(r.series["n"].values) for r in parallel[:2]] == [list(r.series["n"].values) for r in serial]
+    assert math.isnan(parallel[1].series["x"].values[1]) and parallel[2].torn_last_line
+    bad = write_jsonl(tmp_path / "bad.jsonl", ['{"x": 1}', "nope", '{"x": 2}'])
+    with pytest.raises(InputError, match=r"bad\.jsonl:2: invalid JSON"):
+        read_metrics_many([a, bad], parallel=True)

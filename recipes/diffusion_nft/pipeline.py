@@ -125,15 +125,15 @@ def start_actors(args: Any, ray: Any, gpus: int) -> Actors:
     from recipes.diffusion_nft import actors
 
     shares = gpu_shares(args, gpus)
-    remote = lambda cls, share, **kw: ray.remote(num_cpus=0, num_gpus=share, **kw)(cls)  # noqa: E731
-    Engine = remote(actors.RolloutEngine, shares["engine"])
-    Reward = remote(actors.RewardActor, shares["reward"])
-    Train = remote(actors.TrainActor, shares["train"])
+    # Spelled out per class (no helper) so that `detaudit scan-rng` sees every actor.
+    Engine = ray.remote(num_cpus=0, num_gpus=shares["engine"])(actors.RolloutEngine)
+    Reward = ray.remote(num_cpus=0, num_gpus=shares["reward"])(actors.RewardActor)
+    Train = ray.remote(num_cpus=0, num_gpus=shares["train"])(actors.TrainActor)
     manager_env = None
     if args.no_seed_rollout_manager:
         # Reproduce the real bug: this actor's worker hook leaves its RNGs unseeded.
         manager_env = {"env_vars": {determinism.SKIP_SEED_ENV: "1"}}
-    Manager = remote(actors.RolloutManager, 0, runtime_env=manager_env)
+    Manager = ray.remote(num_cpus=0, runtime_env=manager_env)(actors.RolloutManager)
     port = free_port()
     trainers = [Train.remote(args, rank, args.train_actors, port) for rank in range(args.train_actors)]
     engines = [Engine.remote(args, i) for i in range(args.rollout_engines)]

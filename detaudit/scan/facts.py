@@ -1,0 +1,380 @@
+"""Per-file facts for scan-rng, from Python's ``ast`` (the scanned code is never imported or run).
+
+A file's facts are plain data (dicts, lists, strings), so they can be cached by content:
+its functions and the calls each makes (names resolved through imports and aliases),
+the seeds each makes, the global-RNG draws with their guard conditions, the process entry
+points it declares (Ray actors and tasks, ``__main__`` blocks, multiprocessing targets,
+DataLoader ``worker_init_fn``), Ray worker setup hooks, and suppression comments.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from detaudit.scan.rules import (
+    ENTROPY_CALLS,
+    NUMPY_LEGACY,
+    RULES,
+    SEED_CALLS,
+    SEED_TAKERS,
+    STDLIB_DRAWS,
+    TORCH_DRAWS,
+    TORCH_DROPOUT,
+    TORCH_INIT,
+    TORCH_INPLACE,
+)
+
+FACTS_VERSION = 3
+MODULE_BODY = "<module>"
+MAIN_BLOCK = "<main>"
+_BUILTINS = frozenset({"id", "hash"})
+_SUPPRESS = re.compile(r"#\s*detaudit:\s*ignore(?:\[([A-Za-z0-9_,\s]+)\])?")
+_NUMPY_UNSEEDED = frozenset({
+    "numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.PCG64", "numpy.random.PCG64DXSM",
+    "numpy.random.SeedSequence", "numpy.random.MT19937", "numpy.random.Philox", "numpy.random.SFC64",
+})
+_MP_PROCESS = frozenset({
+    "multiprocessing.Process", "torch.multiprocessing.Process", "multiprocessing.context.Process",
+    "multiprocessing.get_context.Process",
+})
+_MP_SPAWN = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"})
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    function: str  # local qualname: "f", "Cls.m", "<module>", "<main>"
+    cls: str | None
+    guards: tuple[tuple[ast.expr, bool], ...]  # (condition, taken) pairs around the code
+    locals: tuple[tuple[str, str], ...] = ()  # nested defs visible by name -> local qualname
+
+
+def dotted(node: ast.expr) -> str | None:
+    """'a.b.c' for Name/Attribute chains, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+class FileFacts:
+    """Walks one module; ``facts()`` returns its plain-data facts."""
+
+    def __init__(self, module: str, source: str, is_package: bool = False) -> None:
+        self.module = module
+        self.package = module if is_package else module.rpartition(".")[0]
+        self.lines = source.splitlines()
+        self.imports: dict[str, str] = {}
+        self.top_level: set[str] = set()
+        self.functions: dict[str, dict[str, Any]] = {}
+        self.classes: dict[str, dict[str, Any]] = {}
+        self.calls: list[tuple[ast.Call, _Ctx]] = []
+        self.decorated: list[tuple[str, str, int]] = []  # (kind, local qualname, line)
+        self.hooks: list[ast.expr] = []
+        self._function(MODULE_BODY, None, 0)
+
+    # -- walking -------------------------------------------------------------------------
+
+    def _function(self, qual: str, cls: str | None, line: int) -> None:
+        self.functions.setdefault(qual, {"line": line, "calls": [], "seeds": [], "cls": cls})
+
+    def run(self, tree: ast.Module) -> "FileFacts":
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self.top_level.add(node.name)
+        self.body(tree.body, _Ctx(MODULE_BODY, None, ()))
+        return self
+
+    def body(self, stmts: list[ast.stmt], ctx: _Ctx) -> None:
+        nested = {s.name for s in stmts if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        if nested and ctx.function not in (MODULE_BODY, MAIN_BLOCK) and ctx.cls != ctx.function:
+            prefix = ctx.function
+            ctx = _Ctx(ctx.function, ctx.cls, ctx.guards, ctx.locals + tuple((n, f"{prefix}.{n}") for n in nested))
+        for stmt in stmts:
+            self.stmt(stmt, ctx)
+
+    def stmt(self, node: ast.stmt, ctx: _Ctx) -> None:
+        kind = type(node)
+        if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+            self._def(node, ctx)  # type: ignore[arg-type]
+        elif kind is ast.ClassDef:
+            self._class(node, ctx)  # type: ignore[arg-type]
+        elif kind is ast.If:
+            test = node.test  # type: ignore[attr-defined]
+            if ctx.function == MODULE_BODY and _is_main_test(test):
+                self._function(MAIN_BLOCK, None, node.lineno)
+                self.body(node.body, _Ctx(MAIN_BLOCK, None, ()))  # type: ignore[attr-defined]
+                self.body(node.orelse, ctx)  # type: ignore[attr-defined]
+                return
+            self.exprs(test, ctx)
+            self.body(node.body, _Ctx(ctx.function, ctx.cls, ctx.guards + ((test, True),), ctx.locals))  # type: ignore[attr-defined]
+            if node.orelse:  # type: ignore[attr-defined]
+                self.body(node.orelse, _Ctx(ctx.function, ctx.cls, ctx.guards + ((test, False),), ctx.locals))  # type: ignore[attr-defined]
+        elif kind is ast.Import:
+            for alias in node.names:  # type: ignore[attr-defined]
+                if alias.asname:
+                    self.imports[alias.asname] = alias.name
+                else:
+                    head = alias.name.split(".")[0]
+                    self.imports.setdefault(head, head)
+        elif kind is ast.ImportFrom:
+            base = self._from_module(node)  # type: ignore[arg-type]
+            for alias in node.names:  # type: ignore[attr-defined]
+                if alias.name != "*":
+                    self.imports[alias.asname or alias.name] = f"{base}.{alias.name}" if base else alias.name
+        else:
+            for value in ast.iter_fields(node):
+                field = value[1]
+                if isinstance(field, list):
+                    if field and isinstance(field[0], ast.stmt):
+                        self.body(field, ctx)
+                    else:
+                        for item in field:
+                            if isinstance(item, (ast.excepthandler, ast.match_case)):
+                                if getattr(item, "type", None) is not None:
+                                    self.exprs(item.type, ctx)  # type: ignore[union-attr]
+                                self.body(item.body, ctx)
+                            elif isinstance(item, ast.AST):
+                                self.exprs(item, ctx)
+                elif isinstance(field, ast.AST):
+                    self.exprs(field, ctx)
+
+    def _from_module(self, node: ast.ImportFrom) -> str:
+        if not node.level:
+            return node.module or ""
+        parts = self.package.split(".") if self.package else []
+        if node.level > 1:
+            parts = parts[: len(parts) - (node.level - 1)]
+        base = ".".join(parts)
+        if node.module:
+            base = f"{base}.{node.module}" if base else node.module
+        return base
+
+    def _def(self, node: ast.FunctionDef | ast.AsyncFunctionDef, ctx: _Ctx) -> None:
+        if ctx.cls is not None and ctx.function == ctx.cls:
+            qual = f"{ctx.cls}.{node.name}"
+        elif ctx.function in (MODULE_BODY, MAIN_BLOCK):
+            qual = node.name
+        else:
+            qual = f"{ctx.function}.{node.name}"
+        cls = ctx.cls if ctx.function == ctx.cls else None
+        self._function(qual, cls, node.lineno)
+        if cls is not None:
+            self.classes[cls]["methods"].append(qual)
+        for dec in node.decorator_list:
+            self.exprs(dec, ctx)
+            if _is_ray_remote(dec, self):
+                self.decorated.append(("ray-task", qual, node.lineno))
+        inner = _Ctx(qual, cls, (), ctx.locals)
+        for default in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
+            self.exprs(default, ctx)
+        self.body(node.body, inner)
+
+    def _class(self, node: ast.ClassDef, ctx: _Ctx) -> None:
+        qual = node.name if ctx.function in (MODULE_BODY, MAIN_BLOCK) else f"{ctx.function}.{node.name}"
+        self.classes[qual] = {"line": node.lineno, "methods": [], "bases": [dotted(b) for b in node.bases]}
+        self._function(qual, None, node.lineno)  # the class body runs at import time
+        for dec in node.decorator_list:
+            self.exprs(dec, ctx)
+            if _is_ray_remote(dec, self):
+                self.decorated.append(("ray-actor", qual, node.lineno))
+        self.body(node.body, _Ctx(qual, qual, (), ctx.locals))
+
+    def exprs(self, node: ast.AST, ctx: _Ctx) -> None:
+        for sub in ast.walk(node):
+            kind = type(sub)
+            if kind is ast.Call:
+                self.calls.append((sub, ctx))  # type: ignore[arg-type]
+            elif kind is ast.Dict:
+                for key, value in zip(sub.keys, sub.values):  # type: ignore[attr-defined]
+                    if isinstance(key, ast.Constant) and key.value == "worker_process_setup_hook":
+                        self.hooks.append(value)
+
+    # -- resolution -----------------------------------------------------------------------
+
+    def resolve(self, name: str | None, ctx: _Ctx) -> str | None:
+        """A dotted name as a fully qualified one, through imports, aliases and definitions."""
+        if name is None:
+            return None
+        head, _, rest = name.partition(".")
+        tail = f".{rest}" if rest else ""
+        if head in ("self", "cls") and ctx.cls is not None:
+            return f"{self.module}.{ctx.cls}{tail}" if rest else None
+        for local, qual in reversed(ctx.locals):
+            if local == head:
+                return f"{self.module}.{qual}{tail}"
+        if head in self.imports:
+            return self.imports[head] + tail
+        if head in self.top_level:
+            return f"{self.module}.{head}{tail}"
+        if head in _BUILTINS and not rest:
+            return head
+        return None
+
+    # -- facts ----------------------------------------------------------------------------
+
+    def facts(self) -> dict[str, Any]:
+        draws: list[dict[str, Any]] = []
+        entries: list[dict[str, Any]] = []
+        for call, ctx in self.calls:
+            name = dotted(call.func)
+            resolved = self.resolve(name, ctx)
+            function = self.functions[ctx.function]
+            if resolved is not None:
+                function["calls"].append(resolved)
+                seeded = SEED_CALLS.get(resolved)
+                if seeded:
+                    function["seeds"].extend(f for f in seeded if f not in function["seeds"])
+            for rule, message in self._draw_rules(call, name, resolved):
+                draws.append(self._draw(rule, message, call, ctx))
+            entry = self._entry(call, resolved, ctx)
+            if entry is not None:
+                entries.append(entry)
+        for kind, qual, line in self.decorated:
+            entries.append({"kind": kind, "target": f"{self.module}.{qual}", "line": line})
+        if MAIN_BLOCK in self.functions:
+            entries.append({"kind": "main", "target": f"{self.module}.{MAIN_BLOCK}",
+                            "line": self.functions[MAIN_BLOCK]["line"]})
+        elif self.module.rpartition(".")[2] == "__main__":  # `python -m pkg` runs __main__.py's body
+            entries.append({"kind": "main", "target": f"{self.module}.{MODULE_BODY}", "line": 1})
+        hooks = []
+        for value in self.hooks:
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                hooks.append(value.value)
+            else:
+                target = self.resolve(dotted(value), _Ctx(MODULE_BODY, None, ()))
+                if target:
+                    hooks.append(target)
+        suppress: dict[int, list[str]] = {}
+        for number, text in enumerate(self.lines, 1):
+            if "detaudit" in text:
+                match = _SUPPRESS.search(text)
+                if match:
+                    rules = match.group(1)
+                    suppress[number] = [r.strip() for r in rules.split(",") if r.strip()] if rules else ["*"]
+        return {
+            "version": FACTS_VERSION,
+            "module": self.module,
+            "imports": self.imports,
+            "functions": {f"{self.module}.{q}": v for q, v in self.functions.items()},
+            "classes": {f"{self.module}.{q}": {**v, "methods": [f"{self.module}.{m}" for m in v["methods"]]}
+                        for q, v in self.classes.items()},
+            "draws": draws,
+            "entries": entries,
+            "hooks": hooks,
+            "suppress": suppress,
+        }
+
+    def _draw(self, rule: str, message: str, call: ast.Call, ctx: _Ctx) -> dict[str, Any]:
+        guards = []
+        for test, taken in ctx.guards:
+            text = ast.unparse(test)
+            if len(text) > 100:
+                text = text[:97] + "..."
+            guards.append(text if taken else f"not ({text})")
+        line = call.lineno
+        code = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
+        return {"rule": rule, "message": message, "line": line, "end_line": getattr(call, "end_lineno", line) or line,
+                "col": call.col_offset + 1, "function": f"{self.module}.{ctx.function}", "guards": guards, "code": code}
+
+    def _draw_rules(self, call: ast.Call, name: str | None, resolved: str | None) -> list[tuple[str, str]]:
+        has_generator = any(k.arg == "generator" for k in call.keywords)
+        attr = call.func.attr if isinstance(call.func, ast.Attribute) else None
+        found: list[tuple[str, str]] = []
+        if resolved is not None:
+            head, _, last = resolved.rpartition(".")
+            if head in ("torch", "torch.random") and last in TORCH_DRAWS and not has_generator:
+                found.append(("DA101", f"torch.{last}() draws from the global torch generator; pass generator="))
+            elif head == "torch.nn.init" and last in TORCH_INIT and not has_generator:
+                found.append(("DA103", f"torch.nn.init.{last}() draws from the global torch generator; pass generator="))
+            elif resolved in TORCH_DROPOUT:
+                found.append(("DA104", f"{last} draws its mask from the global torch generator"))
+            elif head == "numpy.random" and last in NUMPY_LEGACY:
+                found.append(("DA201", f"numpy.random.{last}() draws from the global RandomState; use a seeded np.random.default_rng(seed)"))
+            elif resolved in _NUMPY_UNSEEDED and _no_seed(call):
+                found.append(("DA202", f"numpy.random.{last}() without a seed takes OS entropy"))
+            elif head == "random" and last in STDLIB_DRAWS:
+                found.append(("DA301", f"random.{last}() draws from the global random.Random; use random.Random(seed)"))
+            elif resolved == "random.Random" and _no_seed(call):
+                found.append(("DA302", "random.Random() without a seed takes OS entropy"))
+            elif resolved == "random.SystemRandom":
+                found.append(("DA302", "random.SystemRandom draws from the OS and cannot be seeded"))
+        if attr in TORCH_INPLACE and not has_generator and not found and not _is_module_call(name, resolved):
+            found.append(("DA102", f".{attr}() fills a tensor from the global torch generator; pass generator="))
+        if resolved in SEED_TAKERS or attr in ("manual_seed", "seed"):
+            source = _entropy_source(call, self)
+            if source:
+                found.append(("DA303", f"seed comes from {source}(), which differs per run or process"))
+        return found
+
+    def _entry(self, call: ast.Call, resolved: str | None, ctx: _Ctx) -> dict[str, Any] | None:
+        target: ast.expr | None = None
+        kind = ""
+        if resolved == "ray.remote" and call.args and not call.keywords:
+            target, kind = call.args[0], "ray"
+        elif isinstance(call.func, ast.Call) and self.resolve(dotted(call.func.func), ctx) == "ray.remote" and call.args:
+            target, kind = call.args[0], "ray"  # ray.remote(num_gpus=1)(Cls)
+        elif resolved in _MP_PROCESS or (resolved or "").endswith(".Process") and resolved.startswith(("multiprocessing", "torch.multiprocessing")):
+            target = next((k.value for k in call.keywords if k.arg == "target"), None)
+            kind = "multiprocessing"
+        elif resolved in _MP_SPAWN and call.args:
+            target, kind = call.args[0], "multiprocessing"
+        else:
+            target = next((k.value for k in call.keywords if k.arg == "worker_init_fn"), None)
+            kind = "worker-init"
+        if target is None:
+            return None
+        qualified = self.resolve(dotted(target), ctx)
+        if qualified is None:
+            return None
+        return {"kind": kind, "target": qualified, "line": call.lineno}
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+        sides = [test.left, test.comparators[0]]
+        names = [s for s in sides if isinstance(s, ast.Name) and s.id == "__name__"]
+        consts = [s for s in sides if isinstance(s, ast.Constant) and s.value == "__main__"]
+        return bool(names and consts)
+    return False
+
+
+def _is_ray_remote(dec: ast.expr, facts: FileFacts) -> bool:
+    node = dec.func if isinstance(dec, ast.Call) else dec
+    return facts.resolve(dotted(node), _Ctx(MODULE_BODY, None, ())) == "ray.remote"
+
+
+def _no_seed(call: ast.Call) -> bool:
+    args = list(call.args) + [k.value for k in call.keywords if k.arg in ("seed", "x", "entropy")]
+    return not args or all(isinstance(a, ast.Constant) and a.value is None for a in args)
+
+
+def _is_module_call(name: str | None, resolved: str | None) -> bool:
+    # torch.nn.init.normal_ etc. resolve to a module path: not a tensor method.
+    return resolved is not None and resolved.split(".")[0] in ("torch", "numpy", "random", "math")
+
+
+def _entropy_source(call: ast.Call, facts: FileFacts) -> str | None:
+    for arg in list(call.args) + [k.value for k in call.keywords]:
+        for sub in ast.walk(arg):
+            if isinstance(sub, ast.Call):
+                name = dotted(sub.func)
+                resolved = facts.resolve(name, _Ctx(MODULE_BODY, None, ())) or name
+                if resolved in ENTROPY_CALLS:
+                    return resolved
+    return None
+
+
+def file_facts(module: str, source: str, is_package: bool = False) -> dict[str, Any]:
+    """Parse ``source`` (raises SyntaxError) and return its facts."""
+    tree = ast.parse(source)
+    return FileFacts(module, source, is_package).run(tree).facts()
+
+
+assert set(RULES) >= {"DA101", "DA303"}

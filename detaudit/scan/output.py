@@ -1,0 +1,88 @@
+"""scan-rng output: grouped text, JSON, SARIF 2.1.0, GitHub workflow annotations."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from detaudit import __version__
+from detaudit.scan import ScanResult
+from detaudit.scan.analysis import Finding
+from detaudit.scan.rules import RULES
+
+
+def _processes_text(f: Finding) -> str:
+    if not f.processes:
+        return f.note
+    parts = []
+    for p in f.processes:
+        seeded = "" if p["seeded"] is None else (" seeded" if p["seeded"] else " UNSEEDED")
+        parts.append(f"{p['entry']}{seeded}")
+    return "runs in: " + ", ".join(parts)
+
+
+def print_text(result: ScanResult, console: Console) -> None:
+    current = None
+    for f in result.findings:
+        if f.path != current:
+            current = f.path
+            console.print(f"[bold]{escape(f.path)}[/bold]")
+        style = "red" if f.severity == "error" else "yellow"
+        console.print(f"  {f.line}:{f.col} [{style}]{f.severity}[/{style}] {f.rule} {escape(f.message)}")
+        console.print(f"      {escape(f.code)}", style="dim")
+        console.print(f"      {escape(_processes_text(f))}")
+        if f.processes and f.note:
+            console.print(f"      {escape(f.note)}", style="dim")
+        for guard in f.guards:
+            console.print(f"      only when `{escape(guard)}`", style="dim")
+    for s in result.skipped:
+        console.print(f"[yellow]skipped {escape(s.path)}: {escape(s.reason)}[/yellow]")
+    errors = sum(f.severity == "error" for f in result.findings)
+    warnings = len(result.findings) - errors
+    console.print(f"{result.files} files ({result.parsed} parsed), {len(result.processes)} processes: "
+                  f"{errors} errors, {warnings} warnings, {len(result.skipped)} skipped")
+
+
+def as_json(result: ScanResult) -> str:
+    return json.dumps([f.as_dict() for f in result.findings], indent=2, sort_keys=True)
+
+
+def as_sarif(result: ScanResult) -> str:
+    rules = sorted({f.rule for f in result.findings} | set(RULES))
+    doc: dict[str, Any] = {
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {
+                "name": "detaudit scan-rng",
+                "version": __version__,
+                "informationUri": "https://github.com/detaudit/detaudit",
+                "rules": [{"id": r, "shortDescription": {"text": RULES[r]}} for r in rules],
+            }},
+            "results": [{
+                "ruleId": f.rule,
+                "level": "error" if f.severity == "error" else "warning",
+                "message": {"text": f"{f.message}. {_processes_text(f)}"},
+                "locations": [{"physicalLocation": {
+                    "artifactLocation": {"uri": f.path},
+                    "region": {"startLine": f.line, "startColumn": f.col},
+                }}],
+            } for f in result.findings],
+        }],
+    }
+    return json.dumps(doc, indent=2, sort_keys=True)
+
+
+def as_github(result: ScanResult) -> str:
+    def clean(text: str) -> str:
+        return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+    lines = []
+    for f in result.findings:
+        level = "error" if f.severity == "error" else "warning"
+        lines.append(f"::{level} file={f.path},line={f.line},col={f.col},title={f.rule}::"
+                     f"{clean(f.message + '. ' + _processes_text(f))}")
+    return "\n".join(lines)
