@@ -287,6 +287,61 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
     sys.exit(EXIT_FAIL)
 
 
+# --- health ------------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("metrics", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--metric", required=True, help="Series to judge, e.g. rollout/reward/raw_mean.")
+@click.option("--window", default=20, show_default=True, type=click.IntRange(min=1), help="Points in the first/last means.")
+@click.option("--buckets", default=10, show_default=True, type=click.IntRange(min=1))
+@click.option("--worst", default=5, show_default=True, type=click.IntRange(min=0), help="Worst single-step drops to list.")
+@click.option("--png", type=click.Path(dir_okay=False, path_type=Path), help="Plot file (default: next to METRICS).")
+@click.option("--no-png", is_flag=True, help="Do not write the plot.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--step-key", help="Step field for lines without a step_key.")
+@handle_errors
+def health(metrics: Path, metric: str, window: int, buckets: int, worst: int, png: Path | None, no_png: bool,
+           as_json: bool, step_key: str | None) -> None:
+    """Curve health of one series: first/last means, bucket means, worst drops, a PNG plot."""
+    import json
+
+    from detaudit.floats import format_value
+    from detaudit.health import curve_health, plot
+
+    report = curve_health(metrics, metric, window=window, buckets=buckets, worst=worst, step_key=step_key)
+    written = None
+    if not no_png:
+        written = plot(report, png or metrics.with_name(f"{metrics.stem}.{metric.replace('/', '_')}.png"))
+    if as_json:
+        doc = report.to_json()
+        doc["png"] = str(written) if written else None
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+        return
+    con = _stdout()
+    w = report.window
+    con.print(f"[bold]{escape(metric)}[/bold] in {escape(str(metrics))}: {len(report.values)} points"
+              + (f" ({report.skipped} NaN/non-numeric left out)" if report.skipped else ""))
+    con.print(f"mean of first {w}: {report.first_mean:.6g}   mean of last {w}: {report.last_mean:.6g}   "
+              f"delta: {report.delta:+.6g}")
+    table = Table(header_style="bold", title="bucket means", title_justify="left")
+    for col in ("steps", "mean"):
+        table.add_column(col, justify="right")
+    for first, last, mean in report.buckets:
+        table.add_row(f"{format_value(first)}-{format_value(last)}", f"{mean:.6g}")
+    con.print(table)
+    if report.drops:
+        drops = Table(header_style="bold", title="worst single-step drops", title_justify="left")
+        for col in ("step", "before", "value", "drop", "recovers next point"):
+            drops.add_column(col, justify="right")
+        for d in report.drops:
+            rec = "-" if d.recovered is None else ("yes" if d.recovered else "no")
+            drops.add_row(format_value(d.step), f"{d.before:.6g}", f"{d.value:.6g}", f"{d.size:.4g}", rec)
+        con.print(drops)
+    if written:
+        con.print(f"plot: {escape(str(written))}")
+
+
 # --- scan-rng ------------------------------------------------------------------------------
 
 SEVERITY_RANK = {"warning": 1, "error": 2, "never": 3}

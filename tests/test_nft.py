@@ -72,3 +72,23 @@ def test_ema() -> None:
     assert old[0].tolist() == [0.75, 1.0]
     assert nft.ema_decay(0) == 0.0 and nft.ema_decay(100) == pytest.approx(0.1) and nft.ema_decay(10_000) == 0.5
     assert nft.ema_decay(10, slope=0.1, max_decay=0.9) == pytest.approx(0.9)
+
+
+def test_flops_formula_matches_torch_flop_counter() -> None:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from recipes.diffusion_nft.flops import image_tokens, transformer_forward_flops
+    from recipes.diffusion_nft.models import build_transformer
+
+    model = build_transformer("tiny", 0)
+    cfg = model.config
+    batch, text, latent = 2, 154, 16
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(hidden_states=torch.randn(batch, cfg.in_channels, latent, latent),
+              encoder_hidden_states=torch.randn(batch, text, cfg.joint_attention_dim),
+              pooled_projections=torch.randn(batch, cfg.pooled_projection_dim),
+              timestep=torch.full((batch,), 500.0))
+    projections = transformer_forward_flops(cfg, batch, image_tokens(cfg, latent), text, attention=False)
+    # The counter does not see CPU's math attention; everything else must agree within 1%.
+    assert counter.get_total_flops() == pytest.approx(projections, rel=0.01)
+    assert transformer_forward_flops(cfg, batch, 64, text) > projections

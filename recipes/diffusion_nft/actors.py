@@ -18,6 +18,7 @@ import torch
 from detaudit import determinism
 from recipes.diffusion_nft import nft
 from recipes.diffusion_nft.config import load_prompts, rollout_prompts
+from recipes.diffusion_nft.flops import image_tokens, transformer_forward_flops
 from recipes.diffusion_nft.models import build_pickscore, build_pipeline, build_transformer, init_on, max_sequence_length
 from recipes.diffusion_nft.reward import PickScore, jpeg_compressibility
 from recipes.diffusion_nft.sampling import initial_noise, sample, sampler_sigmas
@@ -114,7 +115,11 @@ class RolloutEngine:
         embeds = embeds.repeat_interleave(group_size, dim=0)
         pooled = pooled.repeat_interleave(group_size, dim=0)
         out = sample(self.pipe.transformer, self.pipe.vae, embeds, pooled, noise, sigmas, self.dtype, self.device)
+        config = self.pipe.transformer.config
+        flops = args.steps * transformer_forward_flops(config, noise.shape[0], image_tokens(config, shape[1]),
+                                                       embeds.shape[1])
         return {
+            "flops": flops,
             "x0": out.x0,
             "images": out.images,
             "prompt_embeds": embeds.float().cpu(),
@@ -171,6 +176,7 @@ class RolloutManager:
         shards = [chosen[i :: len(self.engines)] for i in range(len(self.engines))]
         seed = args.seed * 100_003 + rollout
         outputs = ray.get([e.generate.remote(s, args.group_size, seed) for e, s in zip(self.engines, shards) if s])
+        rollout_flops = sum(o["flops"] for o in outputs)
         order = [p for s in shards if s for p in s]  # prompts in the order the outputs come
         batch = {key: torch.cat([o[key] for o in outputs]) for key in ("x0", "images", "prompt_embeds", "pooled")}
         prompts = [p for o in outputs for p in o["prompts"]]
@@ -191,6 +197,7 @@ class RolloutManager:
             "perf/rollout_time": rollout_time,
             "perf/reward_time": reward_time,
             "perf/images_per_sec": rewards.numel() / rollout_time,
+            "perf/rollout_flops": rollout_flops,
         }
         del batch["images"]
         batch.update({"adv": adv, "r": nft.advantage_to_r(adv), "train_t": train_t,
@@ -297,28 +304,35 @@ class TrainActor:
         self.optimizer.zero_grad(set_to_none=True)
         sums = {"loss": 0.0, "policy": 0.0, "pos": 0.0, "neg": 0.0, "kl": 0.0}
         gen = torch.Generator(device="cpu")
+        n = x0.shape[0]
+        micro = max(1, min(args.micro_batch or n, n))
         for k in range(k_steps):
             t = train_t[:, k]
             # The forward-process noise comes from an explicit generator, never the global RNG.
             gen.manual_seed(((args.seed * 1_000_003 + rollout) * 1_000_003 + offset) * 1_000 + k * 10 + self.rank)
             noise = torch.randn(x0.shape, generator=gen, dtype=torch.float32).to(dev)
             x_t = nft.forward_noise(x0, noise, t)
-            with torch.no_grad():
-                with self.old_policy():
-                    v_old = self._predict(x_t, embeds, pooled, t)
-                v_ref = None
-                if args.kl_weight > 0:
-                    with adapters_disabled(self.model):
-                        v_ref = self._predict(x_t, embeds, pooled, t)
-            v_theta = self._predict(x_t, embeds, pooled, t)
-            out = nft.nft_loss(v_theta, v_old, v_ref, x0, x_t, t, r, args.beta, args.kl_weight)
-            loss = out.loss / k_steps
-            (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
-            sums["loss"] += out.loss.item()
-            sums["policy"] += out.policy_loss.item()
-            sums["pos"] += out.pos_loss.mean().item()
-            sums["neg"] += out.neg_loss.mean().item()
-            sums["kl"] += out.kl_loss.item()
+            # Micro-batches bound activation memory; gradients accumulate to the same sum.
+            for lo in range(0, n, micro):
+                part = slice(lo, lo + micro)
+                weight = (min(lo + micro, n) - lo) / n
+                xs, ts, es, ps = x_t[part], t[part], embeds[part], pooled[part]
+                with torch.no_grad():
+                    with self.old_policy():
+                        v_old = self._predict(xs, es, ps, ts)
+                    v_ref = None
+                    if args.kl_weight > 0:
+                        with adapters_disabled(self.model):
+                            v_ref = self._predict(xs, es, ps, ts)
+                v_theta = self._predict(xs, es, ps, ts)
+                out = nft.nft_loss(v_theta, v_old, v_ref, x0[part], xs, ts, r[part], args.beta, args.kl_weight)
+                loss = out.loss * weight / k_steps
+                (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+                sums["loss"] += out.loss.item() * weight
+                sums["policy"] += out.policy_loss.item() * weight
+                sums["pos"] += out.pos_loss.mean().item() * weight
+                sums["neg"] += out.neg_loss.mean().item() * weight
+                sums["kl"] += out.kl_loss.item() * weight
         scale = self.scaler.get_scale() if self.scaler is not None else 1.0
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
@@ -333,6 +347,9 @@ class TrainActor:
         self.step += 1
         nft.ema_update(self.old, self.params, nft.ema_decay(self.step, args.ema_slope, args.ema_max))
         adv = batch["adv"]
+        config = self.model.config
+        flops = k_steps * nft.TRAIN_FORWARDS_PER_TIMESTEP * transformer_forward_flops(
+            config, x0.shape[0], image_tokens(config, x0.shape[-1]), embeds.shape[1])
         return {
             "train/loss": sums["loss"] / k_steps,
             "train/nft_loss": sums["policy"],
@@ -349,6 +366,8 @@ class TrainActor:
             "train/grad_scale": float(scale),
             "train/lr": self.optimizer.param_groups[0]["lr"],
             "perf/train_step_time": time.perf_counter() - started,
+            "perf/train_pairs": x0.shape[0] * k_steps,
+            "perf/train_flops": flops,
         }
 
     def old_lora_state(self) -> dict[str, torch.Tensor] | None:

@@ -20,6 +20,8 @@ ADV_CLIP = 5.0
 STD_EPS = 1e-4
 WEIGHT_MIN = 1e-5
 TIMESTEP_FRACTION = 0.99
+# Model forwards per train timestep: v_theta, v_old, v_ref, and the backward (~1 forward).
+TRAIN_FORWARDS_PER_TIMESTEP = 4
 
 
 def advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:

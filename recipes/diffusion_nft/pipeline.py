@@ -10,7 +10,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from detaudit import determinism
 from recipes.diffusion_nft.config import parse_args
@@ -22,20 +22,22 @@ class MetricsLog:
     """Miles-style JSONL lines to every configured path (a tee), flushed per line."""
 
     def __init__(self, paths: list[Path]) -> None:
-        self.files: list[TextIO] = []
+        import jsonlines
+
+        self.writers = []
         for path in dict.fromkeys(paths):
             path.parent.mkdir(parents=True, exist_ok=True)
-            self.files.append(open(path, "w", encoding="utf-8"))
+            # Python's json writes NaN/Infinity literals, as miles does (detaudit reads both).
+            self.writers.append(jsonlines.open(path, mode="w", flush=True, dumps=json.dumps))
 
     def write(self, step_key: str, step: int | float, values: dict[str, Any]) -> None:
-        line = json.dumps({"step_key": step_key, step_key: step, **values})  # NaN as Python writes it
-        for fh in self.files:
-            fh.write(line + "\n")
-            fh.flush()
+        line = {"step_key": step_key, step_key: step, **values}
+        for writer in self.writers:
+            writer.write(line)
 
     def close(self) -> None:
-        for fh in self.files:
-            fh.close()
+        for writer in self.writers:
+            writer.close()
 
 
 def metrics_paths(args: Any) -> list[Path]:
@@ -103,7 +105,7 @@ def run(argv: list[str] | None = None) -> int:
         runtime_env = {"env_vars": env_vars}
     gpus = torch.cuda.device_count() if args.device == "cuda" else 0
     ray.init(num_cpus=args.num_cpus, num_gpus=gpus, runtime_env=runtime_env, include_dashboard=False,
-             log_to_driver=True, object_store_memory=512 * 1024**2 if args.device == "cpu" else None,
+             log_to_driver=True, object_store_memory=(512 if args.device == "cpu" else 4096) * 1024**2,
              configure_logging=False)
     try:
         return _loop(args, ray, metrics, gpus, started)

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# GPU validation on a 2-GPU H200 machine (docs/validation.md). Run from the repo root:
+#   bash benchmarks/gpu_validate.sh A   # GPU standard (3 runs, 2 at a time) + seeded/unseeded pairs
+#   bash benchmarks/gpu_validate.sh B   # determinism overhead, cost at SD3.5-medium shapes, 100-rollout curve
+# Results go to $OUT (or ./gpu-results) as <stage>.tar.gz plus <stage>.log.
+set -uo pipefail
+stage=${1:?stage A or B}
+out=${OUT:-gpu-results}; mkdir -p "$out"
+work=/tmp/gpuval/$stage; rm -rf "$work"; mkdir -p "$work"
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+log() { echo "=== $(date +%T) $*"; }
+{
+log "machine"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+python3 -c 'import torch, sys; print("torch", torch.__version__, "cuda", torch.version.cuda, "python", sys.version.split()[0])'
+python3 benchmarks/matmul_peak.py | tee "$work/peak.json"
+card=recipes/sd3_pickscore_nft_gpu.toml
+if [ "$stage" = A ]; then
+  log "record: 3 seeded runs, 2 at a time on disjoint GPUs"
+  timeout 330 python3 -m detaudit record $card --runs 3 --parallel 2 --workdir "$work/record" --out "$work/standard.json"
+  echo "record exit $?"
+  log "two runs with --no-seed-rollout-manager"
+  timeout 200 python3 -m detaudit record $card --runs 2 --parallel 2 --workdir "$work/unseeded" --out "$work/unseeded.json" -- --no-seed-rollout-manager
+  echo "unseeded record exit $?"
+  for pair in record unseeded; do
+    python3 -m detaudit diff "$work/$pair/run1/metrics.jsonl" "$work/$pair/run2/metrics.jsonl" --json > "$work/diff_$pair.json"
+    python3 -m detaudit diff "$work/$pair/run1/metrics.jsonl" "$work/$pair/run2/metrics.jsonl" | tail -25
+  done
+else
+  log "determinism overhead (GPU 0: --deterministic-mode, GPU 1: without) and then cost + curve"
+  common="--preset sd35m-shapes --rollouts 5 --prompts-per-rollout 2 --group-size 4 --precision bf16 --device cuda"
+  CUDA_VISIBLE_DEVICES=0 MILES_METRICS_JSONL=$work/det.jsonl timeout 280 python3 -m recipes.diffusion_nft $common --deterministic-mode > "$work/det.log" 2>&1 &
+  CUDA_VISIBLE_DEVICES=1 MILES_METRICS_JSONL=$work/nondet.jsonl timeout 280 python3 -m recipes.diffusion_nft $common > "$work/nondet.log" 2>&1 &
+  wait; tail -3 "$work/det.log" "$work/nondet.log"
+  log "cost: SD3.5-medium shapes, 8 prompts x 8 samples, 512x512 (GPU 0); 100-rollout compressibility curve (GPU 1)"
+  CUDA_VISIBLE_DEVICES=0 MILES_METRICS_JSONL=$work/cost.jsonl timeout 260 python3 -m recipes.diffusion_nft --preset sd35m-shapes --rollouts 3 --precision bf16 --device cuda --deterministic-mode > "$work/cost.log" 2>&1 &
+  CUDA_VISIBLE_DEVICES=1 MILES_METRICS_JSONL=$work/curve.jsonl timeout 260 python3 -m recipes.diffusion_nft --preset tiny --reward compressibility --rollouts 100 --prompts-per-rollout 4 --group-size 8 --lr 3e-3 --precision bf16 --device cuda --deterministic-mode > "$work/curve.log" 2>&1 &
+  wait; tail -3 "$work/cost.log" "$work/curve.log"
+fi
+log "done"
+} 2>&1 | tee "$out/$stage.log"
+tar czf "$out/$stage.tar.gz" -C /tmp/gpuval "$stage" --exclude='*.png'
+ls -la "$out"

@@ -1,0 +1,124 @@
+"""Curve health of one metric series: did it move, how smoothly, and do drops recover.
+
+``detaudit health METRICS.jsonl --metric rollout/reward/raw_mean`` prints the mean of the
+first and last ``window`` points and their delta, ``buckets`` bucket means, the worst
+single-step drops with whether each recovers on the next point, and writes a PNG plot.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from detaudit.errors import InputError
+from detaudit.exclusion import Exclusion
+from detaudit.metrics import read_metrics
+
+
+@dataclass
+class Drop:
+    step: Any
+    before: float
+    value: float
+    recovered: bool | None  # next point back at or above `before`; None at the last point
+
+    @property
+    def size(self) -> float:
+        return self.before - self.value
+
+
+@dataclass
+class HealthReport:
+    path: str
+    metric: str
+    steps: list[Any]
+    values: list[float]
+    skipped: int  # NaN / non-numeric points left out
+    window: int
+    first_mean: float
+    last_mean: float
+    buckets: list[tuple[Any, Any, float]] = field(default_factory=list)  # (first step, last step, mean)
+    drops: list[Drop] = field(default_factory=list)
+
+    @property
+    def delta(self) -> float:
+        return self.last_mean - self.first_mean
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path, "metric": self.metric, "points": len(self.values), "skipped": self.skipped,
+            "window": self.window, "first_mean": self.first_mean, "last_mean": self.last_mean, "delta": self.delta,
+            "buckets": [{"first_step": a, "last_step": b, "mean": m} for a, b, m in self.buckets],
+            "worst_drops": [{"step": d.step, "before": d.before, "value": d.value, "drop": d.size,
+                             "recovered": d.recovered} for d in self.drops],
+        }
+
+
+def _mean(values: list[float]) -> float:
+    return math.fsum(values) / len(values)
+
+
+def curve_health(path: str | Path, metric: str, *, window: int = 20, buckets: int = 10, worst: int = 5,
+                 step_key: str | None = None) -> HealthReport:
+    """Health of ``metric`` in a metrics JSONL file (``InputError`` if it has no such series)."""
+    run = read_metrics(path, default_step_key=step_key, exclusion=Exclusion(defaults=()))
+    if metric not in run.series:
+        known = ", ".join(sorted(run.series)[:12])
+        raise InputError(path, f"no series {metric!r} (series: {known}{', ...' if len(run.series) > 12 else ''})")
+    series = run.series[metric]
+    steps, values, skipped = [], [], 0
+    for step, value in zip(series.steps(run), series.values):
+        if type(value) in (int, float) and math.isfinite(value):
+            steps.append(step)
+            values.append(float(value))
+        else:
+            skipped += 1
+    if len(values) < 2:
+        raise InputError(path, f"series {metric!r} has {len(values)} finite points; need at least 2")
+    w = max(1, min(window, len(values) // 2))
+    report = HealthReport(str(path), metric, steps, values, skipped, w, _mean(values[:w]), _mean(values[-w:]))
+    n = min(buckets, len(values))
+    for b in range(n):
+        lo, hi = b * len(values) // n, (b + 1) * len(values) // n
+        report.buckets.append((steps[lo], steps[hi - 1], _mean(values[lo:hi])))
+    drops = []
+    for i in range(1, len(values)):
+        if values[i] < values[i - 1]:
+            recovered = values[i + 1] >= values[i - 1] if i + 1 < len(values) else None
+            drops.append(Drop(steps[i], values[i - 1], values[i], recovered))
+    drops.sort(key=lambda d: (-d.size, str(d.step)))
+    report.drops = drops[:worst]
+    return report
+
+
+def plot(report: HealthReport, png: str | Path) -> Path:
+    """Write the series, its bucket means and the first/last window means as a PNG."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise InputError(None, "the plot needs matplotlib: pip install 'detaudit[plot]'") from None
+    x = [float(s) if isinstance(s, (int, float)) else i for i, s in enumerate(report.steps)]
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    ax.plot(x, report.values, lw=1, color="#4C72B0", label=report.metric)
+    centres = []
+    for (first, last, mean) in report.buckets:
+        a, b = float(first), float(last)
+        centres.append(((a + b) / 2, mean))
+    ax.plot([c[0] for c in centres], [c[1] for c in centres], "o-", color="#DD8452", label="bucket means")
+    ax.axhline(report.first_mean, ls="--", lw=0.8, color="grey", label=f"first {report.window}: {report.first_mean:.4g}")
+    ax.axhline(report.last_mean, ls=":", lw=0.8, color="black", label=f"last {report.window}: {report.last_mean:.4g}")
+    ax.set_xlabel("step")
+    ax.set_ylabel(report.metric)
+    ax.set_title(f"{Path(report.path).name}: {report.metric} (delta {report.delta:+.4g})")
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    png = Path(png)
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, metadata={"Software": None})
+    plt.close(fig)
+    return png
