@@ -114,14 +114,22 @@ class RolloutEngine:
         sigmas = sampler_sigmas(self.pipe.scheduler, args.steps)
         embeds = embeds.repeat_interleave(group_size, dim=0)
         pooled = pooled.repeat_interleave(group_size, dim=0)
-        out = sample(self.pipe.transformer, self.pipe.vae, embeds, pooled, noise, sigmas, self.dtype, self.device)
+        # Sample in chunks: attention activations of a whole rollout at 512x512 do not fit
+        # beside a colocated trainer. Each sample's noise is its own, so chunking changes nothing.
+        chunk = args.sample_batch or noise.shape[0]
+        parts = [sample(self.pipe.transformer, self.pipe.vae, embeds[i : i + chunk], pooled[i : i + chunk],
+                        noise[i : i + chunk], sigmas, self.dtype, self.device) for i in range(0, noise.shape[0], chunk)]
+        x0 = torch.cat([p.x0 for p in parts])
+        images = torch.cat([p.images for p in parts])
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()  # hand cached blocks back to the colocated trainer
         config = self.pipe.transformer.config
         flops = args.steps * transformer_forward_flops(config, noise.shape[0], image_tokens(config, shape[1]),
                                                        embeds.shape[1])
         return {
             "flops": flops,
-            "x0": out.x0,
-            "images": out.images,
+            "x0": x0,
+            "images": images,
             "prompt_embeds": embeds.float().cpu(),
             "pooled": pooled.float().cpu(),
             "sigmas": sigmas,
@@ -284,6 +292,8 @@ class TrainActor:
         for start in range(0, len(mine), per_step):
             idx = torch.tensor(mine[start : start + per_step])
             results.append(self._optimizer_step({k: v[idx] for k, v in batch.items()}, rollout, start))
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()  # hand cached blocks back to the colocated rollout engine
         if self.world_size > 1:
             for metrics in results:
                 keys = sorted(k for k in metrics if not k.startswith("perf/"))

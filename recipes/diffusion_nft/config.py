@@ -8,8 +8,8 @@ from pathlib import Path
 
 # Per-preset defaults; a flag given on the command line wins.
 PRESET_DEFAULTS = {
-    "tiny": dict(resolution=32, prompts_per_rollout=2, group_size=4, steps=10, threads=1, micro_batch=0),
-    "sd35m-shapes": dict(resolution=512, prompts_per_rollout=8, group_size=8, steps=10, threads=4, micro_batch=8),
+    "tiny": dict(resolution=32, prompts_per_rollout=2, group_size=4, steps=10, threads=1, micro_batch=0, sample_batch=0),
+    "sd35m-shapes": dict(resolution=512, prompts_per_rollout=8, group_size=8, steps=10, threads=4, micro_batch=8, sample_batch=16),
 }
 
 BUILTIN_PROMPTS = (
@@ -69,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ema-slope", type=float, default=0.001, help="Old-policy EMA decay = min(slope*step, max).")
     p.add_argument("--ema-max", type=float, default=0.5)
     p.add_argument("--train-batch-size", type=int, help="Samples per optimizer step (default: the whole rollout).")
+    p.add_argument("--sample-batch", type=int, help="Images sampled at once by an engine (default: the preset's).")
     p.add_argument("--micro-batch", type=int, help="Samples per forward/backward inside an optimizer step "
                    "(gradients accumulate; default: the preset's).")
     p.add_argument("--train-actors", type=int, default=1, help="FSDP2 world size.")
