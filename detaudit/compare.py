@@ -377,7 +377,6 @@ def compare_series(
 
 
 def compare_series_sets(
-    labels: Sequence[str],
     runs: Sequence[dict[str, SeriesData]],
     *,
     lenient_steps: bool = False,
@@ -425,7 +424,7 @@ def diff_runs(runs: Sequence[MetricsRun], labels: Sequence[str] | None = None) -
     for run in runs:
         line_steps = LineSteps(run.line_steps)
         data.append({name: SeriesData.from_run(run, s, line_steps) for name, s in run.series.items()})
-    compared, identical, mismatched = compare_series_sets(labels, data)
+    compared, identical, mismatched = compare_series_sets(data)
     excluded: dict[str, str] = {}
     for run in runs:
         excluded.update(run.excluded)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import tempfile
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -15,7 +14,7 @@ from detaudit.compare import ABSENT, DiffReport, SeriesData, compare_series_sets
 from detaudit.errors import UsageError
 from detaudit.exclusion import Exclusion
 from detaudit.floats import encode_value, format_value
-from detaudit.metrics import MetricsRun, read_metrics
+from detaudit.metrics import MetricsRun, read_metrics_many
 from detaudit.provenance import detect_environment, git_state, runner_class
 from detaudit.runner import RunSpec, RunState, gpu_slots, run_batch
 from detaudit.standard import Standard, load_standard, render_standard, standard_lock, write_atomic
@@ -125,12 +124,7 @@ def record(
 
 
 def _read_runs(specs: list[RunSpec], card: Card, exclusion: Exclusion) -> list[MetricsRun]:
-    parsed = []
-    for spec in specs:
-        with warnings.catch_warnings():
-            warnings.simplefilter("always")
-            parsed.append(read_metrics(spec.metrics_path, default_step_key=card.step_key, exclusion=exclusion))
-    return parsed
+    return read_metrics_many([s.metrics_path for s in specs], default_step_key=card.step_key, exclusion=exclusion)
 
 
 def build_standard(
@@ -186,7 +180,7 @@ def build_standard(
 def describe_changes(old: Standard, new: Standard) -> list[str]:
     """Lines saying how ``new``'s series differ from ``old``'s (for ``--update``)."""
     compared, identical, mismatched = compare_series_sets(
-        ["old", "new"], [old.series, new.series], lenient_steps=old.format == "miles" or new.format == "miles"
+        [old.series, new.series], lenient_steps=old.format == "miles" or new.format == "miles"
     )
     lines = []
     for m in sorted(mismatched, key=lambda m: m.series):

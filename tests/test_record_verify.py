@@ -10,9 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
-from conftest import REPO, run_cli, write_card, write_jsonl
+from conftest import run_cli, write_card, write_jsonl
 from detaudit.runner import gpu_slots
 from detaudit.standard import load_standard
 
@@ -228,4 +227,3 @@ def test_library_usable_from_python(toy_card: Path, tmp_path: Path) -> None:
     assert result.ok and result.standard is not None and len(result.standard.series) == 4
     checked = verify(toy_card, standard=tmp_path / "s.json")
     assert checked.status == "passed" and checked.compared == 4
-    assert REPO.exists()

@@ -116,10 +116,9 @@ class ScanResult:
     cache_hits: int = 0
 
 
-def collect_files(paths: list[str | Path], config: ScanConfig) -> tuple[list[Path], list[Skipped]]:
+def collect_files(paths: list[str | Path], config: ScanConfig) -> list[Path]:
     """Python files under ``paths`` (no symlink loops, excluded globs and tool dirs left out)."""
     files: list[Path] = []
-    skipped: list[Skipped] = []
     seen_dirs: set[tuple[int, int]] = set()
     for raw in paths:
         path = Path(raw)
@@ -148,8 +147,7 @@ def collect_files(paths: list[str | Path], config: ScanConfig) -> tuple[list[Pat
                         files.append(file)
             if config.exclude:
                 dirs[:] = [d for d in dirs if not config.excluded(Path(folder) / d)]
-    unique = list(dict.fromkeys(files))
-    return unique, skipped
+    return list(dict.fromkeys(files))
 
 
 _PACKAGE_OF: dict[str, str] = {}  # folder -> its dotted package ('' outside packages)
@@ -252,7 +250,8 @@ def scan(paths: list[str | Path], config: ScanConfig | None = None, *, use_cache
          jobs: int | None = None) -> ScanResult:
     """Scan files and folders; see the module doc."""
     config = config or ScanConfig.load()
-    files, skipped = collect_files(paths, config)
+    files = collect_files(paths, config)
+    skipped: list[Skipped] = []
     cache = FactsCache(use_cache)
     facts: dict[str, dict[str, Any]] = {}
     light: dict[str, tuple[str, bool, os.stat_result]] = {}  # module -> (path, is_package, stat)

@@ -17,7 +17,6 @@ from typing import Any
 from detaudit.scan.rules import (
     ENTROPY_CALLS,
     NUMPY_LEGACY,
-    RULES,
     SEED_CALLS,
     SEED_TAKERS,
     STDLIB_DRAWS,
@@ -305,7 +304,7 @@ class FileFacts:
                 found.append(("DA302", "random.Random() without a seed takes OS entropy"))
             elif resolved == "random.SystemRandom":
                 found.append(("DA302", "random.SystemRandom draws from the OS and cannot be seeded"))
-        if attr in TORCH_INPLACE and not has_generator and not found and not _is_module_call(name, resolved):
+        if attr in TORCH_INPLACE and not has_generator and not found and not _is_module_call(resolved):
             found.append(("DA102", f".{attr}() fills a tensor from the global torch generator; pass generator="))
         if resolved in SEED_TAKERS or attr in ("manual_seed", "seed"):
             source = _entropy_source(call, self)
@@ -355,7 +354,7 @@ def _no_seed(call: ast.Call) -> bool:
     return not args or all(isinstance(a, ast.Constant) and a.value is None for a in args)
 
 
-def _is_module_call(name: str | None, resolved: str | None) -> bool:
+def _is_module_call(resolved: str | None) -> bool:
     # torch.nn.init.normal_ etc. resolve to a module path: not a tensor method.
     return resolved is not None and resolved.split(".")[0] in ("torch", "numpy", "random", "math")
 
@@ -376,5 +375,3 @@ def file_facts(module: str, source: str, is_package: bool = False) -> dict[str, 
     tree = ast.parse(source)
     return FileFacts(module, source, is_package).run(tree).facts()
 
-
-assert set(RULES) >= {"DA101", "DA303"}

@@ -8,7 +8,6 @@ TrainActor     one FSDP2 rank: LoRA on the SD3 transformer, the NFT loss, AdamW,
 
 from __future__ import annotations
 
-import os
 import time
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -152,9 +151,6 @@ class RewardActor:
 
     def ready(self) -> float:
         return self.load_time
-
-    def __call__(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
-        return self.score(images, prompts)
 
     def reward(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
         return self.score(images, prompts)
@@ -394,6 +390,3 @@ class TrainActor:
         if dist.is_initialized():
             dist.destroy_process_group()
 
-
-def pid() -> int:
-    return os.getpid()

@@ -78,11 +78,12 @@ def gpu_shares(args: Any, gpus: int) -> dict[str, float]:
         used = train_gpus + args.rollout_engines
         shares = {"train": 1.0, "engine": 1.0}
     own_reward = args.reward_gpu if args.reward_gpu is not None else gpus > used
+    if own_reward and gpus <= used:
+        raise SystemExit("--reward-gpu needs a GPU beyond the train and engine GPUs")
     shares["reward"] = 1.0 if own_reward else 0.01
-    if own_reward and args.colocate is True and gpus <= used:
-        raise SystemExit("--reward-gpu needs a GPU beyond the train GPUs")
     if not own_reward and args.colocate:
-        shares["train"] = shares["engine"] = 0.49
+        # Leave room on the shared GPU for the reward actor's small share.
+        shares["train"] = shares["engine"] = 0.49 * max(1, train_gpus // args.rollout_engines)
     return shares
 
 
