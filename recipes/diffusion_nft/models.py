@@ -143,6 +143,10 @@ def build_pipeline(preset: str, init_seed: int, model_path: str | None = None, d
         if not with_transformer:
             kwargs["transformer"] = None
         pipe = StableDiffusion3Pipeline.from_pretrained(model_path, **kwargs)
+        for name in ("text_encoder", "text_encoder_2", "text_encoder_3", "vae"):
+            module = getattr(pipe, name, None)
+            if module is not None:
+                module.eval().requires_grad_(False)
         return pipe.to(device)
     shapes = SHAPES[preset]
     ids = dict(bos_token_id=TOKEN_IDS["bos"], eos_token_id=TOKEN_IDS["eos"], pad_token_id=TOKEN_IDS["pad"])
