@@ -139,7 +139,9 @@ def build_pipeline(preset: str, init_seed: int, model_path: str | None = None, d
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection, T5Config, T5EncoderModel
 
     if model_path is not None:
-        kwargs: dict[str, Any] = {"torch_dtype": dtype, "local_files_only": True}
+        kwargs: dict[str, Any] = {"local_files_only": True}
+        if dtype != torch.float32:  # (newer diffusers call it `dtype`; both read `torch_dtype` for now)
+            kwargs["torch_dtype"] = dtype
         if not with_transformer:
             kwargs["transformer"] = None
         pipe = StableDiffusion3Pipeline.from_pretrained(model_path, **kwargs)
@@ -200,8 +202,8 @@ def build_pickscore(preset: str, init_seed: int, model_path: str | None = None, 
 
     if model_path is not None:
         processor = CLIPProcessor.from_pretrained(processor_path or model_path, local_files_only=True)
-        model = CLIPModel.from_pretrained(model_path, local_files_only=True, torch_dtype=dtype)
-        return processor, model.to(device).eval().requires_grad_(False)
+        model = CLIPModel.from_pretrained(model_path, local_files_only=True)
+        return processor, model.to(device, dtype).eval().requires_grad_(False)
     if preset == "tiny":
         text = dict(hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=2, vocab_size=128,
                     max_position_embeddings=77)
