@@ -18,11 +18,6 @@ _INT = struct.Struct("<q")
 NONFINITE_KEY = "float"
 
 
-def float_bits(x: float) -> int:
-    """The IEEE-754 binary64 bit pattern of ``x`` as an unsigned int."""
-    return _INT.unpack(_PACK.pack(x))[0] & 0xFFFFFFFFFFFFFFFF
-
-
 def _ordered(x: float) -> int:
     # Map binary64 onto a line of integers where adjacent floats differ by 1.
     i = _INT.unpack(_PACK.pack(x))[0]

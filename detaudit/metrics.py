@@ -76,9 +76,6 @@ class Series:
         steps = run.line_steps
         return [steps[i] for i in self.lines]
 
-    def points(self, run: "MetricsRun") -> list[list[Any]]:
-        return [[run.line_steps[i], v] for i, v in zip(self.lines, self.values)]
-
 
 @dataclass
 class MetricsRun:
@@ -95,9 +92,6 @@ class MetricsRun:
     # (line indices, step key) per line shape; the per-line step key is derived on demand
     shape_lines: list[tuple[list[int], str]] = field(default_factory=list, repr=False)
     _line_step_keys: list[str] | None = field(default=None, repr=False)
-
-    def names(self) -> list[str]:
-        return list(self.series)
 
     def line_number(self, index: int) -> int:
         """1-based line number in the file of the kept line ``index``."""
