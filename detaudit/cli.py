@@ -129,8 +129,9 @@ class RunDisplay:
 
         if self.live is not None:
             table = Table(title=self.label, title_justify="left", header_style="bold")
-            for col in ("run", "status", "elapsed", "GPUs", "last log line"):
-                table.add_column(col, overflow="ellipsis", no_wrap=col == "last log line")
+            for col, width in (("run", 5), ("status", 7), ("elapsed", 8), ("GPUs", 4)):
+                table.add_column(col, min_width=width, no_wrap=True)
+            table.add_column("last log line", overflow="ellipsis", no_wrap=True, ratio=1)
             for s in states:
                 last = last_log_line(s.spec.log_path) if s.started is not None else ""
                 gpus = ",".join(s.spec.gpus) if s.spec.gpus else "-"
