@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from detaudit.card import Card, load_card, standard_path
 from detaudit.compare import PairDivergence, SeriesData, compare_series
-from detaudit.errors import UsageError
+from detaudit.errors import InputError, UsageError
 from detaudit.metrics import read_metrics
 from detaudit.provenance import detect_environment, provenance_differences
 from detaudit.record import exclusion_for, make_specs, resolve_runner
@@ -63,6 +63,13 @@ def verify(
         info = detect_environment()
         here = resolve_runner(card, info)
     path = Path(standard) if standard is not None else standard_path(card, here)  # type: ignore[arg-type]
+    if standard is None and card is not None and not path.exists():
+        # No standard for this runner class: one recorded on another class means SKIPPED.
+        others = sorted(Path(card.standards_dir).glob(f"{glob.escape(card.name)}.*.json"))
+        if others:
+            other = load_standard(others[0])
+            return VerifyResult("skipped", others[0], other, runner_here=here, runner_standard=other.runner_class)
+        raise InputError(path, f"no standard for card {card.name!r} (record one with `detaudit record {card.path}`)")
     std = load_standard(path)
     result = VerifyResult("passed", path, std, runner_here=here, runner_standard=std.runner_class)
     if here is not None and std.runner_class is not None and here != std.runner_class:

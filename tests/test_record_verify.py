@@ -121,6 +121,17 @@ def test_verify_skips_on_another_runner_class(toy_card: Path, tmp_path: Path) ->
     assert strict.code == 1
 
 
+def test_verify_finds_the_standard_of_another_class_and_skips(toy_card: Path, tmp_path: Path) -> None:
+    assert run_cli("record", str(toy_card), "--runs", "2").code == 0
+    other = write_card(tmp_path / "other.toml")
+    other.write_text(other.read_text().replace('runner = ["cpu", "test"]', 'runner = ["h200", "1gpu"]'))
+    result = run_cli("verify", str(other))
+    assert result.code == 0 and "SKIPPED: runner class h200-1gpu differs from the standard's cpu-test" in result.out
+    lonely = write_card(tmp_path / "lonely.toml", name="lonely")
+    missing = run_cli("verify", str(lonely))
+    assert missing.code == 2 and "no standard for card 'lonely'" in missing.err
+
+
 def test_verify_failure_names_environment_differences(toy_card: Path) -> None:
     assert run_cli("record", str(toy_card), "--runs", "2").code == 0
     path = standard_of(toy_card)
