@@ -15,6 +15,8 @@ work dir), ``{metrics}`` (the metrics JSONL path the run must write).
 
 from __future__ import annotations
 
+import os
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,17 +182,12 @@ def standard_path(card: Card, runner_class: list[str] | tuple[str, ...]) -> Path
 
 def run_argv(card: Card, workdir: Path, metrics: Path, extra_args: tuple[str, ...] = (), python: str | None = None) -> list[str]:
     """The command of one run, placeholders filled, ``extra_args`` appended."""
-    import sys
-
     values = _placeholders(card, workdir, metrics, python or sys.executable)
     return [_expand(part, values) for part in card.command] + list(extra_args)
 
 
 def run_env(card: Card, workdir: Path, metrics: Path, index: int, base: dict[str, str] | None = None, python: str | None = None) -> dict[str, str]:
     """The environment of one run: ours, the card's ``env``, metrics path variables, PYTHONPATH."""
-    import os
-    import sys
-
     env = dict(os.environ if base is None else base)
     values = _placeholders(card, workdir, metrics, python or sys.executable)
     env.update({k: _expand(v, values) for k, v in card.env.items()})

@@ -22,6 +22,7 @@ literals that Python writes. (A ``jsonlines.Reader`` loop was measured at ~0.35 
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from array import array
 from bisect import bisect_right
@@ -345,8 +346,6 @@ def read_metrics_many(
     ``parallel`` None decides by file size and CPU count. Errors and warnings are the same
     as ``read_metrics``'s, for the first bad file in argument order.
     """
-    import os
-
     paths = [Path(p) for p in paths]
     exclusion = exclusion or Exclusion()
     if parallel is None and os.environ.get("DETAUDIT_JOBS") == "1":
