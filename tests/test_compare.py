@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli, write_jsonl
+
 from detaudit.compare import classify, diff_runs
 from detaudit.floats import same_value, ulp_distance
 from detaudit.metrics import read_metrics

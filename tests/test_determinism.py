@@ -6,12 +6,10 @@ import os
 import subprocess
 import sys
 
-import pytest
+import ray
+import torch
 
-torch = pytest.importorskip("torch", reason="the recipe extra (torch) is part of the test install")
-ray = pytest.importorskip("ray", reason="the recipe extra (ray) is part of the test install")
-
-from detaudit import determinism  # noqa: E402
+from detaudit import determinism
 
 PROBE = """
 import json, random, torch

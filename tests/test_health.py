@@ -7,8 +7,8 @@ import math
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli, write_jsonl
+
 from detaudit.errors import InputError
 from detaudit.health import curve_health
 

@@ -7,8 +7,8 @@ import warnings
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli, write_jsonl
+
 from detaudit.errors import InputError
 from detaudit.exclusion import Exclusion
 from detaudit.metrics import LINE_INDEX, TornLineWarning, read_metrics

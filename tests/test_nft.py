@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch", reason="the recipe extra (torch) is part of the test install")
-
-from recipes.diffusion_nft import nft  # noqa: E402
+from recipes.diffusion_nft import nft
 
 
 def test_loss_matches_hand_computation() -> None:

@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
+import ray
+import torch
+from conftest import REPO, run_cli
 
-torch = pytest.importorskip("torch", reason="the recipe extra (torch) is part of the test install")
-ray = pytest.importorskip("ray", reason="the recipe extra (ray) is part of the test install")
-
-from conftest import REPO, run_cli  # noqa: E402
-from detaudit import determinism  # noqa: E402
-from recipes.diffusion_nft.config import parse_args, rollout_prompts  # noqa: E402
-from recipes.diffusion_nft.pipeline import start_actors, sync_weights  # noqa: E402
+from detaudit import determinism
+from recipes.diffusion_nft.config import parse_args, rollout_prompts
+from recipes.diffusion_nft.pipeline import start_actors, sync_weights
 
 CARD = REPO / "recipes" / "sd3_pickscore_nft.toml"
 TRAIN_KEYS = {f"train/{k}" for k in (

@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-
 from conftest import run_cli, write_card, write_jsonl
+
 from detaudit.runner import gpu_slots
 from detaudit.standard import load_standard
 

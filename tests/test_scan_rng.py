@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, run_cli
+
 from detaudit.scan import ScanConfig, apply_baseline, scan, write_baseline
 
 CORPUS = REPO / "tests" / "fixtures" / "scan_corpus"

@@ -14,7 +14,13 @@ import pytest
 
 from detaudit.compare import SeriesData
 from detaudit.errors import InputError, UsageError
-from detaudit.standard import Standard, load_standard, render_standard, standard_lock, write_atomic
+from detaudit.standard import (
+    Standard,
+    load_standard,
+    render_standard,
+    standard_lock,
+    write_atomic,
+)
 
 VALUES = [0.1, -0.0, 0.0, 5e-324, 1.7976931348623157e308, math.nan, math.inf, -math.inf, 3, True, None, "NaN",
           0.74586021900177, 1 / 3]
