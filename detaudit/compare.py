@@ -21,17 +21,14 @@ from __future__ import annotations
 import math
 from array import array
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import Any, Sequence
 
 from detaudit.floats import encode_value, format_value, same_value, ulp_distance
-from detaudit.metrics import MetricsRun, Series
+from detaudit.metrics import MetricsRun, Series, steps_at
 
 # Reordered float reductions land a few ULPs to ~1e-9 relative apart in fp32/fp64 metrics;
 # 1e-6 relative still reads as "same data, different order" rather than different data.
 ULP_REL_TOL = 1e-6
-
-KINDS = ("missing", "steps", "type", "nan", "signed-zero", "ulp", "value")
 
 
 class _Absent:
@@ -298,8 +295,7 @@ class SeriesData:
     def steps(self) -> list[Any]:
         if self._steps is None:
             assert self.lines is not None and self.line_steps is not None
-            lines, steps = self.lines, self.line_steps.steps
-            self._steps = [steps[lines[0]]] if len(lines) == 1 else list(itemgetter(*lines)(steps)) if len(lines) else []
+            self._steps = steps_at(self.line_steps.steps, self.lines)
         return self._steps
 
     def __len__(self) -> int:

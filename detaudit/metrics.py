@@ -57,7 +57,14 @@ class TornLineWarning(UserWarning):
     """The last line of a metrics file was cut off (a run killed mid-write) and was dropped."""
 
 
-LINE_INDEX = "<line>"  # the step key of lines that have no step_key and no default
+LINE_INDEX = "<line>"
+
+
+def steps_at(line_steps: list[Any], lines: array) -> list[Any]:
+    """The steps of the given line indices (one C call for the common many-line case)."""
+    if len(lines) > 1:
+        return list(itemgetter(*lines)(line_steps))
+    return [line_steps[i] for i in lines]  # the step key of lines that have no step_key and no default
 
 
 @dataclass
@@ -74,8 +81,7 @@ class Series:
         return len(self.lines)
 
     def steps(self, run: "MetricsRun") -> list[Any]:
-        steps = run.line_steps
-        return [steps[i] for i in self.lines]
+        return steps_at(run.line_steps, self.lines)
 
 
 @dataclass
@@ -85,7 +91,6 @@ class MetricsRun:
     path: str
     series: dict[str, Series]
     line_steps: list[Any]  # the step of each kept line, by 0-based line index
-    step_keys: list[str]
     excluded: dict[str, str]  # series name -> reason it was excluded
     torn_last_line: bool = False
     # (kept-line index, file line number) wherever blank lines shifted the numbering
@@ -257,7 +262,6 @@ def read_metrics(
         path=str(path),
         series=series,
         line_steps=line_steps,
-        step_keys=list(dict.fromkeys(shape.step_key for shape in shapes.values())),
         excluded=dict(sorted(excluded.items())),
         torn_last_line=torn,
         line_offsets=line_offsets,

@@ -32,7 +32,7 @@ from typing import Any, Iterator
 
 from detaudit.compare import SeriesData
 from detaudit.errors import InputError, UsageError
-from detaudit.floats import decode_value, encode_value
+from detaudit.floats import NONFINITE_KEY, decode_value, encode_value
 
 SCHEMA = "detaudit/standard/1"
 FORMATS = ("detaudit", "miles")
@@ -111,7 +111,7 @@ def _dump(value: Any, allow_nan: bool, depth: int = 0) -> str:
 
 
 def _is_encoded_scalar(value: Any) -> bool:
-    return isinstance(value, dict) and len(value) == 1 and "float" in value
+    return isinstance(value, dict) and len(value) == 1 and NONFINITE_KEY in value
 
 
 def _is_point(value: Any) -> bool:

@@ -257,6 +257,7 @@ def scan(paths: list[str | Path], config: ScanConfig | None = None, *, use_cache
     light: dict[str, tuple[str, bool, os.stat_result]] = {}  # module -> (path, is_package, stat)
     todo: list[tuple[str, str, bool, bool]] = []
     stats: dict[str, os.stat_result] = {}
+    modules: dict[str, tuple[str, bool]] = {}
     hits = 0
     for file in files:
         path = str(file) if file.is_absolute() else os.path.realpath(file)
@@ -265,7 +266,7 @@ def scan(paths: list[str | Path], config: ScanConfig | None = None, *, use_cache
         except OSError as exc:
             skipped.append(Skipped(str(file), f"cannot read: {exc.strerror}"))
             continue
-        module, is_package = module_name(file)
+        module, is_package = modules[path] = module_name(file)
         stats[path] = st
         digest = cache.lookup_stat(path, st) if use_cache else None
         if digest is not None and digest in cache.facts:
@@ -274,7 +275,7 @@ def scan(paths: list[str | Path], config: ScanConfig | None = None, *, use_cache
         else:
             todo.append((path, module, is_package, False))
     for path, digest, outcome in _run_jobs(todo, jobs):
-        module, is_package = module_name(Path(path))
+        module, is_package = modules[path]
         cache.remember(path, stats[path], digest, outcome)
         _take(path, module, is_package, stats[path], outcome, facts, light, skipped)
 

@@ -214,8 +214,7 @@ def findings_for(program: Program, processes: list[Process], rel: Callable[[str]
         path = rel(program.paths[module])
         suppress = facts["suppress"]
         for draw in facts["draws"]:
-            marks = suppress.get(draw["line"]) or suppress.get(str(draw["line"])) or \
-                suppress.get(draw.get("end_line", draw["line"])) or suppress.get(str(draw.get("end_line", draw["line"]))) or []
+            marks = suppress.get(draw["line"]) or suppress.get(draw["end_line"]) or []
             if "*" in marks or draw["rule"] in marks:
                 continue
             family = FAMILY[draw["rule"]]
@@ -235,7 +234,7 @@ def findings_for(program: Program, processes: list[Process], rel: Callable[[str]
                 path=path, line=draw["line"], col=draw["col"], rule=draw["rule"], severity=severity,
                 message=draw["message"], code=draw["code"], function=function.replace(f".{MAIN_BLOCK}", ".__main__"),
                 guards=draw["guards"], processes=[p.as_dict(family) for p in mine], note=note,
-                end_line=draw.get("end_line", draw["line"]),
+                end_line=draw["end_line"],
             ))
     findings.sort(key=lambda f: (f.path, f.line, f.col, f.rule))
     return findings

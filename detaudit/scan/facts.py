@@ -35,10 +35,6 @@ _NUMPY_UNSEEDED = frozenset({
     "numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.PCG64", "numpy.random.PCG64DXSM",
     "numpy.random.SeedSequence", "numpy.random.MT19937", "numpy.random.Philox", "numpy.random.SFC64",
 })
-_MP_PROCESS = frozenset({
-    "multiprocessing.Process", "torch.multiprocessing.Process", "multiprocessing.context.Process",
-    "multiprocessing.get_context.Process",
-})
 _MP_SPAWN = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"})
 
 
@@ -319,7 +315,7 @@ class FileFacts:
             target, kind = call.args[0], "ray"
         elif isinstance(call.func, ast.Call) and self.resolve(dotted(call.func.func), ctx) == "ray.remote" and call.args:
             target, kind = call.args[0], "ray"  # ray.remote(num_gpus=1)(Cls)
-        elif resolved in _MP_PROCESS or (resolved or "").endswith(".Process") and resolved.startswith(("multiprocessing", "torch.multiprocessing")):
+        elif resolved is not None and resolved.endswith(".Process") and resolved.startswith(("multiprocessing", "torch.multiprocessing")):
             target = next((k.value for k in call.keywords if k.arg == "target"), None)
             kind = "multiprocessing"
         elif resolved in _MP_SPAWN and call.args:

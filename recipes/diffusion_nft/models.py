@@ -129,7 +129,7 @@ def build_transformer(preset: str, init_seed: int, device: str | torch.device = 
 
 
 def build_pipeline(preset: str, init_seed: int, model_path: str | None = None, device: str | torch.device = "cpu",
-                   dtype: torch.dtype = torch.float32, with_transformer: bool = True) -> Any:
+                   dtype: torch.dtype = torch.float32) -> Any:
     """A StableDiffusion3Pipeline: from ``model_path`` (local files only) or a preset's shapes.
 
     The pipeline provides ``encode_prompt`` and the VAE; the sampling loop is ours
@@ -142,8 +142,6 @@ def build_pipeline(preset: str, init_seed: int, model_path: str | None = None, d
         kwargs: dict[str, Any] = {"local_files_only": True}
         if dtype != torch.float32:  # (newer diffusers call it `dtype`; both read `torch_dtype` for now)
             kwargs["torch_dtype"] = dtype
-        if not with_transformer:
-            kwargs["transformer"] = None
         pipe = StableDiffusion3Pipeline.from_pretrained(model_path, **kwargs)
         for name in ("text_encoder", "text_encoder_2", "text_encoder_3", "vae"):
             module = getattr(pipe, name, None)
@@ -163,7 +161,7 @@ def build_pipeline(preset: str, init_seed: int, model_path: str | None = None, d
                                                      eos_token_id=TOKEN_IDS["eos"]))
     with init_on(device, init_seed + 4):
         vae = AutoencoderKL(**shapes.vae)
-    transformer = build_transformer(preset, init_seed, device) if with_transformer else None
+    transformer = build_transformer(preset, init_seed, device)
     # SD3.5's sampler: flow matching with a timestep shift of 3.0.
     scheduler = FlowMatchEulerDiscreteScheduler(shift=3.0)
     pipe = StableDiffusion3Pipeline(
