@@ -158,6 +158,16 @@ def _print_failed_run(console: Console, states: list[Any]) -> None:
         console.print(f"\\[detaudit] killed the process groups of runs {', '.join(map(str, killed))}")
 
 
+def _print_trace(console: Console, report: Any) -> None:
+    """With --trace: the first differing draw/module, unseeded draws, collisions."""
+    if report is None:
+        return
+    from detaudit.trace.report import runs_trace_lines
+
+    for style, line in runs_trace_lines(report):
+        console.print(f"[{style}]\\[detaudit] trace: {escape(line)}[/{style}]")
+
+
 def default_card() -> Path:
     """The embedded default: the tiny CPU SD3.5 DiffusionNFT + PickScore recipe."""
     from importlib.resources import files
@@ -177,9 +187,12 @@ def default_card() -> Path:
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Also exclude series matching GLOB.")
 @click.option("--include", multiple=True, metavar="GLOB", help="Compare series matching GLOB even if excluded.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Where run dirs go (default: a new temp dir).")
+@click.option("--trace", type=click.Choice(["rng", "modules"]), is_flag=False, flag_value="rng", default=None,
+              help="Trace every global-RNG draw in every process of the run(s) (--trace=modules: and every nn.Module call); name the first that differs.")
 @handle_errors
 def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, out: Path | None, update: bool,
-           allow_partial: bool, fmt: str, exclude: tuple[str, ...], include: tuple[str, ...], workdir: Path | None) -> None:
+           allow_partial: bool, fmt: str, exclude: tuple[str, ...], include: tuple[str, ...], workdir: Path | None,
+           trace: str | None) -> None:
     """Run CARD's command N times; write its standard only if all runs agree.
 
     CARD defaults to the embedded tiny CPU recipe (recipes/sd3_pickscore_nft.toml).
@@ -201,7 +214,7 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
             result = run_record(
                 card, runs=runs, parallel=parallel, out=out, update=update, allow_partial=allow_partial, fmt=fmt,
                 extra_args=extra_args, exclude=exclude, include=include, workdir=workdir,
-                on_update=display.update, on_start=on_start,
+                on_update=display.update, on_start=on_start, trace=trace,
             )
     except KeyboardInterrupt:
         err_console.print("[red]\\[detaudit] interrupted: every run's process group was killed; no standard written[/red]")
@@ -213,6 +226,7 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
     assert result.report is not None
     if result.status == "disagree":
         print_diff(result.report, out_console, title=f"detaudit record {card}")
+        _print_trace(out_console, result.trace)
         out_console.print(f"[red]\\[detaudit] runs disagree: no standard written ({result.standard_path})[/red]")
         sys.exit(EXIT_FAIL)
     n = len(result.standard.series) if result.standard else 0
@@ -222,6 +236,7 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
             out_console.print(f"  {escape(name)} ({info['kind']})")
     for line in result.changes:
         out_console.print(f"\\[detaudit] update: {escape(line)}")
+    _print_trace(out_console, result.trace)
     excluded = len(result.report.excluded)
     out_console.print(
         f"[green]\\[detaudit] RECORDED: {n} metric series identical across {runs} runs -> {escape(str(result.standard_path))}[/green]"
@@ -237,9 +252,11 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
 @click.option("--strict-runner", is_flag=True, help="Exit 1, not 0, when the runner class differs from the standard's.")
 @click.option("--step-key", help="Step field for lines without a step_key.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Where the run dir goes (default: a new temp dir).")
+@click.option("--trace", type=click.Choice(["rng", "modules"]), is_flag=False, flag_value="rng", default=None,
+              help="Trace every global-RNG draw in every process of the run(s) (--trace=modules: and every nn.Module call); name the first that differs.")
 @handle_errors
 def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None, standard: Path | None,
-           strict_runner: bool, step_key: str | None, workdir: Path | None) -> None:
+           strict_runner: bool, step_key: str | None, workdir: Path | None, trace: str | None) -> None:
     """Check one run of CARD (or --metrics RUN.jsonl) against its standard, exactly.
 
     CARD defaults to the embedded tiny CPU recipe when neither CARD nor --metrics is given.
@@ -256,7 +273,8 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
     try:
         with display:
             result = run_verify(card, metrics=metrics, standard=standard, strict_runner=strict_runner,
-                                step_key=step_key, extra_args=extra_args, workdir=workdir, on_update=display.update)
+                                step_key=step_key, extra_args=extra_args, workdir=workdir, on_update=display.update,
+                                trace=trace)
     except KeyboardInterrupt:
         err_console.print("[red]\\[detaudit] interrupted: the run's process group was killed[/red]")
         sys.exit(EXIT_FAIL)
@@ -273,6 +291,7 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
         out_console.print("[red]\\[detaudit] FAILED: the run did not finish[/red]")
         sys.exit(EXIT_FAIL)
     if result.status == "passed":
+        _print_trace(out_console, result.trace)
         out_console.print(f"[green]\\[detaudit] PASSED: {result.compared} metric series match {path}[/green]")
         if result.extra_series:
             out_console.print(f"\\[detaudit] note: {len(result.extra_series)} series not in the standard: "
@@ -281,6 +300,7 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
     out_console.print(f"[red]\\[detaudit] FAILED: {len(result.failures)} of {result.compared} metric series differ from {path}[/red]")
     for name, d in result.failures:
         out_console.print("  " + escape(divergence_line(name, d)))
+    _print_trace(out_console, result.trace)
     if result.provenance:
         out_console.print("[yellow]\\[detaudit] this environment differs from the standard's:[/yellow]")
         for line in result.provenance:
@@ -399,6 +419,61 @@ def scan_rng(paths: tuple[Path, ...], fmt: str, fail_on: str, baseline: Path | N
             click.echo(f"({dropped} findings in the baseline not shown)")
     worst = max((SEVERITY_RANK[f.severity] for f in result.findings), default=0)
     sys.exit(EXIT_FAIL if worst >= SEVERITY_RANK[fail_on] else EXIT_OK)
+
+
+# --- trace -------------------------------------------------------------------------------------
+
+
+@main.command(context_settings={"ignore_unknown_options": False})
+@click.argument("card", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--modules", "modules", is_flag=True, help="Also fingerprint every nn.Module call's inputs and outputs.")
+@click.option("--save", type=click.Path(file_okay=False, path_type=Path), help="Save the trace to this new folder (for --against on another machine).")
+@click.option("--against", type=click.Path(file_okay=False, path_type=Path), help="Compare with a trace saved by --save; name the first differing draw or module.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary (and comparison) as one JSON object.")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Where the run dir goes (default: a new temp dir).")
+@handle_errors
+def trace(card: Path | None, extra_args: tuple[str, ...], modules: bool, save: Path | None, against: Path | None,
+          as_json: bool, workdir: Path | None) -> None:
+    """Run CARD once with every global-RNG draw traced, in every process; summarise per process.
+
+    Per process (main, Ray actors and tasks, multiprocessing children): draws per generator,
+    where it seeded, and draws from generators it never seeded; seed collisions between
+    replicas. --against DIR names the first draw or module that differs from a saved trace.
+    Exit 0 on success (and identical traces with --against), 1 when the run fails or the
+    traces differ, 2 on bad input.
+    """
+    import json
+
+    from detaudit.trace.report import print_comparison, print_summary, trace_json
+    from detaudit.trace.run import trace_card
+
+    card = card or default_card()
+    out_console, err_console = _stdout(), _stderr()
+    display = RunDisplay(err_console, 1, f"detaudit trace {card}")
+    try:
+        with display:
+            result = trace_card(card, mode="modules" if modules else None, extra_args=extra_args, workdir=workdir,
+                                save=save, against=against, on_update=display.update)
+    except KeyboardInterrupt:
+        err_console.print("[red]\\[detaudit] interrupted: the run's process group was killed[/red]")
+        sys.exit(EXIT_FAIL)
+    if result.status == "run-failed":
+        _print_failed_run(err_console, [result.run])
+        out_console.print("[red]\\[detaudit] trace failed: the run did not finish[/red]")
+        sys.exit(EXIT_FAIL)
+    assert result.trace is not None
+    if as_json:
+        doc = trace_json(result.trace, result.unseeded, result.collisions, result.comparison)
+        doc["saved"] = str(result.saved) if result.saved else None
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        print_summary(out_console, result.trace, result.unseeded, result.collisions)
+        if result.comparison is not None:
+            print_comparison(out_console, result.comparison)
+        if result.saved is not None:
+            out_console.print(f"\\[detaudit] trace saved to {escape(str(result.saved))} ({result.mode})")
+    sys.exit(EXIT_OK if result.ok else EXIT_FAIL)
 
 
 if __name__ == "__main__":  # pragma: no cover

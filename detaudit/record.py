@@ -18,6 +18,8 @@ from detaudit.metrics import MetricsRun, read_metrics_many
 from detaudit.provenance import detect_environment, git_state, runner_class
 from detaudit.runner import RunSpec, RunState, gpu_slots, run_batch
 from detaudit.standard import Standard, load_standard, render_standard, standard_lock, write_atomic
+from detaudit.trace import trace_env
+from detaudit.trace.compare import RunsTraceReport, audit_runs
 
 
 @dataclass
@@ -32,6 +34,7 @@ class RecordResult:
     standard: Standard | None = None
     changes: list[str] = field(default_factory=list)  # with update: what changed vs the old file
     dropped: dict[str, Any] = field(default_factory=dict)
+    trace: RunsTraceReport | None = None  # with --trace
 
     @property
     def ok(self) -> bool:
@@ -42,7 +45,9 @@ def exclusion_for(card: Card | None, exclude: tuple[str, ...] = (), include: tup
     return Exclusion(card=card.exclude if card else (), cli=tuple(exclude), include=tuple(include) + (card.include if card else ()))
 
 
-def make_specs(card: Card, count: int, workdir: Path, extra_args: tuple[str, ...] = ()) -> list[RunSpec]:
+def make_specs(card: Card, count: int, workdir: Path, extra_args: tuple[str, ...] = (),
+               trace: str | None = None) -> list[RunSpec]:
+    """One spec per run; with ``trace`` ("rng" or "modules") each run writes ``runN/trace/``."""
     specs = []
     for i in range(count):
         run_dir = workdir / f"run{i + 1}"
@@ -58,7 +63,14 @@ def make_specs(card: Card, count: int, workdir: Path, extra_args: tuple[str, ...
                 timeout_s=card.timeout_s,
             )
         )
+        if trace:
+            specs[-1].env = trace_env(trace, trace_dir(specs[-1]), specs[-1].env)
+            trace_dir(specs[-1]).mkdir(parents=True, exist_ok=True)
     return specs
+
+
+def trace_dir(spec: RunSpec) -> Path:
+    return spec.workdir / "trace"
 
 
 def resolve_runner(card: Card, info: dict[str, Any]) -> list[str]:
@@ -80,6 +92,7 @@ def record(
     workdir: str | Path | None = None,
     on_update: Callable[[list[RunState]], None] | None = None,
     on_start: Callable[[Path, list[str]], None] | None = None,
+    trace: str | None = None,
 ) -> RecordResult:
     """Run the card ``runs`` times and write its standard if every compared series agrees.
 
@@ -100,7 +113,7 @@ def record(
     with standard_lock(path):
         base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"detaudit-{card.name}-"))
         base.mkdir(parents=True, exist_ok=True)
-        specs = make_specs(card, runs, base, extra_args)
+        specs = make_specs(card, runs, base, extra_args, trace)
         if on_start:
             on_start(base, cls)
         slots = gpu_slots(card.gpus_per_run, parallel)
@@ -111,15 +124,17 @@ def record(
         parsed = _read_runs(specs, card, exclusion)
         report = diff_runs(parsed, labels=[f"run{i + 1}" for i in range(runs)])
         report.exclude_patterns = exclusion.patterns()
+        traced = audit_runs([trace_dir(s) for s in specs]) if trace else None
         if not report.ok and not allow_partial:
-            return RecordResult("disagree", path, states, base, report=report)
+            return RecordResult("disagree", path, states, base, report=report, trace=traced)
         standard = build_standard(card, cls, info, parsed[0], report, extra_args, fmt)
         text = render_standard(standard)
         write_atomic(path, text, overwrite=update)
         standard.path = path
         changes = describe_changes(old, standard) if old is not None else []
         return RecordResult(
-            "written", path, states, base, report=report, standard=standard, changes=changes, dropped=standard.dropped
+            "written", path, states, base, report=report, standard=standard, changes=changes, dropped=standard.dropped,
+            trace=traced,
         )
 
 

@@ -14,9 +14,10 @@ from detaudit.compare import PairDivergence, SeriesData, compare_series
 from detaudit.errors import InputError, UsageError
 from detaudit.metrics import read_metrics
 from detaudit.provenance import detect_environment, provenance_differences
-from detaudit.record import exclusion_for, make_specs, resolve_runner
+from detaudit.record import exclusion_for, make_specs, resolve_runner, trace_dir
 from detaudit.runner import RunState, run_batch
 from detaudit.standard import Standard, load_standard
+from detaudit.trace.compare import RunsTraceReport, audit_runs
 
 
 @dataclass
@@ -34,6 +35,7 @@ class VerifyResult:
     provenance: list[str] = field(default_factory=list)  # how this environment differs
     run: RunState | None = None
     metrics_path: Path | None = None
+    trace: RunsTraceReport | None = None  # with --trace
 
     @property
     def ok(self) -> bool:
@@ -50,12 +52,15 @@ def verify(
     extra_args: tuple[str, ...] = (),
     workdir: str | Path | None = None,
     on_update: Callable[[list[RunState]], None] | None = None,
+    trace: str | None = None,
 ) -> VerifyResult:
     """Compare one run with a standard; see the module doc of ``detaudit.cli`` for exits."""
     if card_path is None and metrics is None:
         raise UsageError("give a CARD to run, or --metrics RUN.jsonl")
     if card_path is None and standard is None:
         raise UsageError("--metrics without a CARD needs --standard FILE")
+    if trace and metrics is not None:
+        raise UsageError("--trace traces a run: give a CARD, not --metrics")
     card: Card | None = load_card(card_path) if card_path is not None else None
     info: dict[str, Any] | None = None
     here: list[str] | None = None
@@ -78,12 +83,14 @@ def verify(
     if metrics is None:
         assert card is not None
         base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"detaudit-verify-{card.name}-"))
-        spec = make_specs(card, 1, base, extra_args)[0]
+        spec = make_specs(card, 1, base, extra_args, trace)[0]
         state = run_batch([spec], on_update=on_update)[0]
         result.run = state
         if not state.ok:
             result.status = "run-failed"
             return result
+        if trace:
+            result.trace = audit_runs([trace_dir(spec)])
         metrics = spec.metrics_path
     result.metrics_path = Path(metrics)
     default_step_key = step_key or (card.step_key if card else None)

@@ -1,0 +1,237 @@
+"""--trace: the runtime ledger of global-RNG draws and module fingerprints, in real processes
+(the main process, multiprocessing children, Ray actors and tasks), through the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, run_cli, write_card
+
+from detaudit.trace import DIR_ENV, KEEP_ENV, MODE_ENV, trace_env
+from detaudit.trace.compare import compare_traces, seed_collisions, unseeded_uses
+from detaudit.trace.files import read_trace
+from detaudit.trace.report import comparison_lines
+
+TRACE_RECIPE = REPO / "tests" / "recipes" / "trace_recipe.py"
+
+
+def recipe_line(text: str) -> int:
+    """The line of TRACE_RECIPE that contains ``text`` (so tests do not hard-code numbers)."""
+    for number, line in enumerate(TRACE_RECIPE.read_text().splitlines(), 1):
+        if text in line:
+            return number
+    raise AssertionError(text)
+
+
+def trace_card(tmp_path: Path, *args: str, name: str = "tracetoy") -> Path:
+    path = tmp_path / f"{name}.toml"
+    command = json.dumps(["{python}", str(TRACE_RECIPE), *args])
+    path.write_text(f'name = "{name}"\ncommand = {command}\ntimeout_s = 600\nrunner = ["cpu", "test"]\n'
+                    f'standards_dir = "{tmp_path / "standards"}"\n')
+    return path
+
+
+def run_traced(tmp_path: Path, source: str, mode: str = "rng", keep: int | None = None,
+               extra_env: dict[str, str] | None = None, name: str = "t") -> tuple[Path, str]:
+    """Run ``source`` as a script with tracing on, the way a traced run starts it."""
+    (tmp_path / name).mkdir()
+    script = tmp_path / name / "t.py"  # one script name: call sites are comparable across runs
+    script.write_text(source)
+    trace_dir = tmp_path / name / "trace"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DETAUDIT_TRACE")}
+    env["PYTHONPATH"] = str(REPO)
+    env = trace_env(mode, trace_dir, env, keep)
+    env.update(extra_env or {})
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path / name)
+    assert proc.returncode == 0, proc.stderr
+    return trace_dir, proc.stdout
+
+
+LEDGER_SCRIPT = """
+import random, numpy as np, torch
+import torch.nn as nn
+random.random()
+np.random.rand(2)
+torch.randperm(5)
+layer = nn.Linear(3, 3)                                  # nn.init: Tensor.uniform_
+nn.functional.dropout(torch.ones(4), p=0.5, training=True)
+torch.multinomial(torch.ones(4), 2)
+torch.rand(2, generator=torch.Generator().manual_seed(1))  # explicit generator: not a global draw
+with torch.random.fork_rng():
+    torch.manual_seed(5)
+    torch.rand(1)                                        # seeded inside fork_rng
+torch.rand(1)                                            # after: unseeded again
+torch.manual_seed(0); np.random.seed(0); random.seed(0)
+torch.randn(2); np.random.randn(); random.choice([1, 2])
+print(torch.cuda.is_initialized())
+"""
+
+
+def test_ledger_records_torch_numpy_random_with_sites_and_seeding(tmp_path: Path) -> None:
+    trace_dir, out = run_traced(tmp_path, LEDGER_SCRIPT)
+    assert out.strip() == "False"  # tracing never initialises CUDA
+    run = read_trace(trace_dir)
+    assert [p.kind for p in run.processes] == ["main"]
+    draws = run.processes[0].draws
+    ops = [d.op for d in draws]
+    assert ops[:5] == ["random.random", "np.random.rand", "torch.randperm", "Tensor.uniform_", "Tensor.uniform_"]
+    assert "F.dropout" in ops and "torch.multinomial" in ops
+    assert not any(d.gen.startswith("torch.cuda") for d in draws)  # a machine without CUDA
+    by_op = {d.op: d for d in draws}
+    assert by_op["torch.randperm"].site == "t.py:6 <module>" and by_op["torch.randperm"].seeded is None
+    assert by_op["Tensor.uniform_"].site == "t.py:7 <module>" and not by_op["Tensor.uniform_"].library
+    rands = [d for d in draws if d.op == "torch.rand"]
+    assert len(rands) == 2  # the explicit-generator call is not in the ledger
+    assert rands[0].seeded == "t.py:12 <module>" and rands[1].seeded is None  # fork_rng restored "unseeded"
+    assert by_op["torch.randn"].seeded == by_op["np.random.randn"].seeded == "t.py:15 <module>"
+    assert by_op["random.choice"].seeded == "t.py:15 <module>"
+    gens = {d.gen for d in draws}
+    assert gens == {"torch.cpu", "numpy", "random"}
+    uses = {u.generator: u for u in unseeded_uses(run)}
+    assert uses["torch.cpu"].first.op == "torch.randperm" and uses["numpy"].count == 1
+
+
+def test_two_unseeded_processes_differ_from_their_first_draw(tmp_path: Path) -> None:
+    source = "import torch\ntorch.zeros(1)\ntorch.randperm(4)\n"
+    a, _ = run_traced(tmp_path, source, name="a")
+    b, _ = run_traced(tmp_path, source, name="b")
+    cmp = compare_traces(read_trace(a), read_trace(b))
+    assert cmp.draw is not None and cmp.draw.kind == "state" and cmp.draw.first_of_generator
+    assert comparison_lines(cmp)[0] == (
+        "first differing draw: main process: torch.randperm at t.py:3 <module> drew from a global torch generator "
+        "this process never seeded; state differs from its first draw (run 1 vs run 2)")
+    seeded = "import torch\ntorch.manual_seed(3)\ntorch.randperm(4)\n"
+    c, _ = run_traced(tmp_path, seeded, name="c")
+    d, _ = run_traced(tmp_path, seeded, name="d")
+    assert compare_traces(read_trace(c), read_trace(d)).identical
+
+
+def test_bounded_size_keeps_k_records_per_site_then_a_hash_chain(tmp_path: Path) -> None:
+    source = ("import os, torch\ntorch.manual_seed(1)\n"
+              "for i in range(100):\n"
+              "    if i == 60 and os.environ.get('RESEED'):\n"
+              "        torch.manual_seed(2)\n"
+              "    torch.rand(1)\n")
+    a, _ = run_traced(tmp_path, source, keep=4, name="a")
+    b, _ = run_traced(tmp_path, source, keep=4, name="b", extra_env={"RESEED": "1"})
+    run_a = read_trace(a)
+    proc = run_a.processes[0]
+    assert len(proc.draws) == 4
+    assert [count for count, _ in proc.chains.values()] == [96]
+    assert sum(1 for _ in open(next(a.glob("*.jsonl")))) < 20  # 4 draws, a seed, a few chain lines
+    cmp = compare_traces(run_a, read_trace(b))
+    assert cmp.draw is not None and cmp.draw.kind == "chain"  # the first 4 agree; the chain does not
+    assert "the draws after the first kept ones differ" in comparison_lines(cmp)[0]
+
+
+def test_tracing_is_off_by_default(tmp_path: Path) -> None:
+    card = write_card(tmp_path / "toy.toml")
+    result = run_cli("record", str(card), "--runs", "2", "--workdir", str(tmp_path / "runs"))
+    assert result.code == 0, result.text
+    assert not (tmp_path / "runs" / "run1" / "trace").exists() and "trace" not in result.out
+    env = {k: v for k, v in os.environ.items() if k not in (MODE_ENV, DIR_ENV, KEEP_ENV)}
+    probe = subprocess.run([sys.executable, "-c", "import sys, detaudit.cli, detaudit.trace.bootstrap as b; "
+                            "print(b.install(), b.recorder(), 'torch' in sys.modules)"],
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert probe.stdout.split() == ["None", "None", "False"], probe.stderr
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_multiprocessing_children_are_traced_and_collisions_warned(tmp_path: Path, method: str) -> None:
+    card = trace_card(tmp_path, "--mp", method, "--mp-same-seed")
+    result = run_cli("trace", str(card), "--json", "--workdir", str(tmp_path / "w"))
+    assert result.code == 0, result.text
+    doc = json.loads(result.out)
+    children = [p for p in doc["processes"] if p["process"].endswith("(multiprocessing child)")]
+    assert len(children) == 2
+    assert all("numpy at trace_recipe.py" in c["seeded"] and "torch.cpu at trace_recipe.py" in c["seeded"]
+               for c in children)
+    assert doc["unseeded"] == []
+    gens = sorted(c["generator"] for c in doc["collisions"])
+    assert gens == ["numpy", "torch.cpu"]
+    assert "seed collision: 2" in doc["collisions"][0]["summary"]
+    # Seeded by rank: no collision.
+    ranked = run_cli("trace", str(trace_card(tmp_path, "--mp", method, name="ranked")), "--json")
+    assert ranked.code == 0 and json.loads(ranked.out)["collisions"] == []
+
+
+def test_ray_hidden_draw_scan_rng_cannot_see_is_named_by_record_trace(tmp_path: Path) -> None:
+    line = recipe_line('sampler = getattr(torch, "".join')
+    scan = run_cli("scan-rng", str(TRACE_RECIPE), "--format", "json", "--no-cache")
+    assert not any(f["line"] == line for f in json.loads(scan.out))  # statically invisible
+    card = trace_card(tmp_path, "--ray")
+    result = run_cli("record", str(card), "--runs", "2", "--trace", "--workdir", str(tmp_path / "runs"))
+    assert result.code == 1, result.text
+    assert "runs disagree" in result.out
+    expected = (f"first differing draw: HiddenDrawer (Ray actor): torch.randperm at trace_recipe.py:{line} hidden_draw "
+                "drew from a global torch generator this process never seeded; state differs from its first draw "
+                "(run 1 vs run 2)")
+    assert expected in result.out
+    unseeded = [ln for ln in result.out.splitlines() if "trace: unseeded:" in ln]
+    assert len(unseeded) == 1 and "HiddenDrawer (Ray actor): 1 draw(s)" in unseeded[0]
+    assert "SeededWorker" not in "\n".join(unseeded)
+    run = read_trace(tmp_path / "runs" / "run1" / "trace")
+    kinds = {(p.kind, p.label) for p in run.processes}
+    assert {("main", "main"), ("Ray actor", "SeededWorker"), ("Ray actor", "HiddenDrawer")} <= kinds
+    task = [p for p in run.processes if p.kind == "Ray task"]
+    assert task and task[0].label == "numpy_task" and task[0].draws[0].seeded is not None
+
+
+def test_ray_seeded_replicas_collide_and_seeded_hidden_actor_is_clean(tmp_path: Path) -> None:
+    card = trace_card(tmp_path, "--ray", "--seed-hidden", "--replicas", "2")
+    result = run_cli("trace", str(card), "--workdir", str(tmp_path / "w"))
+    assert result.code == 0, result.text
+    assert "no draw from a global generator that its process never seeded" in result.out
+    assert "seed collision: 2 SeededWorker (Ray actor) replicas" in result.out
+    run = read_trace(tmp_path / "w" / "run1" / "trace")
+    assert [c.label for c in seed_collisions(run)] == ["SeededWorker (Ray actor)"]
+
+
+def test_modules_save_and_against_name_the_first_differing_module(tmp_path: Path) -> None:
+    card = trace_card(tmp_path)
+    saved = tmp_path / "machine-a"
+    first = run_cli("trace", str(card), "--modules", "--save", str(saved))
+    assert first.code == 0, first.text
+    meta = json.loads((saved / "meta.json").read_text())
+    assert meta["mode"] == "modules" and meta["card"] == "tracetoy" and list((saved / "trace").glob("main.*.jsonl"))
+    same = run_cli("trace", str(card), "--against", str(saved))
+    assert same.code == 0, same.text
+    assert "traces identical" in same.out
+    other = run_cli("trace", str(card), "--against", str(saved), "--json", env={"TRACE_RECIPE_PERTURB": "1"})
+    assert other.code == 1, other.text
+    module = json.loads(other.out)["comparison"]["first_module"]
+    assert module["a"]["module"] == "Sequential.3" and module["a"]["class"] == "Scale" and module["inputs_match"]
+    assert module["summary"] == (f"main process: module Sequential.3 (Scale), call 1: same inputs, different outputs "
+                                 f"(saved {saved} vs this run): this module computed different bits")
+    text = run_cli("trace", str(card), "--against", str(saved), env={"TRACE_RECIPE_PERTURB": "1"})
+    assert text.code == 1 and "first differing module: main process: module Sequential.3 (Scale)" in text.out
+
+
+def test_bad_trace_input_is_one_line_exit_2(tmp_path: Path) -> None:
+    card = trace_card(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = run_cli("trace", str(card), "--against", str(empty))
+    assert result.code == 2 and result.err.strip() == (
+        f"detaudit: error: {empty / 'meta.json'}: not a saved trace (no meta.json; save one with "
+        "`detaudit trace CARD --save DIR`)")
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "x").write_text("x")
+    result = run_cli("trace", str(card), "--save", str(taken))
+    assert result.code == 2 and result.err.strip() == f"detaudit: error: {taken}: exists; give --save a new folder"
+    assert sorted(p.name for p in taken.iterdir()) == ["x"]
+    bad = tmp_path / "bad"
+    (bad / "trace").mkdir(parents=True)
+    (bad / "meta.json").write_text(json.dumps({"schema": "detaudit/trace/1", "mode": "rng"}))
+    (bad / "trace" / "main.1.jsonl").write_text('{"type": "draw"}\n')
+    result = run_cli("trace", str(card), "--against", str(bad))
+    assert result.code == 2 and result.err.startswith(f"detaudit: error: {bad / 'trace' / 'main.1.jsonl'}:1: ")
+    result = run_cli("verify", "--metrics", str(tmp_path / "m.jsonl"), "--standard", str(tmp_path / "s.json"), "--trace")
+    assert result.code == 2 and "--trace traces a run: give a CARD, not --metrics" in result.err
