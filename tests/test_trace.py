@@ -123,7 +123,7 @@ def test_bounded_size_keeps_k_records_per_site_then_a_hash_chain(tmp_path: Path)
     run_a = read_trace(a)
     proc = run_a.processes[0]
     assert len(proc.draws) == 4
-    assert [count for count, _ in proc.chains.values()] == [96]
+    assert [(c.count, c.final) for c in proc.chains.values()] == [(96, 96)]
     assert sum(1 for _ in open(next(a.glob("*.jsonl")))) < 20  # 4 draws, a seed, a few chain lines
     cmp = compare_traces(run_a, read_trace(b))
     assert cmp.draw is not None and cmp.draw.kind == "chain"  # the first 4 agree; the chain does not

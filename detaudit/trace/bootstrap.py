@@ -245,8 +245,7 @@ class Recorder:
             if os.getpid() != self.pid:
                 return
             for key, state in self.chains.items():
-                if state[0] != state[3]:
-                    self._chain_line(key, state)
+                self._chain_line(key, state, final=True)
             if self.pending:
                 self._open(self.identity or {"label": "process"})
             if self.file is not None:
@@ -315,14 +314,17 @@ class Recorder:
             state[2] *= 2
             self._chain_line(key, state)
 
-    def _chain_line(self, key: tuple, state: list) -> None:
+    def _chain_line(self, key: tuple, state: list, final: bool = False) -> None:
+        """Checkpoints at counts 1, 2, 4, ... (the same in every run) and a final one at exit:
+        a process killed before its exit still leaves comparable checkpoints."""
         state[3] = state[0]
+        extra = {"final": True} if final else {}
         if key[0] == "draw":
             self._emit({"type": "chain", "kind": "draw", "gen": key[1], "op": key[2], "site": key[3],
-                        "after": self.keep, "count": state[0], "chain": state[1]})
+                        "after": self.keep, "count": state[0], "chain": state[1], **extra})
         else:
             self._emit({"type": "chain", "kind": "module", "name": key[1], "after": self.keep,
-                        "count": state[0], "chain": state[1]})
+                        "count": state[0], "chain": state[1], **extra})
 
 
 # --- post-import hooks ---------------------------------------------------------------------------

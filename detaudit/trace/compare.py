@@ -152,14 +152,14 @@ def first_draw_difference(a: ProcessTrace, b: ProcessTrace) -> DrawDifference | 
         return DrawDifference(a.display, "missing", x, y, d.seeded, d.seeded, index == 1, index)
     for key in sorted(set(a.chains) | set(b.chains)):
         ca, cb = a.chains.get(key), b.chains.get(key)
-        if ca != cb:
+        if ca is None or cb is None or ca.differs(cb):
             gen, op, site = key
             last = next(d for d in reversed(a.draws or b.draws) if (d.gen, d.op, d.site) == key) \
                 if any((d.gen, d.op, d.site) == key for d in a.draws) else None
             proto = last or Draw(0, gen, op, site, False, 0, "", None)
             return DrawDifference(a.display, "chain", proto, None, proto.seeded, proto.seeded, False, 0,
-                                  chain={"generator": gen, "op": op, "site": site, "count_a": ca[0] if ca else 0,
-                                         "count_b": cb[0] if cb else 0})
+                                  chain={"generator": gen, "op": op, "site": site, "count_a": ca.count if ca else 0,
+                                         "count_b": cb.count if cb else 0})
     return None
 
 
@@ -179,7 +179,7 @@ def first_module_difference(a: ProcessTrace, b: ProcessTrace) -> ModuleDifferenc
         return first_any
     for name in sorted(set(a.module_chains) | set(b.module_chains)):
         ca, cb = a.module_chains.get(name), b.module_chains.get(name)
-        if ca != cb:
+        if ca is None or cb is None or ca.differs(cb):
             last = next((m for m in reversed(a.modules) if m.name == name), None)
             other = next((m for m in reversed(b.modules) if m.name == name), None)
             if last is not None and other is not None:
@@ -219,7 +219,7 @@ def unseeded_uses(run: RunTrace) -> list[UnseededUse]:
                 by_gen.setdefault(d.gen, []).append(d)
         for gen, draws in sorted(by_gen.items()):
             draws.sort(key=lambda d: d.seq)
-            chained = sum(c for (g, _, _), (c, _) in p.chains.items() if g == gen
+            chained = sum(c.count for (g, _, _), c in p.chains.items() if g == gen
                           and any(d.gen == g for d in draws))
             out.append(UnseededUse(p.display, gen, len(draws) + chained, draws[0],
                                    all(d.library for d in draws), how.get(gen)))

@@ -52,6 +52,30 @@ class ModuleCall:
 
 
 @dataclass
+class Chain:
+    """Draws (or calls) beyond the kept ones at one site: hash-chain checkpoints by count."""
+
+    points: dict[int, str] = field(default_factory=dict)
+    final: int | None = None  # the count at exit, when the process got to write it
+
+    @property
+    def count(self) -> int:
+        return self.final if self.final is not None else max(self.points, default=0)
+
+    def differs(self, other: "Chain") -> bool:
+        """Fail closed on what both show: the chain at the largest count both reached, and
+        the final counts when both processes wrote them."""
+        common = set(self.points) & set(other.points)
+        if common:
+            at = max(common)
+            if self.points[at] != other.points[at]:
+                return True
+        elif self.points or other.points:
+            return True
+        return self.final is not None and other.final is not None and self.final != other.final
+
+
+@dataclass
 class ProcessTrace:
     path: Path
     pid: int = 0
@@ -60,9 +84,9 @@ class ProcessTrace:
     actor_name: str = ""
     draws: list[Draw] = field(default_factory=list)
     seeds: list[dict[str, Any]] = field(default_factory=list)
-    chains: dict[tuple[str, ...], tuple[int, str]] = field(default_factory=dict)
+    chains: dict[tuple[str, ...], Chain] = field(default_factory=dict)
     modules: list[ModuleCall] = field(default_factory=list)
-    module_chains: dict[str, tuple[int, str]] = field(default_factory=dict)
+    module_chains: dict[str, Chain] = field(default_factory=dict)
 
     @property
     def group(self) -> tuple[str, str, str]:
@@ -88,7 +112,7 @@ class RunTrace:
 
     @property
     def draw_count(self) -> int:
-        return sum(len(p.draws) + sum(c for c, _ in p.chains.values()) for p in self.processes)
+        return sum(len(p.draws) + sum(c.count for c in p.chains.values()) for p in self.processes)
 
 
 def read_process(path: Path) -> ProcessTrace:
@@ -115,9 +139,12 @@ def read_process(path: Path) -> ProcessTrace:
                                                    rec.get("t", 0.0)))
                 elif kind == "chain":
                     if rec["kind"] == "draw":
-                        proc.chains[(rec["gen"], rec["op"], rec["site"])] = (rec["count"], rec["chain"])
+                        chain = proc.chains.setdefault((rec["gen"], rec["op"], rec["site"]), Chain())
                     else:
-                        proc.module_chains[rec["name"]] = (rec["count"], rec["chain"])
+                        chain = proc.module_chains.setdefault(rec["name"], Chain())
+                    chain.points[int(rec["count"])] = rec["chain"]
+                    if rec.get("final"):
+                        chain.final = int(rec["count"])
                 else:
                     raise KeyError(f"unknown record type {kind!r}")
             except (ValueError, KeyError, TypeError) as exc:

@@ -31,7 +31,7 @@ def draw_difference_line(d: DrawDifference, labels: tuple[str, str]) -> str:
     if d.kind == "chain":
         c = d.chain or {}
         return (f"{d.process}: {c.get('op')} at {c.get('site')}: the draws after the first kept ones differ "
-                f"({c.get('count_a')} vs {c.get('count_b')} more draws, or their states) {runs}")
+                f"({c.get('count_a')} vs {c.get('count_b')} of them, or their states) {runs}")
     seeded = d.seeded_a if d.seeded_a == d.seeded_b else None
     from_words = f"drew from {generator_words(draw.gen)} {_seeded_words(seeded)}"
     if d.seeded_a != d.seeded_b:
@@ -121,14 +121,14 @@ def summary_rows(run: RunTrace) -> list[tuple[str, str, str, str, str]]:
         counts: dict[str, int] = {}
         for d in p.draws:
             counts[d.gen] = counts.get(d.gen, 0) + 1
-        for (gen, _, _), (count, _) in p.chains.items():
-            counts[gen] = counts.get(gen, 0) + count
+        for (gen, _, _), chain in p.chains.items():
+            counts[gen] = counts.get(gen, 0) + chain.count
         seeded: dict[str, str] = {}
         for s in p.seeds:
             if (s["gen"] in counts or not s["gen"].startswith("torch.cuda")) and s["gen"] not in seeded:
                 seeded[s["gen"]] = f"{s['gen']} at {s['site']}"  # the first: a process seeds once, up front
         draws = ", ".join(f"{g} {n}" for g, n in sorted(counts.items())) or "-"
-        modules = len(p.modules) + sum(c for c, _ in p.module_chains.values())
+        modules = len(p.modules) + sum(c.count for c in p.module_chains.values())
         rows.append((p.display, str(p.pid), draws, "; ".join(sorted(set(seeded.values()))) or "never", str(modules)))
     return rows
 
