@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any, Callable
 
 MODE_ENV = "DETAUDIT_TRACE"            # "rng" or "modules"
 DIR_ENV = "DETAUDIT_TRACE_DIR"         # where each process writes <process>.jsonl
@@ -26,19 +27,41 @@ DEFAULT_KEEP = 16
 SITE_DIR = Path(__file__).resolve().parent / "site"
 
 
+TRACE_SUBDIR = "trace"  # runN/trace/
+
+
+def run_trace_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / TRACE_SUBDIR
+
+
+def trace_variables(mode: str, trace_dir: Path, keep: int | None = None) -> dict[str, str]:
+    """The variables that turn tracing on for one run (``PYTHONPATH``: to prepend)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown trace mode {mode!r} (one of {', '.join(MODES)})")
+    out = {MODE_ENV: mode, DIR_ENV: str(trace_dir), MAIN_ENV: "",
+           "PYTHONPATH": os.pathsep.join([str(SITE_DIR), str(SITE_DIR.parents[2])])}
+    if keep is not None:
+        out[KEEP_ENV] = str(keep)
+    return out
+
+
+def trace_hook(mode: str, keep: int | None = None) -> Callable[[Any], dict[str, str]]:
+    """An ``env_hooks`` entry for ``detaudit.plan``: each run traces into ``runN/trace/``."""
+    trace_variables(mode, Path("."), keep)  # validate the mode now, not per run
+
+    def hook(spec: Any) -> dict[str, str]:
+        return trace_variables(mode, run_trace_dir(spec.workdir), keep)
+
+    return hook
+
+
 def trace_env(mode: str, trace_dir: Path, env: dict[str, str], keep: int | None = None) -> dict[str, str]:
     """``env`` plus what turns tracing on for one run: the mode, the trace dir, and the
     ``sitecustomize`` folder first on ``PYTHONPATH`` (with this package's root after it,
     so the bootstrap is importable in every process)."""
-    if mode not in MODES:
-        raise ValueError(f"unknown trace mode {mode!r} (one of {', '.join(MODES)})")
     out = dict(env)
-    out[MODE_ENV] = mode
-    out[DIR_ENV] = str(trace_dir)
-    if keep is not None:
-        out[KEEP_ENV] = str(keep)
-    out.pop(MAIN_ENV, None)
-    package_root = str(SITE_DIR.parents[2])
-    parts = [str(SITE_DIR), package_root] + [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p]
+    variables = trace_variables(mode, trace_dir, keep)
+    parts = variables.pop("PYTHONPATH").split(os.pathsep) + [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p]
+    out.update(variables)
     out["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
     return out

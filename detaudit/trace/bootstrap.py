@@ -406,9 +406,13 @@ def install() -> Recorder | None:
     with _INSTALL_LOCK:
         if _RECORDER is not None:
             return _RECORDER
-        main = os.environ.get(MAIN_ENV)
+        main = os.environ.get(MAIN_ENV) or None
         if main is None:
             os.environ[MAIN_ENV] = str(os.getpid())  # children inherit it: they are not "main"
+            try:
+                os.makedirs(trace_dir, exist_ok=True)  # the dir says: tracing started in this run
+            except OSError as exc:
+                _note_failure(f"cannot create the trace dir: {exc}")
         keep = int(os.environ.get(KEEP_ENV, DEFAULT_KEEP))
         rec = Recorder(trace_dir, mode, keep, int(main) if main else os.getpid())
         _RECORDER = rec

@@ -19,9 +19,9 @@ from typing import Any, Callable
 
 from detaudit.card import load_card
 from detaudit.errors import InputError, UsageError
-from detaudit.record import make_specs
-from detaudit.runner import RunState, run_batch
-from detaudit.trace import MODES
+from detaudit.plan import make_specs, prepare_workdir
+from detaudit.runner import RunState, interrupts_as_exceptions, run_batch
+from detaudit.trace import MODES, run_trace_dir, trace_hook
 from detaudit.trace.compare import Collision, TraceComparison, UnseededUse, compare_traces, seed_collisions, unseeded_uses
 from detaudit.trace.files import RunTrace, read_trace
 
@@ -122,11 +122,11 @@ def trace_card(
         raise UsageError(f"unknown trace mode {mode!r} (one of {', '.join(MODES)})")
     if save is not None and Path(save).exists() and (not Path(save).is_dir() or any(Path(save).iterdir())):
         raise UsageError("exists; give --save a new folder", save)
-    base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"detaudit-trace-{card.name}-"))
-    base.mkdir(parents=True, exist_ok=True)
-    spec = make_specs(card, 1, base, extra_args, trace=mode)[0]
-    trace_dir = spec.workdir / "trace"
-    state = run_batch([spec], on_update=on_update)[0]
+    base, _ = prepare_workdir(card, workdir, 1, "trace")  # kept: the trace is what this command is for
+    spec = make_specs(card, 1, base, extra_args, env_hooks=(trace_hook(mode),))[0]
+    trace_dir = run_trace_dir(spec.workdir)
+    with interrupts_as_exceptions():
+        state = run_batch([spec], on_update=on_update)[0]
     result = TraceResult("ok" if state.ok else "run-failed", mode, state, trace_dir)
     if not state.ok:
         return result
