@@ -84,8 +84,6 @@ class CallSites:
                 if real.startswith(base) and len(base) > len(best):
                     best = base
             known = real[len(best):] if best else real
-            if best and "-packages" + os.sep in best:
-                known = real[len(best):]
             self._short[filename] = known
         return known
 

@@ -110,7 +110,8 @@ def unseeded_lines(uses: list[UnseededUse], *, user_only: bool = True) -> list[s
     lines = [unseeded_line(u) for u in shown]
     hidden = len(uses) - len(shown)
     if hidden:
-        lines.append(f"({hidden} unseeded generator(s) drawn from only inside libraries; --json lists them)")
+        lines.append(f"({hidden} more process/generator pair(s) drawn from unseeded only inside library code; "
+                     "--json lists them)")
     return lines
 
 
@@ -191,7 +192,7 @@ def runs_trace_lines(report: RunsTraceReport) -> list[tuple[str, str]]:
         out += [(style, line) for line in comparison_lines(report.comparison)]
     lines = unseeded_lines(report.unseeded)
     if lines:
-        out += [("yellow", "unseeded: " + line) for line in lines]
+        out += [("yellow", line if line.startswith("(") else "unseeded: " + line) for line in lines]
     else:
         out.append(("green", "no draw from a global generator that its process never seeded"
                     + (" (outside library code)" if report.unseeded else "")))
