@@ -12,6 +12,8 @@ are noisy; compare the medians).
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -29,7 +31,36 @@ MODES = ("off", "rng", "modules")
 GOALS = {"rng": 1.05, "modules": 1.5}
 
 
-def run_once(card_path: Path, mode: str, base: Path, index: int) -> tuple[float, int, int]:
+MICRO = """
+import time, torch
+x = torch.empty(64)
+for _ in range(200):
+    torch.randperm(10); x.uniform_()
+t0 = time.perf_counter()
+for _ in range({n}):
+    torch.randperm(10)
+    x.uniform_()
+print((time.perf_counter() - t0) / (2 * {n}))
+"""
+
+
+def per_draw_seconds(mode: str, base: Path, n: int = 3000) -> float:
+    """Seconds per global draw (torch.randperm and Tensor.uniform_), traced or not."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DETAUDIT_TRACE")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    if mode != "off":
+        env = trace_env(mode, base / f"micro-{mode}", env)
+    out = subprocess.run([sys.executable, "-c", MICRO.format(n=n)], env=env, capture_output=True, text=True,
+                         check=True, timeout=600).stdout
+    return float(out.strip())
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_once(card_path: Path, mode: str, base: Path, index: int) -> tuple[float, int, int, float, int]:
     card = load_card(card_path)
     workdir = base / f"{mode}-{index}"
     workdir.mkdir(parents=True)
@@ -38,14 +69,23 @@ def run_once(card_path: Path, mode: str, base: Path, index: int) -> tuple[float,
     if mode != "off":
         env = trace_env(mode, workdir / "trace", env)
     started = time.perf_counter()
+    cpu_before = children_cpu()
     with open(workdir / "run.log", "wb") as log:
         proc = subprocess.run(run_argv(card, workdir, metrics), cwd=workdir, env=env, stdout=log,
                               stderr=subprocess.STDOUT, timeout=card.timeout_s * 2)
     wall = time.perf_counter() - started
+    cpu = children_cpu() - cpu_before  # the run and the descendants it reaped
     if proc.returncode != 0:
         raise SystemExit(f"{mode} run failed (exit {proc.returncode}); log {workdir / 'run.log'}")
     files = list((workdir / "trace").glob("*.jsonl")) if mode != "off" else []
-    return wall, sum(f.stat().st_size for f in files), len(files)
+    draws = 0
+    for f in files:
+        for line in open(f, encoding="utf-8"):
+            if '"type":"draw"' in line:
+                draws += 1
+            elif '"type":"chain"' in line and '"final":true' in line and '"kind":"draw"' in line:
+                draws += int(line.split('"count":')[1].split(",")[0])
+    return wall, sum(f.stat().st_size for f in files), len(files), cpu, draws
 
 
 def main() -> None:
@@ -55,23 +95,35 @@ def main() -> None:
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="detaudit-trace-bench-"))
     walls: dict[str, list[float]] = {m: [] for m in MODES}
+    cpus: dict[str, list[float]] = {m: [] for m in MODES}
     sizes: dict[str, tuple[int, int]] = {}
+    draws: dict[str, int] = {}
     for round_ in range(args.repeats):
         order = MODES if round_ % 2 == 0 else tuple(reversed(MODES))
         for mode in order:
-            wall, size, files = run_once(args.card, mode, base, round_)
+            wall, size, files, cpu, count = run_once(args.card, mode, base, round_)
             walls[mode].append(wall)
+            cpus[mode].append(cpu)
             sizes[mode] = (size, files)
-            print(f"round {round_ + 1} {mode:8s} {wall:7.1f} s", flush=True)
+            draws[mode] = count
+            print(f"round {round_ + 1} {mode:8s} {wall:7.1f} s wall, {cpu:7.1f} s CPU", flush=True)
     base_wall = statistics.median(walls["off"])
     print(f"\n{args.card.name}, {args.repeats} round(s), runs in {base}")
-    print(f"{'mode':10s} {'median wall':>12s} {'vs untraced':>12s} {'goal':>6s} {'trace size':>12s} {'files':>6s}")
+    base_cpu = statistics.median(cpus["off"])
+    print(f"{'mode':10s} {'median wall':>12s} {'vs untraced':>12s} {'median CPU':>11s} {'vs untraced':>12s} {'goal':>6s} "
+          f"{'trace size':>12s} {'files':>6s} {'draws':>7s}")
     for mode in MODES:
-        wall = statistics.median(walls[mode])
+        wall, cpu = statistics.median(walls[mode]), statistics.median(cpus[mode])
         size, files = sizes.get(mode, (0, 0))
         goal = f"{GOALS[mode]:.2f}x" if mode in GOALS else ""
-        print(f"{mode:10s} {wall:10.1f} s {wall / base_wall:11.3f}x {goal:>6s} {size / 1e6:9.3f} MB {files:6d}")
+        print(f"{mode:10s} {wall:10.1f} s {wall / base_wall:11.3f}x {cpu:9.1f} s {cpu / base_cpu:11.3f}x {goal:>6s} "
+              f"{size / 1e6:9.3f} MB {files:6d} {draws.get(mode, 0):7d}")
     print("trace size goal: <= 5 MB for the 3-rollout run")
+    plain, traced = per_draw_seconds("off", base), per_draw_seconds("rng", base)
+    extra = (traced - plain) * draws.get("rng", 0)
+    print(f"per global draw: {plain * 1e6:.1f} us untraced, {traced * 1e6:.1f} us traced (+{(traced - plain) * 1e6:.1f} us); "
+          f"x {draws.get('rng', 0)} draws = {extra:.2f} s of the untraced {base_wall:.1f} s wall "
+          f"({1 + extra / base_wall:.4f}x: the ledger's cost without the machine's noise)")
 
 
 if __name__ == "__main__":

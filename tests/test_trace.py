@@ -235,3 +235,16 @@ def test_bad_trace_input_is_one_line_exit_2(tmp_path: Path) -> None:
     assert result.code == 2 and result.err.startswith(f"detaudit: error: {bad / 'trace' / 'main.1.jsonl'}:1: ")
     result = run_cli("verify", "--metrics", str(tmp_path / "m.jsonl"), "--standard", str(tmp_path / "s.json"), "--trace")
     assert result.code == 2 and "--trace traces a run: give a CARD, not --metrics" in result.err
+
+
+def test_record_and_verify_trace_a_seeded_recipe(tmp_path: Path) -> None:
+    card = trace_card(tmp_path, "--mp", "fork")
+    record = run_cli("record", str(card), "--runs", "2", "--trace", "--workdir", str(tmp_path / "runs"))
+    assert record.code == 0, record.text
+    assert "[detaudit] trace: traces identical (run 1 vs run 2)" in record.out
+    assert "[detaudit] trace: no draw from a global generator that its process never seeded" in record.out
+    assert len(list((tmp_path / "runs" / "run2" / "trace").glob("*.jsonl"))) == 3  # main + 2 forked children
+    verify = run_cli("verify", str(card), "--trace", "--workdir", str(tmp_path / "verify"))
+    assert verify.code == 0, verify.text
+    assert "no draw from a global generator that its process never seeded" in verify.out and "PASSED" in verify.out
+    assert (tmp_path / "verify" / "run1" / "trace").is_dir()  # kept for the trace
