@@ -149,9 +149,9 @@ def verify(
             result.failures.append((name, divergence))
     result.compared = len(std.series)
     result.extra_series = sorted(n for n in run.series if n not in std.series and n not in std.dropped)
-    current = info if info is not None else detect_environment()
     if result.failures:
         result.status = "failed"
+        current = info if info is not None else detect_environment()
         result.provenance = provenance_differences(std.runner, current)
     if plan is not None:
         result.workdir_removed = finish(plan, passed=result.ok)
