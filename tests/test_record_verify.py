@@ -137,7 +137,6 @@ def test_verify_finds_the_standard_of_another_class_by_exact_name(toy_card: Path
     # Card "to" must not take card "toy"'s standard, nor card "toy"'s "toy.v2" (glob "toy.*.json").
     v2 = write_card(tmp_path / "v2.toml", name="toy.v2")
     v2.write_text(v2.read_text().replace('runner = ["cpu", "test"]', 'runner = ["h200", "1gpu"]'))
-    assert run_cli("record", str(v2), "--runs", "2", "--allow-other-runner").code == 2  # not a record flag
     (tmp_path / "standards" / "toy.v2.h200-1gpu.json").write_text(
         standard_of(toy_card).read_text().replace('"name": "toy"', '"name": "toy.v2"')
         .replace('["cpu", "test"]', '["h200", "1gpu"]'))
@@ -227,8 +226,9 @@ def test_gpu_slots() -> None:
 
 
 def test_concurrent_record_of_one_standard_fails_clearly(toy_card: Path) -> None:
-    first = subprocess.Popen([sys.executable, "-m", "detaudit", "record", str(toy_card), "--runs", "2", "--",
-                              "--sleep", "4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The first record holds the lock for at least 20 s (two runs at once), long past the second's start-up.
+    first = subprocess.Popen([sys.executable, "-m", "detaudit", "record", str(toy_card), "--runs", "2", "--parallel",
+                              "2", "--", "--sleep", "20"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lock = Path(str(standard_of(toy_card)) + ".lock")
     deadline = time.time() + 30
     while not lock.exists() and time.time() < deadline:
