@@ -225,3 +225,19 @@ def test_unseeded_rollout_manager_leaves_every_flow_grpo_series_bit_identical(tm
     assert "20 / 20 identical" in same.out, same.out
     passed = run_cli("verify", str(CARD), "--metrics", str(unseeded), *standard_args, cwd=REPO)
     assert passed.code == 0 and "PASSED: 20 metric series match" in passed.out, passed.text
+
+
+def test_only_nft_draws_when_converting_a_rollout() -> None:
+    """The RolloutManager's conversion: NFT shuffles its timesteps on the global RNG, Flow-GRPO draws nothing."""
+    from recipes.diffusion_nft.actors import train_pairs
+
+    rewards = torch.tensor([1.0, 2.0, 3.0, 4.0, 4.0, 3.0, 2.0, 0.0])
+    sigmas = torch.linspace(1.0, 0.0, 11)
+    state = torch.get_rng_state()
+    pairs = train_pairs("flow-grpo", rewards, sigmas, 4, 10)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert set(pairs) == {"adv", "sigmas"} and pairs["sigmas"].shape == (8, 11)
+    assert torch.equal(pairs["adv"], flow_grpo.group_advantages(rewards, 4))
+    nft_pairs = train_pairs("nft", rewards, sigmas, 4, 10)
+    assert not torch.equal(torch.get_rng_state(), state)
+    assert set(nft_pairs) == {"adv", "r", "train_t"}

@@ -174,6 +174,17 @@ class RewardActor:
         return self.score(images, prompts)
 
 
+def train_pairs(algorithm: str, rewards: torch.Tensor, sigmas: torch.Tensor, group_size: int,
+                steps: int) -> dict[str, torch.Tensor]:
+    """A rollout's advantages and per-sample train data. Only NFT draws (its timestep shuffle)."""
+    if algorithm == "nft":
+        adv = nft.advantages(rewards, group_size)
+        train_t = nft.convert(sigmas, len(rewards), steps)  # the global-RNG draw: NFT only
+        return {"adv": adv, "r": nft.advantage_to_r(adv), "train_t": train_t}
+    adv = flow_grpo.group_advantages(rewards, group_size)
+    return {"adv": adv, "sigmas": sigmas.expand(len(rewards), -1).clone()}
+
+
 class RolloutManager:
     """Drives rollouts: engines -> reward -> advantages -> train pairs.
 
@@ -213,13 +224,7 @@ class RolloutManager:
         started = time.perf_counter()
         rewards = ray.get(self.reward_actor.reward.remote(batch["images"], prompts)).double()
         reward_time = time.perf_counter() - started
-        if args.algorithm == "nft":
-            adv = nft.advantages(rewards, args.group_size)
-            train_t = nft.convert(sigmas, len(rewards), args.steps)  # the global-RNG draw: NFT only
-            train_pairs = {"adv": adv, "r": nft.advantage_to_r(adv), "train_t": train_t}
-        else:
-            adv = flow_grpo.group_advantages(rewards, args.group_size)
-            train_pairs = {"adv": adv, "sigmas": sigmas.expand(len(rewards), -1).clone()}
+        pairs = train_pairs(args.algorithm, rewards, sigmas, args.group_size, args.steps)
         metrics = {
             "rollout/reward/raw_mean": rewards.mean().item(),
             "rollout/reward/raw_median": rewards.median().item(),
@@ -235,7 +240,7 @@ class RolloutManager:
         if args.algorithm == "flow-grpo":
             metrics["rollout/log_prob_mean"] = batch["log_probs"].mean().item()
         del batch["images"]
-        batch.update({**train_pairs,
+        batch.update({**pairs,
                       "prompt_ids": torch.tensor([i for i, _ in order]).repeat_interleave(args.group_size)})
         return batch, metrics
 

@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Flow-GRPO: train on the first int(steps * fraction) sampled transitions.")
     p.add_argument("--lora-rank", type=int, default=32)
     p.add_argument("--lora-alpha", type=int, default=64)
-    p.add_argument("--ema-slope", type=float, default=0.001, help="Old-policy EMA decay = min(slope*step, max).")
+    p.add_argument("--ema-slope", type=float, default=0.001, help="NFT: old-policy EMA decay = min(slope*step, max) (Flow-GRPO samples on-policy).")
     p.add_argument("--ema-max", type=float, default=0.5)
     p.add_argument("--train-batch-size", type=int, help="Samples per optimizer step (default: the whole rollout).")
     p.add_argument("--sample-batch", type=int, help="Images sampled at once by an engine (default: the preset's).")
