@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import datetime as _dt
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from detaudit import __version__
-from detaudit.card import Card, load_card, standard_path
+from detaudit.card import load_card, standard_path
 from detaudit.compare import DiffReport, SeriesChanges, SeriesData, compare_standard_series, diff_runs
 from detaudit.errors import UsageError
 from detaudit.floats import encode_value
@@ -96,36 +97,30 @@ def record(
     cls = resolve_runner(card, info)
     if trace:
         env_hooks = tuple(env_hooks) + (trace_hook(trace),)
-    if not write:
-        with interrupts_as_exceptions():
-            return _record_runs(card, None, None, cls, info, runs, parallel, False, allow_partial, fmt or "detaudit",
-                                extra_args, exclude, include, workdir, executor, env_hooks, on_update, on_start)
-    path = Path(out) if out is not None else standard_path(card, cls)
-    if path.exists() and not update:
-        raise UsageError("exists; pass --update to replace it", path)
-    old = load_standard(path) if path.exists() else None
+    path: Path | None = None
+    old: Standard | None = None
+    if write:
+        path = Path(out) if out is not None else standard_path(card, cls)
+        if path.exists() and not update:
+            raise UsageError("exists; pass --update to replace it", path)
+        old = load_standard(path) if path.exists() else None
     fmt = fmt or (old.format if old is not None else "detaudit")
-    with interrupts_as_exceptions(), standard_lock(path):
-        return _record_runs(card, path, old, cls, info, runs, parallel, update, allow_partial, fmt,
-                            extra_args, exclude, include, workdir, executor, env_hooks, on_update, on_start)
+    with interrupts_as_exceptions(), (standard_lock(path) if path is not None else nullcontext()):
+        plan = make_plan(card, runs, environment=info, workdir=workdir, extra_args=extra_args, exclude=exclude,
+                         include=include, env_hooks=env_hooks, label="record")
+        if on_start:
+            on_start(plan.workdir, plan.runner_class)
+        states = execute(plan, parallel=parallel, executor=executor, on_update=on_update)
+        return _judge(plan, states, path, old, update=update, allow_partial=allow_partial, fmt=fmt)
 
 
-def _record_runs(
-    card: Card, path: Path | None, old: Standard | None, cls: list[str], info: dict[str, Any], runs: int,
-    parallel: int, update: bool, allow_partial: bool, fmt: str, extra_args: tuple[str, ...],
-    exclude: tuple[str, ...], include: tuple[str, ...], workdir: str | Path | None, executor: Executor | None,
-    env_hooks: Sequence[EnvHook], on_update: Callable[[list[RunState]], None] | None,
-    on_start: Callable[[Path, list[str]], None] | None,
-) -> RecordResult:
-    plan = make_plan(card, runs, environment=info, workdir=workdir, extra_args=extra_args, exclude=exclude,
-                     include=include, env_hooks=env_hooks, label="record")
-    if on_start:
-        on_start(plan.workdir, cls)
-    states = execute(plan, parallel=parallel, executor=executor, on_update=on_update)
+def _judge(plan: RunPlan, states: list[RunState], path: Path | None, old: Standard | None, *, update: bool,
+           allow_partial: bool, fmt: str) -> RecordResult:
+    """Compare the finished runs; write the standard to ``path`` (None: write nothing) if they agree."""
     if not all(s.ok for s in states):
         return RecordResult("run-failed", path, states, plan.workdir)
     parsed = read_run_metrics(plan)
-    report = diff_runs(parsed, labels=[f"run{i + 1}" for i in range(runs)])
+    report = diff_runs(parsed, labels=[f"run{i + 1}" for i in range(len(plan.specs))])
     report.exclude_patterns = plan.exclusion.patterns()
     result = RecordResult("disagree", path, states, plan.workdir, report=report)
     traced = any(MODE_ENV in spec.env for spec in plan.specs)
@@ -134,7 +129,7 @@ def _record_runs(
     if not report.ok and not allow_partial:
         return result
     if not report.identical:
-        result.status = "empty"
+        result.status = "empty"  # a standard of 0 series would pass any run
         return result
     if path is None:
         result.status = "agreed"

@@ -219,7 +219,7 @@ def interrupted_message(signal_name: str, states: list[Any], repeated: bool, wri
     started = [s for s in states if s.proc is not None]
     how = f"interrupted ({signal_name}{', again: SIGKILL at once' if repeated else ''})"
     if not started:
-        return f"{how} before any run started; {written}"
+        return f"{how}: no run was running; {written}"
     survived = [s.spec.index + 1 for s in started if s.group_survived]
     killed = [s.spec.index + 1 for s in started if not s.group_survived]
     parts = []
