@@ -99,12 +99,14 @@ def main() -> None:
     seen: list[dict[str, object]] = []
     original_sdpa = F.scaled_dot_product_attention
 
-    def spy(q, k, v, attn_mask=None, *a, **kw):  # noqa: ANN001, ANN002, ANN003
-        if len(seen) < 1:
+    def spy(*a, **kw):  # noqa: ANN002, ANN003
+        if not seen:
+            named = dict(zip(("query", "key", "value", "attn_mask"), a), **kw)
+            q, k, v, mask = named["query"], named["key"], named["value"], named.get("attn_mask")
             seen.append({"q": [str(q.dtype), list(q.shape), list(q.stride())], "k": str(k.dtype), "v": str(v.dtype),
-                         "mask": None if attn_mask is None else list(attn_mask.shape),
-                         "is_causal": kw.get("is_causal", False), "dropout_p": kw.get("dropout_p", 0.0)})
-        return original_sdpa(q, k, v, attn_mask, *a, **kw)
+                         "mask": None if mask is None else list(mask.shape),
+                         "is_causal": named.get("is_causal", False), "dropout_p": named.get("dropout_p", 0.0)})
+        return original_sdpa(*a, **kw)
 
     def fwd_bwd(x: dict[str, torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
         for p in lora:

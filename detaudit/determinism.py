@@ -31,12 +31,13 @@ SKIP_SEED_ENV = "DETAUDIT_SKIP_SEED"  # set on one actor to reproduce an unseede
 ATTENTION_ENV = "DETAUDIT_ATTENTION"  # the SDPA backend choice, for every worker process
 
 # SDPA backends per attention mode. "math": PyTorch's reference kernel, deterministic forward
-# and backward, slow. "flash": the fused flash kernel only; under use_deterministic_algorithms
-# PyTorch runs its deterministic backward (no fallback: an input flash cannot take raises,
-# rather than silently switching kernels and numerics). "any": every backend, PyTorch picks.
+# and backward, slow. "flash": the fused flash kernel wherever it applies (under
+# use_deterministic_algorithms PyTorch runs its deterministic backward), math for inputs flash
+# cannot take (an attention mask, as in CLIP's text encoder; float32): which of the two runs
+# is a fixed function of the inputs' shapes and dtypes. "any": every backend, PyTorch picks.
 ATTENTION_BACKENDS = {
     "math": ("math",),
-    "flash": ("flash",),
+    "flash": ("flash", "math"),
     "any": ("flash", "mem_efficient", "cudnn", "math"),
 }
 

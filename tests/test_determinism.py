@@ -65,7 +65,7 @@ def test_attention_choice_reaches_every_worker() -> None:
         state = ray.get(Probe.remote().state.remote())
     finally:
         ray.shutdown()
-    assert state["deterministic"] and state["sdp"] == [True, False, False]
+    assert state["deterministic"] and state["sdp"] == [True, False, True]
 
 
 SWITCHES = """
