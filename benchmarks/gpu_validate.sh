@@ -29,11 +29,11 @@ if [ "$stage" = A ]; then
   done
 elif [ "$stage" = D ]; then
   log "GPU 1: attention probe, then the 1-GPU standard (3 runs); GPU 0: benchmarks/gpu_cost.py (det, then not)"
-  ( CUDA_VISIBLE_DEVICES=1 timeout 150 python3 benchmarks/gpu_attention_probe.py --out "$out/probe.json" > "$work/probe.log" 2>&1
+  ( CUDA_VISIBLE_DEVICES=1 timeout 120 python3 benchmarks/gpu_attention_probe.py --out "$out/probe.json" > "$work/probe.log" 2>&1
     echo "probe exit $?" >> "$work/probe.log"
-    CUDA_VISIBLE_DEVICES=1 timeout 290 python3 -m detaudit record $card --runs 3 --workdir "$work/rec1" --out "$out/std_gpu.json" > "$work/rec1.log" 2>&1
+    CUDA_VISIBLE_DEVICES=1 timeout 270 python3 -m detaudit record $card --runs 3 --workdir "$work/rec1" --out "$out/std_gpu.json" > "$work/rec1.log" 2>&1
     echo "record exit $?" >> "$work/rec1.log" ) &
-  CUDA_VISIBLE_DEVICES=0 timeout 400 python3 benchmarks/gpu_cost.py --rollouts 3 --workdir "$work/cost" --out "$out/h200_cost.json" --commit "${COMMIT:-}" > "$work/cost.log" 2>&1
+  CUDA_VISIBLE_DEVICES=0 timeout 390 python3 benchmarks/gpu_cost.py --rollouts 3 --workdir "$work/cost" --out "$out/h200_cost.json" --commit "${COMMIT:-}" > "$work/cost.log" 2>&1
   echo "cost exit $?"; wait
   cat "$work/probe.log" "$work/cost.log"; tail -n 30 "$work/rec1.log"
   log "the 2-GPU standard (3 runs)"
