@@ -240,20 +240,21 @@ class TrainActor:
             p.requires_grad_(True)
         if args.activation_checkpointing:
             model.enable_gradient_checkpointing()
-        self.lora = lora_parameters(model)
         # ``params``: the float32 LoRA weights the optimizer steps. ``compute``: the weights
         # the forward reads, in the compute dtype, or None when they are ``params`` themselves.
         self.compute: list[torch.nn.Parameter] | None = None
-        if world_size > 1:
+        if world_size > 1 or args.fsdp_single_rank:
             mp = MixedPrecisionPolicy(param_dtype=self.dtype, reduce_dtype=torch.float32)
             for block in model.transformer_blocks:
                 fully_shard(block, mp_policy=mp)
             fully_shard(model, mp_policy=mp)
+            self.lora = lora_parameters(model)  # after sharding: FSDP2 replaces the parameters
             self.params = [p for _, p in self.lora]
         else:
             # World size 1: no FSDP, whose per-block gather and cast would run on every
             # forward. Its arithmetic is kept: parameters (not buffers) cast once to the
             # compute dtype, float32 master LoRA weights, gradients cast to float32 and summed.
+            self.lora = lora_parameters(model)
             self.params = [p for _, p in self.lora]
             if self.dtype != torch.float32:
                 self.params = [p.detach().float().clone().requires_grad_(True) for p in self.params]

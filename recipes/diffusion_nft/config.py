@@ -142,6 +142,7 @@ class JobConfig:
     num_cpus: int | None = None
     metrics_jsonl: Path | None = None
     config: Path | None = None
+    fsdp_single_rank: bool = False  # FSDP2 also at world size 1 (the plain module does the same arithmetic)
     # Optimiser and sampler settings.
     weight_decay: float = 1e-4
     grad_clip: float = 1.0
