@@ -100,6 +100,14 @@ def set_attention_backends(attention: str) -> None:
             switch(backend in wanted)
 
 
+def enabled_attention_backends() -> list[str]:
+    """The SDPA backends this process has switched on, in PyTorch's order of preference."""
+    import torch
+
+    cuda = torch.backends.cuda
+    return [b for b in ("flash", "mem_efficient", "cudnn", "math") if getattr(cuda, f"{b}_sdp_enabled")()]
+
+
 def enable(seed: int, *, deterministic: bool = True, seed_rngs: bool = True, attention: str = "math") -> None:
     """Seed this process's global RNGs and switch torch to deterministic kernels."""
     if deterministic:
