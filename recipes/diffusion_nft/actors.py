@@ -1,9 +1,13 @@
 """The Ray actors of the pipeline. Plain classes here; ``pipeline.py`` wraps them with ``ray.remote``.
 
-RolloutEngine  diffusers SD3 sampling with the old policy (EMA LoRA weights)
+RolloutEngine  diffusers SD3 sampling with the old policy (EMA LoRA weights): the ODE sampler for
+               NFT, the SDE sampler with per-step log-probabilities for Flow-GRPO
 RewardActor    PickScore (or JPEG compressibility)
-RolloutManager drives the engines and the reward, normalises, converts to train pairs
-TrainActor     one FSDP2 rank: LoRA on the SD3 transformer, the NFT loss, AdamW, grad scaler
+RolloutManager drives the engines and the reward, computes advantages, converts to train pairs
+TrainActor     one FSDP2 rank: LoRA on the SD3 transformer, the NFT or Flow-GRPO loss, AdamW, grad scaler
+
+``args.algorithm`` picks the loss; the actors are shared, the math lives in ``nft.py`` and
+``flow_grpo.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any, Iterator
 import torch
 
 from detaudit import determinism
-from recipes.diffusion_nft import nft
+from recipes.diffusion_nft import flow_grpo, nft
 from recipes.diffusion_nft.config import JobConfig, load_prompts, rollout_prompts
 from recipes.diffusion_nft.flops import image_tokens, transformer_forward_flops
 from recipes.diffusion_nft.models import build_pickscore, build_pipeline, build_transformer, init_on, max_sequence_length
@@ -117,9 +121,22 @@ class RolloutEngine:
         # Sample in chunks: attention activations of a whole rollout at 512x512 do not fit
         # beside a colocated trainer. Each sample's noise is its own, so chunking changes nothing.
         chunk = args.sample_batch or noise.shape[0]
-        parts = [sample(self.pipe.transformer, self.pipe.vae, embeds[i : i + chunk], pooled[i : i + chunk],
-                        noise[i : i + chunk], sigmas, self.dtype, self.device) for i in range(0, noise.shape[0], chunk)]
-        x0 = torch.cat([p.x0 for p in parts])
+        starts = range(0, noise.shape[0], chunk)
+        trajectory = {}
+        if args.algorithm == "flow-grpo":
+            # Each sample's SDE noise comes from its own generator: no global draw, and chunking changes nothing.
+            generators = flow_grpo.sample_generators(seed, [(pidx, s) for pidx, _ in prompts for s in range(group_size)])
+            parts = [flow_grpo.sample_sde(self.pipe.transformer, self.pipe.vae, embeds[i : i + chunk],
+                                          pooled[i : i + chunk], noise[i : i + chunk], sigmas,
+                                          generators[i : i + chunk], args.noise_level, self.dtype, self.device)
+                     for i in starts]
+            trajectory = {"latents": torch.cat([p.latents for p in parts]),
+                          "log_probs": torch.cat([p.log_probs for p in parts])}
+            x0 = trajectory["latents"][:, -1]
+        else:
+            parts = [sample(self.pipe.transformer, self.pipe.vae, embeds[i : i + chunk], pooled[i : i + chunk],
+                            noise[i : i + chunk], sigmas, self.dtype, self.device) for i in starts]
+            x0 = torch.cat([p.x0 for p in parts])
         images = torch.cat([p.images for p in parts])
         if self.device.type == "cuda":
             torch.cuda.empty_cache()  # hand cached blocks back to the colocated trainer
@@ -134,6 +151,7 @@ class RolloutEngine:
             "pooled": pooled.float().cpu(),
             "sigmas": sigmas,
             "prompts": [p for p in texts for _ in range(group_size)],
+            **trajectory,
         }
 
 
@@ -157,8 +175,23 @@ class RewardActor:
         return self.score(images, prompts)
 
 
+def train_pairs(algorithm: str, rewards: torch.Tensor, sigmas: torch.Tensor, group_size: int,
+                steps: int) -> dict[str, torch.Tensor]:
+    """A rollout's advantages and per-sample train data. Only NFT draws (its timestep shuffle)."""
+    if algorithm == "nft":
+        adv = nft.advantages(rewards, group_size)
+        train_t = nft.convert(sigmas, len(rewards), steps)  # the global-RNG draw: NFT only
+        return {"adv": adv, "r": nft.advantage_to_r(adv), "train_t": train_t}
+    adv = flow_grpo.group_advantages(rewards, group_size)
+    return {"adv": adv, "sigmas": sigmas.expand(len(rewards), -1).clone()}
+
+
 class RolloutManager:
-    """Drives rollouts: engines -> reward -> advantages -> train pairs (with torch.randperm)."""
+    """Drives rollouts: engines -> reward -> advantages -> train pairs.
+
+    NFT: per-sample train timesteps from ``torch.randperm`` on this process's global RNG.
+    Flow-GRPO: group advantages over the recorded trajectories; no draw at all.
+    """
 
     def __init__(self, args: JobConfig, engines: list[Any], reward_actor: Any) -> None:
         self.args = args
@@ -183,15 +216,16 @@ class RolloutManager:
         outputs = ray.get([e.generate.remote(s, args.group_size, seed) for e, s in zip(self.engines, shards) if s])
         rollout_flops = sum(o["flops"] for o in outputs)
         order = [p for s in shards if s for p in s]  # prompts in the order the outputs come
-        batch = {key: torch.cat([o[key] for o in outputs]) for key in ("x0", "images", "prompt_embeds", "pooled")}
+        keys = ("images", "prompt_embeds", "pooled") + (("latents", "log_probs") if args.algorithm == "flow-grpo"
+                                                         else ("x0",))
+        batch = {key: torch.cat([o[key] for o in outputs]) for key in keys}
         prompts = [p for o in outputs for p in o["prompts"]]
         sigmas = outputs[0]["sigmas"]
         rollout_time = time.perf_counter() - started
         started = time.perf_counter()
         rewards = ray.get(self.reward_actor.reward.remote(batch["images"], prompts)).double()
         reward_time = time.perf_counter() - started
-        adv = nft.advantages(rewards, args.group_size)
-        train_t = nft.convert(sigmas, len(rewards), args.steps)  # the global-RNG draw
+        pairs = train_pairs(args.algorithm, rewards, sigmas, args.group_size, args.steps)
         metrics = {
             "rollout/reward/raw_mean": rewards.mean().item(),
             "rollout/reward/raw_median": rewards.median().item(),
@@ -204,15 +238,17 @@ class RolloutManager:
             "perf/images_per_sec": rewards.numel() / rollout_time,
             "perf/rollout_flops": rollout_flops,
         }
+        if args.algorithm == "flow-grpo":
+            metrics["rollout/log_prob_mean"] = batch["log_probs"].mean().item()
         del batch["images"]
-        batch.update({"adv": adv, "r": nft.advantage_to_r(adv), "train_t": train_t,
+        batch.update({**pairs,
                       "prompt_ids": torch.tensor([i for i, _ in order]).repeat_interleave(args.group_size)})
         return batch, metrics
 
 
 class TrainActor:
     """One FSDP2 rank (or, at world size 1, a plain module): LoRA on the SD3 transformer,
-    trained with the DiffusionNFT loss."""
+    trained with the DiffusionNFT or the Flow-GRPO loss."""
 
     def __init__(self, args: JobConfig, rank: int, world_size: int, master_port: int) -> None:
         import torch.distributed as dist
@@ -342,13 +378,14 @@ class TrainActor:
         import torch.distributed as dist
 
         args = self.args
-        n = batch["x0"].shape[0]
+        n = batch["adv"].shape[0]
         mine = list(range(self.rank, n, self.world_size))
         per_step = args.train_batch_size // self.world_size
+        step = self._flow_grpo_step if args.algorithm == "flow-grpo" else self._optimizer_step
         results = []
         for start in range(0, len(mine), per_step):
             idx = torch.tensor(mine[start : start + per_step])
-            results.append(self._optimizer_step({k: v[idx] for k, v in batch.items()}, rollout, start))
+            results.append(step({k: v[idx] for k, v in batch.items()}, rollout, start))
         if self.device.type == "cuda":
             torch.cuda.empty_cache()  # hand cached blocks back to the colocated rollout engine
         if self.world_size > 1:
@@ -398,18 +435,7 @@ class TrainActor:
                 sums["pos"] += out.pos_loss.mean().item() * weight
                 sums["neg"] += out.neg_loss.mean().item() * weight
                 sums["kl"] += out.kl_loss.item() * weight
-        scale = self.scaler.get_scale() if self.scaler is not None else 1.0
-        if self.scaler is not None:
-            self.scaler.unscale_(self.optimizer)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, args.grad_clip)
-        if hasattr(grad_norm, "full_tensor"):
-            grad_norm = grad_norm.full_tensor()
-        if self.scaler is not None:
-            self.scaler.step(self.optimizer)  # skipped when grads overflowed (grad_norm inf/NaN)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
-        self.step += 1
+        grad_norm, scale = self._update()
         nft.ema_update(self.old, self.params, nft.ema_decay(self.step, args.ema_slope, args.ema_max))
         adv = batch["adv"]
         config = self.model.config
@@ -427,11 +453,104 @@ class TrainActor:
             "train/nft_num_timesteps": k_steps,
             "train/adv_abs_mean": adv.abs().mean().item(),
             "train/kl_loss": sums["kl"] / k_steps,
-            "train/grad_norm": float(grad_norm),
-            "train/grad_scale": float(scale),
+            "train/grad_norm": grad_norm,
+            "train/grad_scale": scale,
             "train/lr": self.optimizer.param_groups[0]["lr"],
             "perf/train_step_time": time.perf_counter() - started,
             "perf/train_pairs": x0.shape[0] * k_steps,
+            "perf/train_flops": flops,
+        }
+
+    def _update(self) -> tuple[float, float]:
+        """Unscale, clip the grad norm to ``grad_clip``, step (the scaler skips a step whose grads overflowed).
+
+        Returns (grad norm before clipping, grad scale; 1.0 without a scaler).
+        """
+        scale = self.scaler.get_scale() if self.scaler is not None else 1.0
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.args.grad_clip)
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)  # skipped when grads overflowed (grad_norm inf/NaN)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.step += 1
+        return float(grad_norm), float(scale)
+
+    def _flow_grpo_step(self, batch: dict[str, torch.Tensor], rollout: int, offset: int) -> dict[str, float]:
+        """One optimizer step of Flow-GRPO over the batch's first int(steps * timestep_fraction) transitions.
+
+        The old log-probs are the engine's, recorded while sampling; the policy that sampled is
+        this trainer's weights at the rollout's start (synced after every rollout), so the first
+        step's ratios differ from 1 only by engine-vs-trainer numerics (the log-prob drift).
+        """
+        args = self.args
+        started = time.perf_counter()
+        dev = self.device
+        latents = batch["latents"]  # [n, steps + 1, C, h, w], CPU: moved a timestep at a time
+        old_log_probs = batch["log_probs"].to(dev)
+        sigmas = batch["sigmas"].to(dev)
+        adv = batch["adv"].to(dev)
+        embeds, pooled = batch["prompt_embeds"].to(dev), batch["pooled"].to(dev)
+        n = latents.shape[0]
+        k_steps = flow_grpo.num_train_timesteps(latents.shape[1] - 1, args.timestep_fraction)
+        sigma_max = float(batch["sigmas"][0, 1])
+        micro = max(1, min(args.micro_batch or n, n))
+        self.optimizer.zero_grad(set_to_none=True)
+        self._load_compute_weights()
+        keys = ("loss", "policy", "kl", "clip_frac", "approx_kl", "ratio", "drift")
+        sums = dict.fromkeys(keys, 0.0)
+        drift_max = 0.0
+        for j in range(k_steps):
+            x_j, x_next = latents[:, j].to(dev), latents[:, j + 1].to(dev)
+            for lo in range(0, n, micro):
+                part = slice(lo, lo + micro)
+                weight = (min(lo + micro, n) - lo) / n
+                xs, ts, es, ps = x_j[part], sigmas[part, j], embeds[part], pooled[part]
+                v_ref = None
+                if args.kl_weight > 0:
+                    with torch.no_grad(), adapters_disabled(self.model):
+                        v_ref = self._predict(xs, es, ps, ts)
+                v_theta = self._predict(xs, es, ps, ts)
+                out = flow_grpo.grpo_loss(v_theta, v_ref, xs, x_next[part], ts, sigmas[part, j + 1],
+                                          old_log_probs[part, j], adv[part], noise_level=args.noise_level,
+                                          sigma_max=sigma_max, clip_range=args.clip_range, kl_weight=args.kl_weight)
+                loss = out.loss * weight / k_steps
+                (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+                self._accumulate_grads()
+                drift = (out.log_prob - old_log_probs[part, j]).abs()
+                for key, value in (("loss", out.loss), ("policy", out.policy_loss), ("kl", out.kl),
+                                   ("clip_frac", out.clip_frac), ("approx_kl", out.approx_kl),
+                                   ("ratio", out.ratio.mean()), ("drift", drift.mean())):
+                    sums[key] += value.item() * weight
+                drift_max = max(drift_max, drift.max().item())
+        grad_norm, scale = self._update()
+        # The next rollout samples with the policy just trained (on-policy): no EMA here.
+        with torch.no_grad():
+            for old, param in zip(self.old, self.params):
+                old.copy_(param.detach())
+        config = self.model.config
+        flops = k_steps * flow_grpo.TRAIN_FORWARDS_PER_TIMESTEP * transformer_forward_flops(
+            config, n, image_tokens(config, latents.shape[-1]), embeds.shape[1])
+        return {
+            "train/loss": sums["loss"] / k_steps,
+            "train/policy_loss": sums["policy"] / k_steps,
+            "train/kl": sums["kl"] / k_steps,
+            "train/clip_frac": sums["clip_frac"] / k_steps,
+            "train/approx_kl": sums["approx_kl"] / k_steps,
+            "train/ratio_mean": sums["ratio"] / k_steps,
+            "train/logprob_drift_mean": sums["drift"] / k_steps,
+            "train/logprob_drift_max": drift_max,
+            "train/adv_abs_mean": adv.abs().mean().item(),
+            "train/num_timesteps": k_steps,
+            "train/grad_norm": grad_norm,
+            "train/grad_scale": scale,
+            "train/lr": self.optimizer.param_groups[0]["lr"],
+            "perf/train_step_time": time.perf_counter() - started,
+            "perf/train_pairs": n * k_steps,
             "perf/train_flops": flops,
         }
 

@@ -1,7 +1,9 @@
-"""The DiffusionNFT recipe's job config: a typed dataclass, from a TOML file and flags.
+"""The recipe's job config (DiffusionNFT or Flow-GRPO on one pipeline): a typed dataclass,
+from a TOML file and flags.
 
 Every actor receives one ``JobConfig``. Precedence: a flag on the command line, then the
-``--config`` TOML file, then the preset's defaults, then the field defaults below.
+``--config`` TOML file, then the preset's (and the algorithm's) defaults, then the field
+defaults below.
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ import hashlib
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+ALGORITHMS = ("nft", "flow-grpo")
+# Per-algorithm defaults; a flag given on the command line wins.
+KL_WEIGHT_DEFAULTS = {"nft": 1e-4, "flow-grpo": 0.04}
 
 # Per-preset defaults; a flag given on the command line wins.
 PRESET_DEFAULTS = {
@@ -42,11 +48,14 @@ BUILTIN_PROMPTS = (
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m recipes.diffusion_nft",
-        description="SD3.5 DiffusionNFT with a PickScore reward on Ray: rollout engines, reward actor, "
-        "rollout manager and FSDP2 train actors. Writes miles-style metrics JSONL.",
+        description="SD3.5 DiffusionNFT or Flow-GRPO with a PickScore (or JPEG-compressibility) reward on Ray: "
+        "rollout engines, reward actor, rollout manager and FSDP2 train actors. Writes miles-style metrics JSONL.",
     )
     p.add_argument("--config", type=Path, help="TOML file of job-config fields (names as the flags, '-' or '_'); "
                    "flags given on the command line win.")
+    p.add_argument("--algorithm", choices=ALGORITHMS, default="nft",
+                   help="The loss: DiffusionNFT (ODE sampling) or Flow-GRPO (SDE sampling with log-probs, "
+                   "clipped ratio objective).")
     p.add_argument("--preset", choices=sorted(PRESET_DEFAULTS), default="tiny")
     p.add_argument("--model-path", help="Local SD3/SD3.5 diffusers directory (real weights; nothing is downloaded).")
     p.add_argument("--reward", choices=["pickscore", "compressibility"], default="pickscore")
@@ -72,11 +81,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grad-scaler-backoff", type=float, default=0.5,
                    help="Factor the scale is multiplied by after a step whose gradients overflowed.")
     p.add_argument("--lr", type=float, default=3e-4)
-    p.add_argument("--beta", type=float, default=1.0)
-    p.add_argument("--kl-weight", type=float, default=1e-4)
+    p.add_argument("--beta", type=float, default=1.0, help="NFT: mixing of the implicit policies.")
+    p.add_argument("--kl-weight", type=float,
+                   help="Weight of the KL to the frozen base (default: 1e-4 for nft, 0.04 for flow-grpo).")
+    p.add_argument("--noise-level", type=float, default=0.7,
+                   help="Flow-GRPO: SDE noise level a (std = a * sqrt(sigma / (1 - sigma))).")
+    p.add_argument("--clip-range", type=float, default=1e-4, help="Flow-GRPO: PPO ratio clip range.")
+    p.add_argument("--timestep-fraction", type=float, default=0.99,
+                   help="Flow-GRPO: train on the first int(steps * fraction) sampled transitions.")
     p.add_argument("--lora-rank", type=int, default=32)
     p.add_argument("--lora-alpha", type=int, default=64)
-    p.add_argument("--ema-slope", type=float, default=0.001, help="Old-policy EMA decay = min(slope*step, max).")
+    p.add_argument("--ema-slope", type=float, default=0.001, help="NFT: old-policy EMA decay = min(slope*step, max) (Flow-GRPO samples on-policy).")
     p.add_argument("--ema-max", type=float, default=0.5)
     p.add_argument("--train-batch-size", type=int, help="Samples per optimizer step (default: the whole rollout).")
     p.add_argument("--sample-batch", type=int, help="Images sampled at once by an engine, and samples per no-grad "
@@ -103,6 +118,7 @@ class JobConfig:
     """Everything a job's actors need to know. Flag-backed fields first, then settings that
     only a ``--config`` file changes (formerly constants in the actors and the pipeline)."""
 
+    algorithm: str = "nft"
     preset: str = "tiny"
     model_path: str | None = None
     reward: str = "pickscore"
@@ -125,6 +141,9 @@ class JobConfig:
     lr: float = 3e-4
     beta: float = 1.0
     kl_weight: float = 1e-4
+    noise_level: float = 0.7
+    clip_range: float = 1e-4
+    timestep_fraction: float = 0.99
     lora_rank: int = 32
     lora_alpha: int = 64
     ema_slope: float = 0.001
@@ -195,6 +214,8 @@ def parse_args(argv: list[str] | None = None) -> JobConfig:
     for key, value in PRESET_DEFAULTS[args.preset].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    if args.kl_weight is None:
+        args.kl_weight = KL_WEIGHT_DEFAULTS[args.algorithm]
     if args.train_batch_size is None:
         args.train_batch_size = args.prompts_per_rollout * args.group_size
     for name in ("rollouts", "prompts_per_rollout", "group_size", "steps", "train_actors", "rollout_engines"):
@@ -202,6 +223,10 @@ def parse_args(argv: list[str] | None = None) -> JobConfig:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.group_size < 2:
         parser.error("--group-size must be at least 2 (advantages are relative to the prompt's group)")
+    if not 0 < args.timestep_fraction <= 1:
+        parser.error("--timestep-fraction must be in (0, 1]")
+    if args.noise_level <= 0 or args.clip_range <= 0:
+        parser.error("--noise-level and --clip-range must be positive")
     if args.train_batch_size % args.train_actors:
         parser.error("--train-batch-size must be a multiple of --train-actors")
     values = vars(args)
