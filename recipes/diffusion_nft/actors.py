@@ -4,7 +4,8 @@ RolloutEngine  diffusers SD3 sampling with the old policy (EMA LoRA weights): th
                NFT, the SDE sampler with per-step log-probabilities for Flow-GRPO
 RewardActor    PickScore (or JPEG compressibility)
 RolloutManager drives the engines and the reward, computes advantages, converts to train pairs
-TrainActor     one FSDP2 rank: LoRA on the SD3 transformer, the NFT or Flow-GRPO loss, AdamW, grad scaler
+TrainActor     one FSDP2 rank (a plain module at world size 1): LoRA on the SD3 transformer, the NFT or
+               Flow-GRPO loss, AdamW, grad scaler
 
 ``args.algorithm`` picks the loss; the actors are shared, the math lives in ``nft.py`` and
 ``flow_grpo.py``.
