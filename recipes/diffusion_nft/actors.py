@@ -1,7 +1,8 @@
 """The Ray actors of the pipeline. Plain classes here; ``pipeline.py`` wraps them with ``ray.remote``.
 
-RolloutEngine  diffusers SD3 sampling with the old policy (EMA LoRA weights): the ODE sampler for
-               NFT, the SDE sampler with per-step log-probabilities for Flow-GRPO
+RolloutEngine  diffusers SD3 sampling with the trainer's synced LoRA weights: for NFT the ODE sampler
+               and the old policy (an EMA), for Flow-GRPO the SDE sampler with per-step
+               log-probabilities and the policy just trained (on-policy)
 RewardActor    PickScore (or JPEG compressibility)
 RolloutManager drives the engines and the reward, computes advantages, converts to train pairs
 TrainActor     one FSDP2 rank (a plain module at world size 1): LoRA on the SD3 transformer, the NFT or
