@@ -173,13 +173,15 @@ def default_card() -> Path:
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Standard file (default: standards/<name>.<runner class>.json).")
 @click.option("--update", is_flag=True, help="Replace an existing standard, printing what changed.")
 @click.option("--allow-partial", is_flag=True, help="Record only the agreeing series; list the dropped ones in the file.")
-@click.option("--format", "fmt", type=click.Choice(["detaudit", "miles"]), default="detaudit", show_default=True, help="Standard file format.")
+@click.option("--format", "fmt", type=click.Choice(["detaudit", "miles", "megatron", "torchtitan", "nemo"]), default="detaudit",
+              show_default=True, help="Standard file format (exact; exit 2 where the format cannot hold a value).")
+@click.option("--drop-nan-series", is_flag=True, help="With --format miles: leave out every series holding a NaN, naming each in meta.")
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Also exclude series matching GLOB.")
 @click.option("--include", multiple=True, metavar="GLOB", help="Compare series matching GLOB even if excluded.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Where run dirs go (default: a new temp dir).")
 @handle_errors
 def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, out: Path | None, update: bool,
-           allow_partial: bool, fmt: str, exclude: tuple[str, ...], include: tuple[str, ...], workdir: Path | None) -> None:
+           allow_partial: bool, fmt: str, drop_nan_series: bool, exclude: tuple[str, ...], include: tuple[str, ...], workdir: Path | None) -> None:
     """Run CARD's command N times; write its standard only if all runs agree.
 
     CARD defaults to the embedded tiny CPU recipe (recipes/sd3_pickscore_nft.toml).
@@ -200,7 +202,7 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
         with display:
             result = run_record(
                 card, runs=runs, parallel=parallel, out=out, update=update, allow_partial=allow_partial, fmt=fmt,
-                extra_args=extra_args, exclude=exclude, include=include, workdir=workdir,
+                drop_nan_series=drop_nan_series, extra_args=extra_args, exclude=exclude, include=include, workdir=workdir,
                 on_update=display.update, on_start=on_start,
             )
     except KeyboardInterrupt:
@@ -220,6 +222,8 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
         out_console.print(f"[yellow]\\[detaudit] --allow-partial: dropped {len(result.dropped)} disagreeing series:[/yellow]")
         for name, info in sorted(result.dropped.items()):
             out_console.print(f"  {escape(name)} ({info['kind']})")
+    for name in result.nan_dropped:
+        out_console.print(f"[yellow]\\[detaudit] --drop-nan-series: dropped {escape(name)} (holds NaN)[/yellow]")
     for line in result.changes:
         out_console.print(f"\\[detaudit] update: {escape(line)}")
     excluded = len(result.report.excluded)
@@ -286,6 +290,82 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
         for line in result.provenance:
             out_console.print("  " + escape(line))
     sys.exit(EXIT_FAIL)
+
+
+# --- standard: convert / diff / show ---------------------------------------------------------
+
+STANDARD_FORMATS = ("detaudit", "miles", "megatron", "torchtitan", "nemo")
+
+
+@main.group("standard")
+def standard_group() -> None:
+    """Review and convert standard files (detaudit, miles, Megatron-LM, TorchTitan, NeMo-RL)."""
+
+
+@standard_group.command("convert")
+@click.argument("source", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("dest", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(STANDARD_FORMATS), required=True, help="Format of DEST.")
+@click.option("--series", metavar="NAME", help="Write only this series (TorchTitan files hold one).")
+@click.option("--drop-nan-series", is_flag=True, help="Leave out every series holding a NaN, naming each (miles meta lists them).")
+@click.option("--overwrite", is_flag=True, help="Replace DEST if it exists.")
+@handle_errors
+def standard_convert(source: Path, dest: Path, fmt: str, series: str | None, drop_nan_series: bool, overwrite: bool) -> None:
+    """Convert a standard to another format, exactly (the source format is detected).
+
+    Exit 2, writing nothing, where the target format cannot hold a value bit for bit.
+    """
+    from detaudit.formats import drop_nan_series as drop_nan, load_any, write_as
+
+    std = load_any(source)
+    dropped = drop_nan(std) if drop_nan_series else []
+    for name in dropped:
+        click.echo(f"detaudit: dropped {name} (holds NaN)", err=True)
+    write_as(dest, std, fmt, overwrite=overwrite, series=series)
+    n = 1 if series or fmt == "torchtitan" else len(std.series)
+    click.echo(f"detaudit: converted {source} ({std.format}) -> {dest} ({fmt}), {n} series")
+
+
+@standard_group.command("diff")
+@click.argument("old", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("new", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the review as one JSON object.")
+@handle_errors
+def standard_diff(old: Path, new: Path, as_json: bool) -> None:
+    """Review a change to a standard: per series added/removed, first differing step, max abs/rel
+    difference, ULPs, and steps added or removed. Any two formats.
+
+    Exit 0 when every series is identical, 1 when any changed, 2 on bad input.
+    """
+    from detaudit.formats import load_any
+    from detaudit.report import print_review, review_json
+    from detaudit.review import diff_standards
+
+    result = diff_standards(load_any(old), load_any(new), old_label=str(old), new_label=str(new))
+    if as_json:
+        click.echo(review_json(result))
+    else:
+        print_review(result, _stdout())
+    sys.exit(EXIT_OK if result.identical else EXIT_FAIL)
+
+
+@standard_group.command("show")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@handle_errors
+def standard_show(path: Path, as_json: bool) -> None:
+    """Summarise a standard: format, runner class, how it was recorded, and per series its step key,
+    points, step range, value types and NaN count."""
+    import json
+
+    from detaudit.formats import load_any
+    from detaudit.report import print_standard_summary, standard_summary
+
+    std = load_any(path)
+    if as_json:
+        click.echo(json.dumps(standard_summary(std), indent=2, sort_keys=True, allow_nan=False, default=str))
+    else:
+        print_standard_summary(std, _stdout())
 
 
 # --- health ------------------------------------------------------------------------------

@@ -10,14 +10,18 @@ from typing import Any, Callable
 
 from detaudit import __version__
 from detaudit.card import Card, load_card, run_argv, run_env, standard_path
-from detaudit.compare import ABSENT, DiffReport, SeriesData, compare_series_sets, diff_runs
+from detaudit.compare import DiffReport, SeriesData, diff_runs
 from detaudit.errors import UsageError
 from detaudit.exclusion import Exclusion
-from detaudit.floats import encode_value, format_value
+from detaudit.floats import encode_value
 from detaudit.metrics import MetricsRun, read_metrics_many
 from detaudit.provenance import detect_environment, git_state, runner_class
 from detaudit.runner import RunSpec, RunState, gpu_slots, run_batch
-from detaudit.standard import Standard, load_standard, render_standard, standard_lock, write_atomic
+from detaudit.formats import FORMATS, load_any, render_as
+from detaudit.formats import drop_nan_series as drop_nan
+from detaudit.report import review_lines
+from detaudit.review import StandardDiff, diff_standards
+from detaudit.standard import Standard, standard_lock, write_atomic
 
 
 @dataclass
@@ -32,6 +36,8 @@ class RecordResult:
     standard: Standard | None = None
     changes: list[str] = field(default_factory=list)  # with update: what changed vs the old file
     dropped: dict[str, Any] = field(default_factory=dict)
+    nan_dropped: list[str] = field(default_factory=list)  # --drop-nan-series
+    review: StandardDiff | None = None  # with update: the old standard against the new
 
     @property
     def ok(self) -> bool:
@@ -74,6 +80,7 @@ def record(
     update: bool = False,
     allow_partial: bool = False,
     fmt: str = "detaudit",
+    drop_nan_series: bool = False,
     extra_args: tuple[str, ...] = (),
     exclude: tuple[str, ...] = (),
     include: tuple[str, ...] = (),
@@ -88,15 +95,17 @@ def record(
     """
     if runs < 2:
         raise UsageError("--runs must be at least 2: a standard needs runs that agree")
-    if fmt not in ("detaudit", "miles"):
-        raise UsageError(f"unknown --format {fmt!r} (detaudit or miles)")
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown --format {fmt!r} (one of {', '.join(FORMATS)})")
+    if drop_nan_series and fmt != "miles":
+        raise UsageError("--drop-nan-series is for --format miles")
     card = load_card(card_path)
     info = detect_environment()
     cls = resolve_runner(card, info)
     path = Path(out) if out is not None else standard_path(card, cls)
     if path.exists() and not update:
         raise UsageError("exists; pass --update to replace it", path)
-    old = load_standard(path) if path.exists() else None
+    old = load_any(path) if path.exists() else None
     with standard_lock(path):
         base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"detaudit-{card.name}-"))
         base.mkdir(parents=True, exist_ok=True)
@@ -114,12 +123,16 @@ def record(
         if not report.ok and not allow_partial:
             return RecordResult("disagree", path, states, base, report=report)
         standard = build_standard(card, cls, info, parsed[0], report, extra_args, fmt)
-        text = render_standard(standard)
+        nan_dropped = drop_nan(standard) if drop_nan_series else []
+        # Exact in every format, or an InputError before anything is written.
+        text = render_as(standard, fmt, target=path)
         write_atomic(path, text, overwrite=update)
         standard.path = path
-        changes = describe_changes(old, standard) if old is not None else []
+        review = diff_standards(old, standard, old_label=str(path), new_label="new") if old is not None else None
+        changes = review_lines(review) if review is not None else []
         return RecordResult(
-            "written", path, states, base, report=report, standard=standard, changes=changes, dropped=standard.dropped
+            "written", path, states, base, report=report, standard=standard, changes=changes, dropped=standard.dropped,
+            nan_dropped=nan_dropped, review=review,
         )
 
 
@@ -147,7 +160,7 @@ def build_standard(
     }
     git = git_state(card.path)
     command = list(card.command) + list(extra_args)
-    if fmt == "miles":
+    if fmt != "detaudit":
         meta = {"commit": git["commit"], "source": f"detaudit record {card.path} ({len(report.runs)} agreeing runs)"}
         return Standard(series=series, format="miles", meta=meta, name=card.name, dropped=dropped)
     runner: dict[str, Any] = {"class": cls}
@@ -175,27 +188,3 @@ def build_standard(
         excluded=excluded,
         dropped=dropped,
     )
-
-
-def describe_changes(old: Standard, new: Standard) -> list[str]:
-    """Lines saying how ``new``'s series differ from ``old``'s (for ``--update``)."""
-    compared, identical, mismatched = compare_series_sets(
-        [old.series, new.series], lenient_steps=old.format == "miles" or new.format == "miles"
-    )
-    lines = []
-    for m in sorted(mismatched, key=lambda m: m.series):
-        first = m.first
-        if first.kind == "missing":
-            lines.append(f"{'added' if m.series not in old.series else 'removed'}: {m.series}")
-        else:
-            lines.append(
-                f"changed: {m.series} from step {format_value(first.step)} ({first.kind}): "
-                f"{_fmt(first.value_a)} -> {_fmt(first.value_b)}"
-            )
-    if not lines:
-        lines.append(f"series unchanged ({len(identical)} identical)")
-    return lines
-
-
-def _fmt(value: Any) -> str:
-    return "absent" if value is ABSENT else format_value(value)

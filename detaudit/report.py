@@ -7,14 +7,18 @@ given terminal width), so reports can be diffed and committed.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from detaudit.compare import ABSENT, DiffReport, PairDivergence, SeriesMismatch
-from detaudit.floats import format_value
+from detaudit.floats import encode_value, format_value
+
+if TYPE_CHECKING:
+    from detaudit.review import SeriesChange, StandardDiff
+    from detaudit.standard import Standard
 
 
 def _v(value: Any) -> str:
@@ -96,3 +100,130 @@ def divergence_line(name: str, d: PairDivergence, left: str = "standard", right:
     where = f"step {_v(d.step_a)}" if d.kind != "steps" else f"step {_v(d.step_a)} vs {_v(d.step_b)}"
     diff = f", abs diff {_num(d.abs_diff)}, {_num(d.ulps, 'd')} ULPs" if d.ulps is not None else ""
     return f"{name}: {where}: {left} {_v(d.value_a)}, {right} {_v(d.value_b)} ({d.kind}{diff})"
+
+
+# --- standard review (``detaudit standard diff``, ``record --update``) and ``standard show`` ---
+
+
+def _steps_text(steps: list[Any], limit: int = 6) -> str:
+    shown = ", ".join(format_value(s) for s in steps[:limit])
+    return shown + (f", … (+{len(steps) - limit})" if len(steps) > limit else "")
+
+
+def change_line(change: "SeriesChange") -> str:
+    """One line per series change: what came, went, or where values first differ and by how much."""
+    if change.status in ("added", "removed"):
+        return f"{change.status}: {change.name} ({change.points_new or change.points_old} points)"
+    if change.status == "identical":
+        return f"identical: {change.name}"
+    parts = []
+    if change.differing:
+        parts.append(
+            f"{change.differing} of {min(change.points_old, change.points_new)} common points differ from step "
+            f"{format_value(change.first_step)} ({change.kind}): {format_value(change.first_old)} -> "
+            f"{format_value(change.first_new)}"
+        )
+        figures = [f"max abs diff {_num(change.max_abs)}", f"max rel diff {_num(change.max_rel)}"]
+        if change.max_ulps is not None:
+            figures.append(f"max {change.max_ulps} ULPs")
+        parts.append(", ".join(figures))
+    if change.steps_added:
+        parts.append(f"steps added: {_steps_text(change.steps_added)}")
+    if change.steps_removed:
+        parts.append(f"steps removed: {_steps_text(change.steps_removed)}")
+    return f"changed: {change.name}: " + "; ".join(parts)
+
+
+def review_lines(diff: "StandardDiff") -> list[str]:
+    """The changed, added and removed series, one line each, then a count line."""
+    lines = [change_line(c) for c in diff.series if c.status != "identical"]
+    counts = ", ".join(f"{diff.count(s)} {s}" for s in ("changed", "added", "removed", "identical"))
+    lines.append(f"series: {counts}")
+    return lines
+
+
+def review_json(diff: "StandardDiff") -> str:
+    return json.dumps(diff.to_json(), indent=2, sort_keys=True, allow_nan=False)
+
+
+def print_review(diff: "StandardDiff", console: Console) -> None:
+    console.print(f"[bold]detaudit standard diff[/bold]: {escape(diff.old)} ({diff.old_format}) -> "
+                  f"{escape(diff.new)} ({diff.new_format})")
+    changed = [c for c in diff.series if c.status != "identical"]
+    if changed:
+        table = Table(header_style="bold")
+        for col, justify in (("series", "left"), ("status", "left"), ("points", "right"), ("first diff step", "right"),
+                             ("old -> new", "left"), ("kind", "left"), ("differing", "right"), ("max abs", "right"),
+                             ("max rel", "right"), ("max ULPs", "right"), ("steps +/-", "right")):
+            table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+        for c in changed:
+            first = format_value(c.first_step) if c.differing else ""
+            values = f"{format_value(c.first_old)} -> {format_value(c.first_new)}" if c.differing else ""
+            table.add_row(escape(c.name), c.status, f"{c.points_old} -> {c.points_new}", escape(first), escape(values),
+                          c.kind or "", str(c.differing) if c.status == "changed" else "", _num(c.max_abs),
+                          _num(c.max_rel), _num(c.max_ulps, "d"),
+                          f"+{len(c.steps_added)} / -{len(c.steps_removed)}" if c.status == "changed" else "")
+        console.print(table)
+        for c in changed:
+            if c.steps_added or c.steps_removed:
+                console.print("  " + escape(change_line(c)))
+    style = "green" if diff.identical else "yellow"
+    console.print(f"[{style}]{escape(review_lines(diff)[-1])}[/{style}]")
+
+
+def standard_summary(standard: "Standard") -> dict[str, Any]:
+    """What ``detaudit standard show`` prints, as data (also its ``--json``)."""
+    rows = []
+    for name, data in sorted(standard.series.items()):
+        types = sorted({type(v).__name__ for v in data.values})
+        nan = sum(1 for v in data.values if type(v) is float and v != v)
+        rows.append({
+            "series": name,
+            "step_key": data.step_key,
+            "points": len(data),
+            "first_step": encode_value(data.steps[0]) if len(data) else None,
+            "last_step": encode_value(data.steps[-1]) if len(data) else None,
+            "types": types,
+            "nan": nan,
+        })
+    return {
+        "path": str(standard.path) if standard.path else None,
+        "format": standard.format,
+        "name": standard.name,
+        "runner_class": standard.runner_class,
+        "recorded": standard.recorded,
+        "meta": standard.meta,
+        "excluded": sorted((standard.excluded.get("series") or {}).keys()) if isinstance(standard.excluded, dict) else [],
+        "dropped": sorted(standard.dropped),
+        "series": rows,
+    }
+
+
+def print_standard_summary(standard: "Standard", console: Console) -> None:
+    info = standard_summary(standard)
+    console.print(f"[bold]{escape(str(info['path']))}[/bold]: {info['format']} standard"
+                  + (f" {escape(info['name'])!s}" if info["name"] else "")
+                  + f", {len(info['series'])} series, {sum(r['points'] for r in info['series'])} points")
+    if info["runner_class"]:
+        console.print(f"runner class: {escape('-'.join(info['runner_class']))}")
+    rec = info["recorded"]
+    if rec:
+        console.print("recorded: " + escape(", ".join(
+            f"{k} {rec[k]}" for k in ("runs", "agreeing", "commit", "dirty", "date", "detaudit") if k in rec)))
+    if info["excluded"]:
+        console.print(f"excluded ({len(info['excluded'])}): " + escape(_names(info["excluded"])))
+    if info["dropped"]:
+        console.print(f"dropped ({len(info['dropped'])}): " + escape(_names(info["dropped"])))
+    dropped_nan = standard.meta.get("dropped_nan_series") if isinstance(standard.meta, dict) else None
+    if dropped_nan:
+        console.print(f"dropped for holding NaN ({len(dropped_nan)}): " + escape(_names(list(dropped_nan))))
+    table = Table(header_style="bold")
+    for col, justify in (("series", "left"), ("step key", "left"), ("points", "right"), ("steps", "right"),
+                         ("types", "left"), ("NaN", "right")):
+        table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for r in info["series"]:
+        first = format_value(standard.series[r["series"]].steps[0]) if r["points"] else ""
+        last = format_value(standard.series[r["series"]].steps[-1]) if r["points"] else ""
+        table.add_row(escape(r["series"]), escape(r["step_key"] or "-"), str(r["points"]), escape(f"{first} .. {last}"),
+                      ", ".join(r["types"]), str(r["nan"]))
+    console.print(table)

@@ -16,6 +16,8 @@ from detaudit.metrics import read_metrics
 from detaudit.provenance import detect_environment, provenance_differences
 from detaudit.record import exclusion_for, make_specs, resolve_runner
 from detaudit.runner import RunState, run_batch
+from detaudit.formats import align_run_series, load_any
+from detaudit.formats.registry import steps_are_lenient
 from detaudit.standard import Standard, load_standard
 
 
@@ -70,7 +72,7 @@ def verify(
             other = load_standard(others[0])
             return VerifyResult("skipped", others[0], other, runner_here=here, runner_standard=other.runner_class)
         raise InputError(path, f"no standard for card {card.name!r} (record one with `detaudit record {card.path}`)")
-    std = load_standard(path)
+    std = load_any(path)  # any format, detected from the content
     result = VerifyResult("passed", path, std, runner_here=here, runner_standard=std.runner_class)
     if here is not None and std.runner_class is not None and here != std.runner_class:
         result.status = "skipped"
@@ -92,9 +94,11 @@ def verify(
         # The standard's series are always compared, whatever the exclude patterns say.
         keep = tuple(glob.escape(name) for name in std.series)
         run = read_metrics(metrics, default_step_key=default_step_key, exclusion=exclusion_for(card, include=keep))
-    lenient = std.format == "miles"
+    lenient = steps_are_lenient(std)
     for name, expected in sorted(std.series.items()):
         actual = SeriesData.from_run(run, run.series[name]) if name in run.series else None
+        if actual is not None:
+            actual = align_run_series(std, name, actual)
         divergence = compare_series(expected, actual, 1, lenient_steps=lenient)
         if divergence is not None:
             result.failures.append((name, divergence))
