@@ -62,6 +62,6 @@ def test_cli_standard_diff_and_show(tmp_path: Path) -> None:
     shown = run_cli("standard", "show", str(new))
     assert shown.code == 0 and "nemo standard, 3 series, 7 points" in shown.out
     info = json.loads(run_cli("standard", "show", str(old), "--json").out)
-    assert [r["points"] for r in info["series"]] == [1, 2, 4]
+    assert [r["points"] for r in info["series"]] == [1, 4, 2]
     missing = run_cli("standard", "show", str(tmp_path / "nope.json"))
     assert missing.code == 2 and "standard file not found" in missing.err
