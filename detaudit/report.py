@@ -7,30 +7,126 @@ given terminal width), so reports can be diffed and committed.
 from __future__ import annotations
 
 import json
+import math
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from detaudit.compare import ABSENT, DiffReport, PairDivergence, SeriesMismatch
+from detaudit.compare import (
+    ABSENT,
+    CLOSE_REL_TOL,
+    DiffReport,
+    PairDivergence,
+    RootDivergence,
+    SeriesChanges,
+    SeriesMismatch,
+)
 from detaudit.floats import encode_value, format_value
 
 if TYPE_CHECKING:
     from detaudit.review import SeriesChange, StandardDiff
     from detaudit.standard import Standard
 
-
-def _v(value: Any) -> str:
-    return "absent" if value is ABSENT else format_value(value)
+_v = format_value  # every value that may be absent is shown by this one function
 
 
 def _num(x: float | int | None, fmt: str = ".3g") -> str:
     return "" if x is None else format(x, fmt)
 
 
+def kind_label(kind: str) -> str:
+    """A divergence kind as people read it ("close" says how close)."""
+    return f"close (rel <= {CLOSE_REL_TOL:g})" if kind == "close" else kind
+
+
+def _ulps_text(d: PairDivergence) -> str:
+    # ULPs tell "reduction order" apart from "different data" only for close floats.
+    return _num(d.ulps, "d") if d.kind == "close" else ""
+
+
+def root_summary(root: RootDivergence) -> str:
+    """One sentence: what was identical before the root divergence, and what differs there."""
+    step_text = f"{root.step_key} {_v(root.step)}"
+    if root.identical_through:
+        before = ", ".join(f"{key} through {_v(step)}" for key, step in sorted(root.identical_through.items()))
+        return f"all series identical before it ({before}); first difference {root.series} @ {step_text} ({root.kind})"
+    return f"first difference at the very first point: {root.series} @ {step_text} ({root.kind})"
+
+
+# --- JSON ----------------------------------------------------------------------------------
+
+
+def _json_value(value: Any) -> Any:
+    return None if value is ABSENT else encode_value(value)
+
+
+def _finite_or_none(x: float | None) -> float | None:
+    return x if x is None or math.isfinite(x) else None
+
+
+def _mismatch_document(m: SeriesMismatch) -> dict[str, Any]:
+    first = m.first
+    return {
+        "series": m.series,
+        "step_key": m.step_key,
+        "step": _json_value(m.step),
+        "kind": m.kind,
+        "values": [_json_value(v) for v in m.values],
+        "present": [v is not ABSENT for v in m.values],
+        "abs_diff": _finite_or_none(first.abs_diff),
+        "rel_diff": _finite_or_none(first.rel_diff),
+        "ulps": first.ulps,
+        "disagreeing_runs": [r + 1 for r in m.disagreeing_runs],
+        "by_run": [
+            {
+                "run": p.run + 1,
+                "index": p.index,
+                "kind": p.kind,
+                "step": _json_value(p.step),
+                "values": [_json_value(p.value_a), _json_value(p.value_b)],
+                "points": [p.len_a, p.len_b],
+            }
+            for p in sorted(m.pairs, key=lambda p: p.run)
+        ],
+    }
+
+
+def diff_document(report: DiffReport) -> dict[str, Any]:
+    """The ``--json`` form of a diff report (strict JSON: non-finite floats encoded)."""
+    root = report.root
+    return {
+        "runs": report.runs,
+        "compared": len(report.compared),
+        "identical_count": len(report.identical),
+        "mismatched_count": len(report.mismatched),
+        "identical": report.identical,
+        "mismatched": [_mismatch_document(m) for m in report.mismatched],
+        "root": None
+        if root is None
+        else {
+            "series": root.series,
+            "step_key": root.step_key,
+            "step": _json_value(root.step),
+            "line": root.line,
+            "run": root.run + 1,
+            "identical_through": {k: _json_value(v) for k, v in root.identical_through.items()},
+            "summary": root_summary(root),
+        },
+        "excluded": report.excluded,
+        "exclude_patterns": report.exclude_patterns,
+        "torn_last_line": report.torn,
+    }
+
+
+def dump_json(doc: Any) -> str:
+    """Strict, stable JSON text (sorted keys; no NaN/Infinity literals)."""
+    return json.dumps(doc, indent=2, sort_keys=True, allow_nan=False)
+
+
 def diff_json(report: DiffReport) -> str:
-    return json.dumps(report.to_json(), indent=2, sort_keys=True, allow_nan=False)
+    return dump_json(diff_document(report))
 
 
 def _names(names: list[str], limit: int = 60) -> str:
@@ -58,13 +154,11 @@ def print_diff(report: DiffReport, console: Console, *, title: str = "detaudit d
         console.print("  by: " + escape("; ".join(reasons)))
     else:
         console.print("excluded: none")
-    for path in report.torn:
-        console.print(f"[yellow]warning: {escape(path)}: torn last line dropped[/yellow]")
     if report.mismatched:
         console.print(mismatch_table(report.mismatched, len(runs)))
     if report.root is not None:
         line = f" (line {report.root.line} of run {report.root.run + 1})" if report.root.line else ""
-        console.print(f"[bold]root divergence[/bold]{escape(line)}: {escape(report.root.summary)}")
+        console.print(f"[bold]root divergence[/bold]{escape(line)}: {escape(root_summary(report.root))}")
 
 
 def mismatch_table(mismatched: list[SeriesMismatch], n_runs: int) -> Table:
@@ -81,9 +175,9 @@ def mismatch_table(mismatched: list[SeriesMismatch], n_runs: int) -> Table:
         table.add_column("differs in", justify="right")
     for m in mismatched:
         first = m.first
-        row = [escape(m.series), first.kind, escape(f"{m.step_key} {_v(first.step)}")]
+        row = [escape(m.series), kind_label(first.kind), escape(f"{m.step_key} {_v(first.step)}")]
         row += [escape(_v(v)) for v in m.values]
-        row += [_num(first.abs_diff), _num(first.rel_diff), _num(first.ulps, "d")]
+        row += [_num(first.abs_diff), _num(first.rel_diff), _ulps_text(first)]
         if n_runs > 2:
             row.append(", ".join(f"run {r + 1}" for r in m.disagreeing_runs))
         table.add_row(*row)
@@ -98,8 +192,49 @@ def divergence_line(name: str, d: PairDivergence, left: str = "standard", right:
     if d.kind == "steps" and (d.value_a is ABSENT or d.value_b is ABSENT):
         return f"{name}: {d.len_a} points in the {left}, {d.len_b} in the {right} (steps: first extra at step {_v(d.step)})"
     where = f"step {_v(d.step_a)}" if d.kind != "steps" else f"step {_v(d.step_a)} vs {_v(d.step_b)}"
-    diff = f", abs diff {_num(d.abs_diff)}, {_num(d.ulps, 'd')} ULPs" if d.ulps is not None else ""
-    return f"{name}: {where}: {left} {_v(d.value_a)}, {right} {_v(d.value_b)} ({d.kind}{diff})"
+    diff = ""
+    if d.kind == "close":
+        diff = f", abs diff {_num(d.abs_diff)}, {_num(d.ulps, 'd')} ULPs"
+    elif d.kind == "value" and d.abs_diff is not None:
+        diff = f", abs diff {_num(d.abs_diff)}"
+    return f"{name}: {where}: {left} {_v(d.value_a)}, {right} {_v(d.value_b)} ({kind_label(d.kind)}{diff})"
+
+
+def change_lines(changes: SeriesChanges) -> list[str]:
+    """What ``record --update`` changed: added, removed and changed series (old -> new)."""
+    lines = [f"added: {name}" for name in changes.added]
+    lines += [f"removed: {name}" for name in changes.removed]
+    for m in changes.changed:
+        first = m.first
+        lines.append(
+            f"changed: {m.series} from step {_v(first.step)} ({kind_label(first.kind)}): "
+            f"{_v(first.value_a)} -> {_v(first.value_b)}"
+        )
+    if not lines:
+        lines.append(f"series unchanged ({len(changes.identical)} identical)")
+    return lines
+
+
+def interrupted_message(signal_name: str, states: list[Any], repeated: bool, written: str) -> str:
+    """What an interrupted record or verify did to its runs, as it happened.
+
+    ``written`` says what became of the output ("no standard written").
+    """
+    started = [s for s in states if s.proc is not None]
+    how = f"interrupted ({signal_name}{', again: SIGKILL at once' if repeated else ''})"
+    if not started:
+        return f"{how} before any run started; {written}"
+    survived = [s.spec.index + 1 for s in started if s.group_survived]
+    killed = [s.spec.index + 1 for s in started if not s.group_survived]
+    parts = []
+    if killed:
+        parts.append(f"killed the process group{'s' if len(killed) > 1 else ''} of run{'s' if len(killed) > 1 else ''} "
+                     + ", ".join(map(str, killed)))
+    if survived:
+        pids = ", ".join(str(s.proc.pid) for s in started if s.group_survived)
+        parts.append(f"could NOT kill the process groups of runs {', '.join(map(str, survived))} (pgid {pids}); "
+                     "they may still be running")
+    return f"{how}: {'; '.join(parts)}; {written}"
 
 
 # --- standard review (``detaudit standard diff``, ``record --update``) and ``standard show`` ---

@@ -30,11 +30,11 @@ def test_diff_reports_each_kind_of_change() -> None:
     assert by["train/lr"].status == "identical"
     loss = by["train/loss"]
     assert loss.status == "changed" and loss.steps_added == [5] and loss.steps_removed == [1]
-    assert loss.differing == 2 and loss.first_step == 3 and loss.kind == "ulp"
+    assert loss.differing == 2 and loss.first_step == 3 and loss.kind == "close"
     assert loss.first_old == 0.125 and loss.first_new == 0.12500000000000003
     assert loss.max_abs == 0.5 and math.isclose(loss.max_rel, 0.5 / 1.5) and loss.max_ulps > 1 << 40
     line = change_line(loss)
-    assert "2 of 4 common points differ from step 3 (ulp): 0.125 -> 0.12500000000000003" in line
+    assert "2 of 4 common points differ from step 3 (close): 0.125 -> 0.12500000000000003" in line
     assert "steps added: 5" in line and "steps removed: 1" in line
     assert not review.identical and diff_standards(OLD, OLD).identical
 
