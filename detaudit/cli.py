@@ -205,6 +205,29 @@ def _interrupted(console: Console, exc: KeyboardInterrupt, written: str) -> None
     sys.exit(EXIT_FAIL)
 
 
+def _ci_reports(junit_xml: Path | None, title: str, cases: list[Any], headline: str) -> None:
+    """--junit-xml FILE, and the GitHub job summary when GITHUB_STEP_SUMMARY is set."""
+    from detaudit.ci import append_step_summary, summary_markdown, write_junit
+
+    if junit_xml is not None:
+        write_junit(junit_xml, title, cases)
+    append_step_summary(summary_markdown(title, cases, headline))
+
+
+def _warn_est_time(console: Console, card_path: Path | None, states: list[Any]) -> None:
+    """Warn when a run took longer than the card's est_time (suite plans read it)."""
+    if card_path is None:
+        return
+    from detaudit.card import load_card
+    from detaudit.report import est_time_warning
+    from detaudit.suite import over_estimate
+
+    card = load_card(card_path)
+    slowest = max((s.elapsed for s in states if s is not None and s.started is not None), default=None)
+    if slowest is not None and card.est_time is not None and over_estimate(card, slowest):
+        console.print(f"[yellow]\\[detaudit] warning: {escape(est_time_warning(card.name, card.est_time, slowest))}[/yellow]")
+
+
 @main.command(context_settings={"ignore_unknown_options": False})
 @click.argument("card", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
@@ -220,10 +243,11 @@ def _interrupted(console: Console, exc: KeyboardInterrupt, written: str) -> None
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Also exclude series matching GLOB.")
 @click.option("--include", multiple=True, metavar="GLOB", help="Compare series matching GLOB even if excluded.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Where run dirs go; its run dirs must be empty (default: a new temp dir, removed when every run passed).")
+@click.option("--junit-xml", type=click.Path(dir_okay=False, path_type=Path), help="Also write a JUnit XML report: one testcase per compared series.")
 @handle_errors
 def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, out: Path | None, update: bool,
            no_write: bool, allow_partial: bool, fmt: str | None, drop_nan_series: bool, exclude: tuple[str, ...], include: tuple[str, ...],
-           workdir: Path | None) -> None:
+           workdir: Path | None, junit_xml: Path | None) -> None:
     """Run CARD's command N times; write its standard only if all runs agree.
 
     CARD defaults to the embedded tiny CPU recipe (recipes/sd3_pickscore_nft.toml).
@@ -252,6 +276,13 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
             )
     except KeyboardInterrupt as exc:
         _interrupted(err_console, exc, nothing)
+    from detaudit.ci import cases_from_record
+
+    record_cases = cases_from_record(result, f"detaudit.record.{card.stem}")
+    failed = sum(1 for c in record_cases if not c.ok)
+    _ci_reports(junit_xml, f"detaudit record {card}", record_cases,
+                f"{result.status}: {len(record_cases) - failed} of {len(record_cases)} series identical across {runs} runs")
+    _warn_est_time(err_console, card, result.runs)
     if result.status == "run-failed":
         _print_failed_run(err_console, result.runs)
         err_console.print(f"[red]\\[detaudit] record failed: a run did not finish; {nothing}[/red]")
@@ -304,9 +335,15 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
 @click.option("--strict-runner", is_flag=True, help="Exit 1 when the runner class differs from the standard's (the default; kept for old scripts).")
 @click.option("--step-key", help="Step field for lines without a step_key.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Where the run dir goes; it must be empty (default: a new temp dir, removed when the run passed).")
+@click.option("--suite", metavar="NAME", help="Verify every card of suite NAME (cards in --cards): one table, one exit code.")
+@click.option("--cards", type=click.Path(file_okay=False, path_type=Path), default=Path("recipes"), show_default=True,
+              help="Folder of cards for --suite.")
+@click.option("--junit-xml", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write a JUnit XML report: one testcase per series (per card with --suite).")
 @handle_errors
 def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None, standard: Path | None,
-           allow_other_runner: bool, strict_runner: bool, step_key: str | None, workdir: Path | None) -> None:
+           allow_other_runner: bool, strict_runner: bool, step_key: str | None, workdir: Path | None,
+           suite: str | None, cards: Path, junit_xml: Path | None) -> None:
     """Check one run of CARD (or --metrics RUN.jsonl) against its standard, exactly.
 
     CARD defaults to the embedded tiny CPU recipe when neither CARD nor --metrics is given.
@@ -319,6 +356,10 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
 
     if strict_runner and allow_other_runner:
         raise click.UsageError("--strict-runner and --allow-other-runner contradict each other")
+    if suite is not None:
+        if card is not None or metrics is not None or standard is not None or extra_args or workdir is not None:
+            raise click.UsageError("--suite verifies the suite's cards: it takes no CARD, --metrics, --standard, --workdir or extra args")
+        _verify_suite(suite, cards, allow_other_runner, junit_xml)
     if card is None and metrics is None:
         card = default_card()
     out_console, err_console = _stdout(), _stderr()
@@ -329,6 +370,15 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
                                 step_key=step_key, extra_args=extra_args, workdir=workdir, on_update=display.update)
     except KeyboardInterrupt as exc:
         _interrupted(err_console, exc, "not verified")
+    from detaudit.ci import cases_from_verify
+    from detaudit.report import SUITE_STATUS, status_detail
+
+    label = card.stem if card is not None else Path(str(metrics)).stem
+    _ci_reports(junit_xml, f"detaudit verify {card or metrics}",
+                cases_from_verify(result, f"detaudit.verify.{label}", time_s=result.run.elapsed if result.run else 0.0),
+                f"{SUITE_STATUS.get(result.status, result.status)}: {status_detail(result.status, result)} ({result.standard_path})")
+    if metrics is None:
+        _warn_est_time(err_console, card, [result.run])
     path = escape(str(result.standard_path))
     here = "-".join(result.runner_here or [])
     if result.status in ("skipped", "not-verified"):
@@ -370,6 +420,63 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
             out_console.print("  " + escape(line))
     _workdir_note(err_console, result.workdir, result.workdir_removed, False)
     sys.exit(EXIT_FAIL)
+
+
+def _verify_suite(suite: str, cards_dir: Path, allow_other_runner: bool, junit_xml: Path | None) -> None:
+    from detaudit.ci import cases_from_suite
+    from detaudit.report import est_time_warning, print_suite
+    from detaudit.suite import find_cards, over_estimate, verify_suite
+
+    out_console, err_console = _stdout(), _stderr()
+    found = find_cards(cards_dir, suite)
+    total = len(found)
+
+    def on_card(card: Any) -> None:
+        index = found.index(card) + 1
+        err_console.print(f"\\[detaudit] suite {escape(suite)}: card {index}/{total} {escape(card.name)} ({escape(str(card.path))})")
+
+    display = RunDisplay(err_console, 1, f"detaudit verify --suite {suite}")
+    try:
+        with display:
+            result = verify_suite(found, suite=suite, allow_other_runner=allow_other_runner, on_card=on_card,
+                                  on_update=display.update)
+    except KeyboardInterrupt as exc:
+        _interrupted(err_console, exc, "not verified")
+    print_suite(result, out_console)
+    for o in result.outcomes:
+        run_time = o.run_elapsed
+        if run_time is not None and o.card.est_time is not None and over_estimate(o.card, run_time):
+            err_console.print(f"[yellow]\\[detaudit] warning: {escape(est_time_warning(o.card.name, o.card.est_time, run_time))}[/yellow]")
+    passed = sum(1 for o in result.outcomes if o.status == "passed")
+    _ci_reports(junit_xml, f"detaudit verify --suite {suite}", cases_from_suite(result),
+                f"{passed} of {len(result.outcomes)} cards passed")
+    sys.exit(result.exit_code)
+
+
+@main.command("plan")
+@click.option("--suite", metavar="NAME", help="Only the cards of this suite (default: every card).")
+@click.option("--cards", type=click.Path(file_okay=False, path_type=Path), default=Path("recipes"), show_default=True,
+              help="Folder of cards (*.toml).")
+@click.option("--budget", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="Exit 1 when the suite's total est_time exceeds SECONDS (or a card has no est_time).")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@handle_errors
+def plan(suite: str | None, cards: Path, budget: float | None, as_json: bool) -> None:
+    """List cards with est_time, GPUs and the suite total; check it against a CI time budget.
+
+    Exit 0 within the budget (or without one), 1 over it, 2 on bad input.
+    """
+    import json
+
+    from detaudit.report import plan_document, print_plan
+    from detaudit.suite import plan_suite
+
+    result = plan_suite(cards, suite, budget)
+    if as_json:
+        click.echo(json.dumps(plan_document(result), indent=2, sort_keys=True))
+    else:
+        print_plan(result, _stdout())
+    sys.exit(EXIT_FAIL if result.fits is False else EXIT_OK)
 
 
 # --- standard: convert / diff / show ---------------------------------------------------------

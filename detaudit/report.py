@@ -28,6 +28,7 @@ from detaudit.floats import encode_value, format_value
 if TYPE_CHECKING:
     from detaudit.review import SeriesChange, StandardDiff
     from detaudit.standard import Standard
+    from detaudit.suite import CardOutcome, SuitePlan, SuiteResult
 
 _v = format_value  # every value that may be absent is shown by this one function
 
@@ -362,3 +363,106 @@ def print_standard_summary(standard: "Standard", console: Console) -> None:
         table.add_row(escape(r["series"]), escape(r["step_key"] or "-"), str(r["points"]), escape(f"{first} .. {last}"),
                       ", ".join(r["types"]), str(r["nan"]))
     console.print(table)
+
+
+# --- suites: ``detaudit plan``, ``verify --suite``, est_time warnings -----------------------
+
+
+def _seconds(x: float | None) -> str:
+    return "?" if x is None else f"{x:.0f}s" if x >= 10 else f"{x:.1f}s"
+
+
+def est_time_warning(card_name: str, est_time: float, elapsed: float) -> str:
+    """The warning after a run that took longer than its card's ``est_time``."""
+    return (f"{card_name}: the run took {_seconds(elapsed)}, over the card's est_time of {_seconds(est_time)}; "
+            "raise est_time so suite plans stay true")
+
+
+def print_plan(plan: "SuitePlan", console: Console) -> None:
+    title = f"suite {plan.suite}" if plan.suite else "all cards"
+    table = Table(title=title, title_justify="left", header_style="bold")
+    for col, justify in (("card", "left"), ("file", "left"), ("suite", "left"), ("est_time", "right"),
+                         ("GPUs", "right"), ("timeout", "right")):
+        table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for card in plan.cards:
+        table.add_row(escape(card.name), escape(str(card.path)), escape(card.suite or "-"), _seconds(card.est_time),
+                      str(card.gpus_per_run), _seconds(card.timeout_s))
+    console.print(table)
+    line = f"total: {_seconds(plan.total)} for {len(plan.cards)} cards run one after another"
+    if plan.gpu_seconds:
+        line += f", {plan.gpu_seconds:.0f} GPU-seconds"
+    console.print(line)
+    if plan.unknown:
+        console.print(f"[yellow]no est_time (not in the total): {escape(', '.join(plan.unknown))}[/yellow]")
+    if plan.budget is not None:
+        if plan.fits:
+            console.print(f"[green]within the budget of {_seconds(plan.budget)} "
+                          f"({_seconds(plan.budget - plan.total)} to spare)[/green]")
+        elif plan.unknown:
+            console.print(f"[red]OVER BUDGET: cannot show the suite fits {_seconds(plan.budget)}: "
+                          f"{len(plan.unknown)} card(s) have no est_time[/red]")
+        else:
+            console.print(f"[red]OVER BUDGET: {_seconds(plan.total)} > {_seconds(plan.budget)} "
+                          f"(by {_seconds(plan.total - plan.budget)})[/red]")
+
+
+def plan_document(plan: "SuitePlan") -> dict[str, Any]:
+    return {
+        "suite": plan.suite,
+        "cards": [{"name": c.name, "path": str(c.path), "suite": c.suite, "est_time": c.est_time,
+                   "gpus_per_run": c.gpus_per_run} for c in plan.cards],
+        "total_s": plan.total,
+        "gpu_seconds": plan.gpu_seconds,
+        "unknown_est_time": plan.unknown,
+        "budget_s": plan.budget,
+        "fits": plan.fits,
+    }
+
+
+SUITE_STATUS = {
+    "passed": "PASSED", "failed": "FAILED", "run-failed": "RUN FAILED", "not-verified": "NOT VERIFIED",
+    "skipped": "SKIPPED", "empty-standard": "NOT VERIFIED (empty standard)", "error": "ERROR",
+}
+
+
+def status_detail(status: str, result: Any, error: str | None = None, limit: int = 3) -> str:
+    """One line for a verify outcome: what matched, the first divergences, or why it was not verified."""
+    if status == "error":
+        return error or ""
+    if status == "passed":
+        return f"{result.compared} series match"
+    if status == "failed":
+        lines = [divergence_line(name, d) for name, d in result.failures[:limit]]
+        more = len(result.failures) - limit
+        return f"{len(result.failures)} of {result.compared} differ: " + "; ".join(lines) + (f"; +{more} more" if more > 0 else "")
+    if status in ("not-verified", "skipped"):
+        here = "-".join(result.runner_here or [])
+        others = ", ".join(sorted({"-".join(c) for c in result.other_classes})) or "-".join(result.runner_standard or [])
+        return f"no standard for runner class {here} (standards for {others})"
+    if status == "empty-standard":
+        return "the standard has no series"
+    if status == "run-failed":
+        run = result.run
+        return f"the run ended with {run.status} (exit code {run.returncode}); log {run.spec.log_path}"
+    return ""
+
+
+def outcome_detail(outcome: "CardOutcome", limit: int = 3) -> str:
+    """A suite row's detail (``status_detail`` of the card's verify)."""
+    return status_detail(outcome.status, outcome.result, outcome.error, limit)
+
+
+def print_suite(result: "SuiteResult", console: Console) -> None:
+    table = Table(title=f"detaudit verify --suite {result.suite}", title_justify="left", header_style="bold")
+    for col, justify in (("card", "left"), ("status", "left"), ("time", "right"), ("est_time", "right"),
+                         ("detail", "left")):
+        table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for o in result.outcomes:
+        style = "green" if o.status == "passed" else "yellow" if o.status == "skipped" else "red"
+        table.add_row(escape(o.card.name), f"[{style}]{SUITE_STATUS.get(o.status, o.status)}[/{style}]",
+                      _seconds(o.elapsed), _seconds(o.card.est_time), escape(outcome_detail(o)))
+    console.print(table)
+    passed = sum(1 for o in result.outcomes if o.status == "passed")
+    style = "green" if result.exit_code == 0 else "red"
+    console.print(f"[{style}]\\[detaudit] suite {escape(str(result.suite))}: {passed} of {len(result.outcomes)} "
+                  f"cards passed{'' if result.exit_code == 0 else ' — FAILED'}[/{style}]")
