@@ -402,6 +402,13 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
         out_console.print("[red]\\[detaudit] FAILED: the run did not finish[/red]")
         _workdir_note(err_console, result.workdir, False, False)
         sys.exit(EXIT_FAIL)
+    if result.status == "approximate":
+        from detaudit.report import approximate_line
+
+        out_console.print(f"[yellow]\\[detaudit] PASSED (approximate, not identical): {escape(approximate_line(result))} "
+                          f"({path})[/yellow]")
+        _workdir_note(err_console, result.workdir, result.workdir_removed, True)
+        sys.exit(EXIT_OK)
     if result.status == "passed":
         out_console.print(f"[green]\\[detaudit] PASSED: {result.compared} metric series match {path}[/green]")
         if result.extra_series:

@@ -421,7 +421,7 @@ def plan_document(plan: "SuitePlan") -> dict[str, Any]:
 
 SUITE_STATUS = {
     "passed": "PASSED", "failed": "FAILED", "run-failed": "RUN FAILED", "not-verified": "NOT VERIFIED",
-    "skipped": "SKIPPED", "empty-standard": "NOT VERIFIED (empty standard)", "error": "ERROR",
+    "skipped": "SKIPPED", "approximate": "PASSED (approximate)", "empty-standard": "NOT VERIFIED (empty standard)", "error": "ERROR",
 }
 
 
@@ -431,6 +431,8 @@ def status_detail(status: str, result: Any, error: str | None = None, limit: int
         return error or ""
     if status == "passed":
         return f"{result.compared} series match"
+    if status == "approximate":
+        return approximate_line(result)
     if status == "failed":
         lines = [divergence_line(name, d) for name, d in result.failures[:limit]]
         more = len(result.failures) - limit
@@ -447,6 +449,15 @@ def status_detail(status: str, result: Any, error: str | None = None, limit: int
     return ""
 
 
+def approximate_line(result: Any) -> str:
+    """How an approximate verify passed: identical series, and those only within tolerance."""
+    within = ", ".join(f"{name} ({tol})" for name, tol in result.approximate)
+    identical = result.compared - len(result.approximate)
+    return (f"runner class {'-'.join(result.runner_here or [])} against the {result.approximate_against} standard: "
+            f"{identical} series identical, {len(result.approximate)} within tolerance (approximate)"
+            + (f": {within}" if within else ""))
+
+
 def outcome_detail(outcome: "CardOutcome", limit: int = 3) -> str:
     """A suite row's detail (``status_detail`` of the card's verify)."""
     return status_detail(outcome.status, outcome.result, outcome.error, limit)
@@ -458,7 +469,7 @@ def print_suite(result: "SuiteResult", console: Console) -> None:
                          ("detail", "left")):
         table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for o in result.outcomes:
-        style = "green" if o.status == "passed" else "yellow" if o.status == "skipped" else "red"
+        style = "green" if o.status == "passed" else "yellow" if o.status in ("skipped", "approximate") else "red"
         table.add_row(escape(o.card.name), f"[{style}]{SUITE_STATUS.get(o.status, o.status)}[/{style}]",
                       _seconds(o.elapsed), _seconds(o.card.est_time), escape(outcome_detail(o)))
     console.print(table)

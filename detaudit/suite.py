@@ -90,7 +90,7 @@ class CardOutcome:
 
     @property
     def ok(self) -> bool:
-        return self.status in ("passed", "skipped")
+        return self.status in ("passed", "skipped", "approximate")
 
     @property
     def run_elapsed(self) -> float | None:

@@ -35,6 +35,7 @@ from detaudit.plan import (
 from detaudit.provenance import detect_environment, provenance_differences
 from detaudit.runner import RunState, interrupts_as_exceptions
 from detaudit.standard import Standard
+from detaudit.tolerance import approximate_rule, compare_within
 
 
 @dataclass
@@ -59,9 +60,12 @@ class VerifyResult:
     workdir: Path | None = None
     workdir_removed: bool = False
 
+    approximate: list[tuple[str, str]] = field(default_factory=list)  # (series, tolerance) passed only within tolerance
+    approximate_against: str | None = None  # set when checked approximately: the standard's runner class
+
     @property
     def ok(self) -> bool:
-        return self.status in ("passed", "skipped")
+        return self.status in ("passed", "skipped", "approximate")
 
 
 def verify(
@@ -97,11 +101,15 @@ def verify(
     if card is not None:
         info = detect_environment()
         here = resolve_runner(card, info)
+    # Opt-in, kept apart: this runner class checked approximately against another's standard.
+    rule = approximate_rule(card, here) if card is not None and here is not None else None
     if standard is not None:
         path = Path(standard)
     else:
         assert card is not None and here is not None
         path = standard_path(card, here)
+        if not path.exists() and rule is not None:
+            path = card.standards_path / f"{card.name}.{rule.against}.json"
         if not path.exists():
             others = standards_of_card(card)
             if not others:
@@ -113,7 +121,12 @@ def verify(
             )
     std = load_any(path)  # any format, detected from the content
     result = VerifyResult("passed", path, std, runner_here=here, runner_standard=std.runner_class)
-    if here is not None and std.runner_class is not None and here != std.runner_class:
+    approximate = None
+    if (rule is not None and std.runner_class is not None and here != std.runner_class
+            and "-".join(std.runner_class) == rule.against):
+        approximate = rule
+        result.approximate_against = rule.against
+    elif here is not None and std.runner_class is not None and here != std.runner_class:
         result.status = "skipped" if allow_other_runner else "not-verified"
         result.other_classes = [std.runner_class]
         return result
@@ -149,6 +162,11 @@ def verify(
         if actual is not None:
             actual = align_run_series(std, name, actual)
         divergence = compare_series(expected, actual, 1, lenient_steps=lenient)
+        tolerance = approximate.tolerance_for(name) if approximate is not None else None
+        if divergence is not None and tolerance is not None and actual is not None:
+            divergence = compare_within(expected, actual, tolerance)
+            if divergence is None:
+                result.approximate.append((name, tolerance.describe()))
         if divergence is not None:
             result.failures.append((name, divergence))
     result.compared = len(std.series)
@@ -157,6 +175,8 @@ def verify(
     if result.failures:
         result.status = "failed"
         result.provenance = provenance_differences(std.runner, current)
+    elif approximate is not None:
+        result.status = "approximate"  # never "passed": this class was not held to the exact standard
     if plan is not None:
         result.workdir_removed = finish(plan, passed=result.ok)
     return result

@@ -39,13 +39,16 @@ def _not_per_series(classname: str, result: Any, status_text: str, message: str,
 
 def cases_from_verify(result: Any, classname: str, *, time_s: float = 0.0) -> list[Case]:
     """Per series of the standard: passed, or failed with its first divergence."""
-    if result.status not in ("passed", "failed"):
+    if result.status not in ("passed", "failed", "approximate"):
         detail = status_detail(result.status, result)
         return _not_per_series(classname, result, SUITE_STATUS.get(result.status, result.status), detail, time_s)
     failing = dict(result.failures)
+    within = dict(result.approximate)
     cases = []
     for name in sorted(result.standard.series):
-        if name in failing:
+        if name in within:
+            cases.append(Case(classname, name, "passed", 0.0, f"within tolerance (approximate): {within[name]}"))
+        elif name in failing:
             line = divergence_line(name, failing[name])
             cases.append(Case(classname, name, "failed", 0.0, line, line))
         else:
