@@ -330,7 +330,7 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
 @click.argument("card", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--metrics", type=click.Path(dir_okay=False, path_type=Path), help="Verify this metrics JSONL instead of running CARD.")
-@click.option("--standard", type=click.Path(dir_okay=False, path_type=Path), help="Standard file (default: from CARD and the runner class).")
+@click.option("--standard", type=click.Path(dir_okay=False, path_type=Path), help="Standard file, any format (detected); default: from CARD and the runner class.")
 @click.option("--allow-other-runner", is_flag=True, help="Exit 0 (SKIPPED), not 1 (NOT VERIFIED), when the only standard is for another runner class.")
 @click.option("--strict-runner", is_flag=True, help="Exit 1 when the runner class differs from the standard's (the default; kept for old scripts).")
 @click.option("--step-key", help="Step field for lines without a step_key.")
@@ -347,8 +347,9 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
     """Check one run of CARD (or --metrics RUN.jsonl) against its standard, exactly.
 
     CARD defaults to the embedded tiny CPU recipe when neither CARD nor --metrics is given.
-    Reads detaudit and miles_diffusion standards. Exit 0 on PASSED (or SKIPPED with
-    --allow-other-runner), 1 on a mismatch, a failed run, or NOT VERIFIED (no standard for
+    Reads standards in any format, detected from the content (detaudit, miles, Megatron-LM,
+    TorchTitan, NeMo-RL). Exit 0 on PASSED (or PASSED (approximate) for a runner class the
+    card gives tolerances, or SKIPPED with --allow-other-runner), 1 on a mismatch, a failed run, or NOT VERIFIED (no standard for
     this runner class, or one with no series), 2 on bad input.
     """
     from detaudit.report import divergence_line
