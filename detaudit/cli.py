@@ -244,10 +244,11 @@ def _warn_est_time(console: Console, card_path: Path | None, states: list[Any]) 
 @click.option("--include", multiple=True, metavar="GLOB", help="Compare series matching GLOB even if excluded.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Where run dirs go; its run dirs must be empty (default: a new temp dir, removed when every run passed).")
 @click.option("--junit-xml", type=click.Path(dir_okay=False, path_type=Path), help="Also write a JUnit XML report: one testcase per compared series.")
+@click.option("--no-doctor", is_flag=True, help="Skip the determinism preflight (detaudit doctor --no-ray) that runs first.")
 @handle_errors
 def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, out: Path | None, update: bool,
            no_write: bool, allow_partial: bool, fmt: str | None, drop_nan_series: bool, exclude: tuple[str, ...], include: tuple[str, ...],
-           workdir: Path | None, junit_xml: Path | None) -> None:
+           workdir: Path | None, junit_xml: Path | None, no_doctor: bool) -> None:
     """Run CARD's command N times; write its standard only if all runs agree.
 
     CARD defaults to the embedded tiny CPU recipe (recipes/sd3_pickscore_nft.toml).
@@ -261,6 +262,12 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
         raise click.UsageError("--no-write writes nothing: it takes no --update, --out, --allow-partial or --format")
     card = card or default_card()
     out_console, err_console = _stdout(), _stderr()
+    if not no_doctor:  # the preflight: warnings, the runs decide
+        from detaudit.card import load_card
+        from detaudit.doctor import run_doctor
+        from detaudit.report import print_doctor
+
+        print_doctor(run_doctor(load_card(card), ray=False), err_console, only_failing=True)
     display = RunDisplay(err_console, runs, f"detaudit record {card}")
     nothing = "nothing written" if no_write else "no standard written"
 
@@ -485,6 +492,35 @@ def plan(suite: str | None, cards: Path, budget: float | None, as_json: bool) ->
     else:
         print_plan(result, _stdout())
     sys.exit(EXIT_FAIL if result.fits is False else EXIT_OK)
+
+
+@main.command()
+@click.argument("card", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--seed", default=1234, show_default=True, type=int, help="Seed the probe expects each process to be seeded with.")
+@click.option("--no-ray", is_flag=True, help="Skip the Ray worker probe.")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+@handle_errors
+def doctor(card: Path | None, seed: int, no_ray: bool, as_json: bool) -> None:
+    """Determinism preflight for each process of CARD's run, Ray workers included.
+
+    Checks deterministic algorithms, CUBLAS_WORKSPACE_CONFIG, cuDNN flags, TF32, NCCL_ALGO,
+    PYTHONHASHSEED, the allowed SDPA backends and per-process seeds, in the process as the
+    card's environment starts it, in the driver after determinism.enable(seed), and in a Ray
+    worker started through determinism.ray_runtime_env(seed). Exit 0 all pass, 1 any fails.
+    """
+    import json
+    from dataclasses import asdict
+
+    from detaudit.card import load_card
+    from detaudit.doctor import run_doctor
+    from detaudit.report import print_doctor
+
+    rows = run_doctor(load_card(card or default_card()), seed=seed, ray=not no_ray)
+    if as_json:
+        click.echo(json.dumps([asdict(r) for r in rows], indent=2, sort_keys=True))
+    else:
+        print_doctor(rows, _stdout())
+    sys.exit(EXIT_OK if all(r.ok for r in rows) else EXIT_FAIL)
 
 
 # --- standard: convert / diff / show ---------------------------------------------------------

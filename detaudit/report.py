@@ -477,3 +477,23 @@ def print_suite(result: "SuiteResult", console: Console) -> None:
     style = "green" if result.exit_code == 0 else "red"
     console.print(f"[{style}]\\[detaudit] suite {escape(str(result.suite))}: {passed} of {len(result.outcomes)} "
                   f"cards passed{'' if result.exit_code == 0 else ' — FAILED'}[/{style}]")
+
+
+# --- doctor ------------------------------------------------------------------------------
+
+
+def print_doctor(rows: list[Any], console: Console, *, only_failing: bool = False) -> None:
+    """The preflight table: per process and check, the value seen, and a fix for each failing row."""
+    shown = [r for r in rows if not r.ok] if only_failing else rows
+    table = Table(title="detaudit doctor", title_justify="left", header_style="bold")
+    for col in ("process", "check", "", "seen", "fix"):
+        table.add_column(col, overflow="fold")
+    for r in shown:
+        table.add_row(escape(r.process), escape(r.check), "[green]ok[/green]" if r.ok else "[red]FAIL[/red]",
+                      escape(r.value), escape(r.fix))
+    if shown:
+        console.print(table)
+    failing = sum(1 for r in rows if not r.ok)
+    style = "green" if not failing else "red"
+    console.print(f"[{style}]\\[detaudit] doctor: {len(rows) - failing} of {len(rows)} checks pass"
+                  + (f", {failing} fail" if failing else "") + f"[/{style}]")
