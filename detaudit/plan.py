@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
-from detaudit.card import DEFAULT_METRICS_ENV, Card, run_argv, run_env, standard_file_name
+from detaudit.card import DEFAULT_METRICS_ENV, Card, probe_env, run_argv, run_env, standard_file_name
 from detaudit.errors import InputError, UsageError
 from detaudit.exclusion import Exclusion
 from detaudit.metrics import MetricsRun, read_metrics_many
-from detaudit.provenance import runner_class
+from detaudit.provenance import detect_environment, runner_class
 from detaudit.runner import RunSpec, RunState, gpu_slots, run_batch
 from detaudit.standard import Standard, load_standard
 
@@ -69,6 +69,13 @@ def exclusion_for(card: Card | None, exclude: Sequence[str] = (), include: Seque
         cli=tuple(exclude),
         include=tuple(include) + (card.include if card else ()),
     )
+
+
+def environment_for(card: Card, parallel: int = 1) -> dict[str, Any]:
+    """The environment as one run of ``card`` sees it: probed in the recipe's interpreter with
+    the card's environment and the GPU set the first run would get."""
+    slots = gpu_slots(card.gpus_per_run, parallel)
+    return detect_environment(env=probe_env(card, slots[0] if slots else None))
 
 
 def resolve_runner(card: Card, info: dict[str, Any]) -> list[str]:

@@ -17,13 +17,14 @@ from detaudit.plan import (
     EnvHook,
     Executor,
     RunPlan,
+    environment_for,
     execute,
     finish,
     make_plan,
     read_run_metrics,
     resolve_runner,
 )
-from detaudit.provenance import detect_environment, git_state
+from detaudit.provenance import git_state, standard_runner
 from detaudit.runner import RunState, interrupts_as_exceptions
 from detaudit.formats import FORMATS, load_any, render_as
 from detaudit.formats import drop_nan_series as drop_nan
@@ -91,7 +92,7 @@ def record(
     if drop_nan_series and fmt != "miles":
         raise UsageError("--drop-nan-series is for --format miles (verifiers that compare with ==)")
     card = load_card(card_path)
-    info = detect_environment()
+    info = environment_for(card, parallel)
     cls = resolve_runner(card, info)
     if not write:
         with interrupts_as_exceptions():
@@ -166,11 +167,7 @@ def build_standard(plan: RunPlan, first: MetricsRun, report: DiffReport, fmt: st
     if fmt != "detaudit":  # miles, and the formats converted from its shape (megatron, torchtitan, nemo)
         meta = {"commit": git["commit"], "source": f"detaudit record {card.path} ({len(report.runs)} agreeing runs)"}
         return Standard(series=series, format="miles", meta=meta, name=card.name, dropped=dropped)
-    info = plan.environment
-    runner: dict[str, Any] = {"class": plan.runner_class}
-    for key in ("gpu", "driver", "cuda", "torch", "python", "cpu_capability"):
-        if info.get(key) is not None:
-            runner[key] = info[key]
+    runner = standard_runner(plan.runner_class, plan.environment)
     agreeing = len(report.runs) - len({r for m in report.mismatched for r in m.disagreeing_runs})
     recorded = {
         "runs": len(report.runs),

@@ -497,3 +497,31 @@ def print_doctor(rows: list[Any], console: Console, *, only_failing: bool = Fals
     style = "green" if not failing else "red"
     console.print(f"[{style}]\\[detaudit] doctor: {len(rows) - failing} of {len(rows)} checks pass"
                   + (f", {failing} fail" if failing else "") + f"[/{style}]")
+
+
+def environment_json(cls: list[str], info: dict[str, Any]) -> str:
+    """``detaudit env --json``: the runner class and the whole probe, keys sorted."""
+    return json.dumps({"runner_class": cls, "environment": info}, indent=2, sort_keys=True)
+
+
+def print_environment(cls: list[str], info: dict[str, Any], console: Console) -> None:
+    """``detaudit env``: the runner class, then the fields that change bits, one per line."""
+    cpu = info.get("cpu") or {}
+    threads = ", ".join(f"{k}={v}" for k, v in sorted((info.get("threads") or {}).items()))
+    gpu = info.get("gpu")
+    rows = [
+        ("runner class", "-".join(cls)),
+        ("cpu", f"{cpu.get('vendor', '?')} {cpu.get('model_name', '')} (family {cpu.get('family', '?')}, "
+                f"model {cpu.get('model', '?')}, stepping {cpu.get('stepping', '?')})"),
+        ("cpu flags", " ".join(cpu.get("flags") or [])),
+        ("cpu capability", str(info.get("cpu_capability", "?"))),
+        ("threads", threads or "?"),
+        ("torch", f"{info.get('torch', 'absent')} "
+                  + " ".join(f"{k}={v}" for k, v in sorted((info.get("torch_config") or {}).items()))),
+        ("python", f"{info.get('python', '?')} ({(info.get('platform') or {}).get('libc', '?')})"),
+        ("gpu", f"{gpu['count']} x {gpu['name']}, driver {info.get('driver')}, CUDA {info.get('cuda')}, "
+                f"cuDNN {info.get('cudnn')}, NCCL {info.get('nccl')}" if gpu else "none visible"),
+        ("packages", f"{len(info.get('packages') or {})} installed (see --json)"),
+    ]
+    for key, value in rows:
+        console.print(f"{key:>15}: {escape(value)}")

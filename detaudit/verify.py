@@ -23,6 +23,7 @@ from detaudit.metrics import read_metrics
 from detaudit.plan import (
     EnvHook,
     Executor,
+    environment_for,
     execute,
     exclusion_for,
     finish,
@@ -32,7 +33,7 @@ from detaudit.plan import (
     resolve_runner,
     standards_of_card,
 )
-from detaudit.provenance import detect_environment, provenance_differences
+from detaudit.provenance import detect_environment, package_differences, provenance_differences
 from detaudit.runner import RunState, interrupts_as_exceptions
 from detaudit.standard import Standard
 from detaudit.tolerance import approximate_rule, compare_within
@@ -54,7 +55,7 @@ class VerifyResult:
     runner_standard: list[str] | None = None
     other_classes: list[list[str]] = field(default_factory=list)  # classes that have a standard of the card
     provenance: list[str] = field(default_factory=list)  # how this environment differs (on failure)
-    package_notes: list[str] = field(default_factory=list)  # package versions that differ (on pass)
+    package_changes: list[str] = field(default_factory=list)  # package versions that differ, even on a pass
     run: RunState | None = None
     metrics_path: Path | None = None
     workdir: Path | None = None
@@ -99,7 +100,7 @@ def verify(
     info: dict[str, Any] | None = None
     here: list[str] | None = None
     if card is not None:
-        info = detect_environment()
+        info = environment_for(card)
         here = resolve_runner(card, info)
     # Opt-in, kept apart: this runner class checked approximately against another's standard.
     rule = approximate_rule(card, here) if card is not None and here is not None else None
@@ -171,10 +172,12 @@ def verify(
             result.failures.append((name, divergence))
     result.compared = len(std.series)
     result.extra_series = sorted(n for n in run.series if n not in std.series and n not in std.dropped)
-    current = info if info is not None else detect_environment()
+    if info is not None:  # a run of the card here: its packages against the standard's
+        result.package_changes = package_differences(std.runner, info)
     if result.failures:
         result.status = "failed"
-        result.provenance = provenance_differences(std.runner, current)
+        current = info if info is not None else detect_environment()
+        result.provenance = provenance_differences(std.runner, current) + package_differences(std.runner, current)
     elif approximate is not None:
         result.status = "approximate"  # never "passed": this class was not held to the exact standard
     if plan is not None:

@@ -227,8 +227,9 @@ def test_gpu_slots() -> None:
 
 
 def test_concurrent_record_of_one_standard_fails_clearly(toy_card: Path) -> None:
-    first = subprocess.Popen([sys.executable, "-m", "detaudit", "record", str(toy_card), "--runs", "2", "--",
-                              "--sleep", "4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The first record holds the lock for at least 20 s (two runs at once), long past the second's start-up.
+    first = subprocess.Popen([sys.executable, "-m", "detaudit", "record", str(toy_card), "--runs", "2", "--parallel",
+                              "2", "--", "--sleep", "20"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lock = Path(str(standard_of(toy_card)) + ".lock")
     deadline = time.time() + 30
     while not lock.exists() and time.time() < deadline:
