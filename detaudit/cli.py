@@ -262,16 +262,16 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
         raise click.UsageError("--no-write writes nothing: it takes no --update, --out, --allow-partial or --format")
     card = card or default_card()
     out_console, err_console = _stdout(), _stderr()
-    if not no_doctor:  # the preflight: warnings, the runs decide
-        from detaudit.card import load_card
-        from detaudit.doctor import run_doctor
-        from detaudit.report import print_doctor
-
-        print_doctor(run_doctor(load_card(card), ray=False), err_console, only_failing=True)
     display = RunDisplay(err_console, runs, f"detaudit record {card}")
     nothing = "nothing written" if no_write else "no standard written"
 
     def on_start(base: Path, cls: list[str]) -> None:
+        if not no_doctor:  # the preflight, once the command is known to be valid: warnings, the runs decide
+            from detaudit.card import load_card
+            from detaudit.doctor import run_doctor
+            from detaudit.report import print_doctor
+
+            print_doctor(run_doctor(load_card(card), ray=False), err_console, only_failing=True)
         err_console.print(f"\\[detaudit] runner class {'-'.join(cls)}; {runs} runs in {base}")
 
     try:
