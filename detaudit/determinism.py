@@ -82,6 +82,10 @@ def set_deterministic_flags(attention: str = "math") -> None:
         return
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
+    # TF32 rounds fp32 matmul/conv inputs to 10 mantissa bits on Ampere and later: off, so a
+    # standard recorded in fp32 means fp32 (``detaudit doctor`` checks it).
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     torch.use_deterministic_algorithms(True, warn_only=False)
     set_attention_backends(attention)
 
