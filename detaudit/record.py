@@ -27,7 +27,10 @@ from detaudit.plan import (
 )
 from detaudit.provenance import git_state, standard_runner
 from detaudit.runner import RunState, interrupts_as_exceptions
-from detaudit.standard import FORMATS, Standard, load_standard, render_standard, standard_lock, write_atomic
+from detaudit.formats import FORMATS, load_any, render_as
+from detaudit.formats import drop_nan_series as drop_nan
+from detaudit.review import StandardDiff, diff_standards
+from detaudit.standard import Standard, standard_lock, write_atomic
 from detaudit.trace import MODE_ENV, run_trace_dir, trace_hook
 from detaudit.trace.compare import RunsTraceReport, audit_runs
 
@@ -50,6 +53,8 @@ class RecordResult:
     changes: SeriesChanges | None = None  # with update: how the series differ from the old file's
     dropped: dict[str, Any] = field(default_factory=dict)
     workdir_removed: bool = False
+    nan_dropped: list[str] = field(default_factory=list)  # --drop-nan-series: series left out for holding NaN
+    review: StandardDiff | None = None  # with update: the old standard against the new (``standard diff``)
     trace: RunsTraceReport | None = None  # with ``trace``: the runs' traces compared
 
     @property
@@ -66,6 +71,7 @@ def record(
     update: bool = False,
     allow_partial: bool = False,
     fmt: str | None = None,
+    drop_nan_series: bool = False,
     extra_args: tuple[str, ...] = (),
     exclude: tuple[str, ...] = (),
     include: tuple[str, ...] = (),
@@ -91,7 +97,9 @@ def record(
     if runs < 2:
         raise UsageError("--runs must be at least 2: a standard needs runs that agree")
     if fmt is not None and fmt not in FORMATS:
-        raise UsageError(f"unknown --format {fmt!r} (detaudit or miles)")
+        raise UsageError(f"unknown --format {fmt!r} (one of {', '.join(FORMATS)})")
+    if drop_nan_series and fmt != "miles":
+        raise UsageError("--drop-nan-series is for --format miles (verifiers that compare with ==)")
     card = load_card(card_path)
     info = environment_for(card, parallel)
     cls = resolve_runner(card, info)
@@ -103,7 +111,7 @@ def record(
         path = Path(out) if out is not None else standard_path(card, cls)
         if path.exists() and not update:
             raise UsageError("exists; pass --update to replace it", path)
-        old = load_standard(path) if path.exists() else None
+        old = load_any(path) if path.exists() else None
     fmt = fmt or (old.format if old is not None else "detaudit")
     with interrupts_as_exceptions(), (standard_lock(path) if path is not None else nullcontext()):
         plan = make_plan(card, runs, environment=info, workdir=workdir, extra_args=extra_args, exclude=exclude,
@@ -111,11 +119,12 @@ def record(
         if on_start:
             on_start(plan.workdir, plan.runner_class)
         states = execute(plan, parallel=parallel, executor=executor, on_update=on_update)
-        return _judge(plan, states, path, old, update=update, allow_partial=allow_partial, fmt=fmt)
+        return _judge(plan, states, path, old, update=update, allow_partial=allow_partial, fmt=fmt,
+                      drop_nan_series=drop_nan_series)
 
 
 def _judge(plan: RunPlan, states: list[RunState], path: Path | None, old: Standard | None, *, update: bool,
-           allow_partial: bool, fmt: str) -> RecordResult:
+           allow_partial: bool, fmt: str, drop_nan_series: bool = False) -> RecordResult:
     """Compare the finished runs; write the standard to ``path`` (None: write nothing) if they agree."""
     if not all(s.ok for s in states):
         return RecordResult("run-failed", path, states, plan.workdir)
@@ -136,7 +145,9 @@ def _judge(plan: RunPlan, states: list[RunState], path: Path | None, old: Standa
         result.workdir_removed = finish(plan, passed=not traced)  # traced: keep the traces
         return result
     standard = build_standard(plan, parsed[0], report, fmt)
-    write_atomic(path, render_standard(standard), overwrite=update)
+    result.nan_dropped = drop_nan(standard) if drop_nan_series else []
+    # Exact in every format, or an InputError (exit 2) before anything is written.
+    write_atomic(path, render_as(standard, fmt, target=path), overwrite=update)
     standard.path = path
     result.status = "written"
     result.standard = standard
@@ -144,6 +155,7 @@ def _judge(plan: RunPlan, states: list[RunState], path: Path | None, old: Standa
     if old is not None:
         result.changes = compare_standard_series(old.series, standard.series,
                                                  lenient_steps="miles" in (old.format, standard.format))
+        result.review = diff_standards(old, standard, old_label=str(path), new_label="new")
     result.workdir_removed = finish(plan, passed=not traced)  # traced: keep the traces
     return result
 
@@ -161,7 +173,7 @@ def build_standard(plan: RunPlan, first: MetricsRun, report: DiffReport, fmt: st
     }
     git = git_state(card.path)
     command = list(card.command) + list(plan.extra_args)
-    if fmt == "miles":
+    if fmt != "detaudit":  # miles, and the formats converted from its shape (megatron, torchtitan, nemo)
         meta = {"commit": git["commit"], "source": f"detaudit record {card.path} ({len(report.runs)} agreeing runs)"}
         return Standard(series=series, format="miles", meta=meta, name=card.name, dropped=dropped)
     runner = standard_runner(plan.runner_class, plan.environment)

@@ -78,9 +78,9 @@ def test_existing_standard_needs_update_and_update_prints_changes(toy_card: Path
     assert len(again.err.strip().splitlines()) == 1 and standard_of(toy_card).read_text() == before
     updated = run_cli("record", str(toy_card), "--runs", "2", "--update", "--", "--steps", "4")
     assert updated.code == 0, updated.text
-    assert "update: changed: rollout/reward/raw_mean from step 3 (steps)" in updated.out
+    assert "update: changed: rollout/reward/raw_mean: steps added: 3" in updated.out
     unchanged = run_cli("record", str(toy_card), "--runs", "2", "--update", "--", "--steps", "4")
-    assert "update: series unchanged (4 identical)" in unchanged.out
+    assert "update: series: 0 changed, 0 added, 0 removed, 4 identical" in unchanged.out
 
 
 def test_allow_partial_records_agreeing_series_only(toy_card: Path) -> None:

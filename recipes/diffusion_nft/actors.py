@@ -5,7 +5,8 @@ RolloutEngine  diffusers SD3 sampling with the trainer's synced LoRA weights: fo
                log-probabilities and the policy just trained (on-policy)
 RewardActor    PickScore (or JPEG compressibility)
 RolloutManager drives the engines and the reward, computes advantages, converts to train pairs
-TrainActor     one FSDP2 rank: LoRA on the SD3 transformer, the NFT or Flow-GRPO loss, AdamW, grad scaler
+TrainActor     one FSDP2 rank (a plain module at world size 1): LoRA on the SD3 transformer, the NFT or
+               Flow-GRPO loss, AdamW, grad scaler
 
 ``args.algorithm`` picks the loss; the actors are shared, the math lives in ``nft.py`` and
 ``flow_grpo.py``.
@@ -21,7 +22,7 @@ import torch
 
 from detaudit import determinism
 from recipes.diffusion_nft import flow_grpo, nft
-from recipes.diffusion_nft.config import load_prompts, rollout_prompts
+from recipes.diffusion_nft.config import JobConfig, load_prompts, rollout_prompts
 from recipes.diffusion_nft.flops import image_tokens, transformer_forward_flops
 from recipes.diffusion_nft.models import build_pickscore, build_pipeline, build_transformer, init_on, max_sequence_length
 from recipes.diffusion_nft.reward import PickScore, jpeg_compressibility
@@ -31,19 +32,19 @@ DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"]
 
 
-def setup_process(args: Any, role: str) -> torch.device:
+def setup_process(args: JobConfig, role: str) -> torch.device:
     """Per-actor start-up: threads, and the seeding that --deterministic-mode promises."""
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.deterministic_mode:
         skip = role == "rollout_manager" and args.no_seed_rollout_manager
-        determinism.enable(args.seed, seed_rngs=not skip, attention=args.attention)
+        determinism.enable(args.seed, seed_rngs=not skip, attention=args.attention_backend)
     if args.device == "cuda" and torch.cuda.is_available():
         return torch.device("cuda", 0)  # Ray sets CUDA_VISIBLE_DEVICES to the actor's GPU
     return torch.device("cpu")
 
 
-def add_lora(transformer: Any, args: Any, seed: int) -> None:
+def add_lora(transformer: Any, args: JobConfig, seed: int) -> None:
     """The LoRA adapter (r, alpha on the attention projections), initialised from ``seed``."""
     from peft import LoraConfig
 
@@ -78,12 +79,13 @@ def adapters_disabled(model: torch.nn.Module) -> Iterator[None]:
 
 
 class RolloutEngine:
-    def __init__(self, args: Any, rank: int) -> None:
+    def __init__(self, args: JobConfig, rank: int) -> None:
         self.args = args
         self.device = setup_process(args, "rollout_engine")
         self.dtype = DTYPES[args.precision] if self.device.type == "cuda" else torch.float32
         started = time.perf_counter()
-        self.pipe = build_pipeline(args.preset, args.init_seed, args.model_path, self.device, self.dtype)
+        self.pipe = build_pipeline(args.preset, args.init_seed, args.model_path, self.device, self.dtype,
+                                   scheduler_shift=args.scheduler_shift)
         add_lora(self.pipe.transformer, args, args.init_seed + 100)
         self.pipe.transformer.to(self.dtype).eval().requires_grad_(False)
         self.load_time = time.perf_counter() - started
@@ -156,7 +158,7 @@ class RolloutEngine:
 
 
 class RewardActor:
-    def __init__(self, args: Any) -> None:
+    def __init__(self, args: JobConfig) -> None:
         self.args = args
         self.device = setup_process(args, "reward")
         started = time.perf_counter()
@@ -193,7 +195,7 @@ class RolloutManager:
     Flow-GRPO: group advantages over the recorded trajectories; no draw at all.
     """
 
-    def __init__(self, args: Any, engines: list[Any], reward_actor: Any) -> None:
+    def __init__(self, args: JobConfig, engines: list[Any], reward_actor: Any) -> None:
         self.args = args
         # Under --deterministic-mode this seeds the actor's global torch RNG; with
         # --no-seed-rollout-manager it is left as torch seeded it at start-up: randomly.
@@ -247,9 +249,10 @@ class RolloutManager:
 
 
 class TrainActor:
-    """One FSDP2 rank: LoRA on the SD3 transformer, trained with the DiffusionNFT or the Flow-GRPO loss."""
+    """One FSDP2 rank (or, at world size 1, a plain module): LoRA on the SD3 transformer,
+    trained with the DiffusionNFT or the Flow-GRPO loss."""
 
-    def __init__(self, args: Any, rank: int, world_size: int, master_port: int) -> None:
+    def __init__(self, args: JobConfig, rank: int, world_size: int, master_port: int) -> None:
         import torch.distributed as dist
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -274,19 +277,36 @@ class TrainActor:
         add_lora(model, args, args.init_seed + 100)
         for _, p in lora_parameters(model):
             p.requires_grad_(True)
-        mp = MixedPrecisionPolicy(param_dtype=self.dtype, reduce_dtype=torch.float32)
-        # FSDP2's default mesh lives on whatever accelerator torch finds: on a GPU host with
-        # --device cpu it would move the shards to cuda:0. Name the run's device.
-        mesh = init_device_mesh(self.device.type, (world_size,))
-        for block in model.transformer_blocks:
-            fully_shard(block, mesh=mesh, mp_policy=mp)
-        fully_shard(model, mesh=mesh, mp_policy=mp)
+        if args.activation_checkpointing:
+            model.enable_gradient_checkpointing()
+        # ``params``: the float32 LoRA weights the optimizer steps. ``compute``: the weights
+        # the forward reads, in the compute dtype, or None when they are ``params`` themselves.
+        self.compute: list[torch.nn.Parameter] | None = None
+        if world_size > 1 or args.fsdp_single_rank:
+            mp = MixedPrecisionPolicy(param_dtype=self.dtype, reduce_dtype=torch.float32)
+            # FSDP2's default mesh lives on whatever accelerator torch finds: on a GPU host with
+            # --device cpu it would move the shards to cuda:0. Name the run's device.
+            mesh = init_device_mesh(self.device.type, (world_size,))
+            for block in model.transformer_blocks:
+                fully_shard(block, mesh=mesh, mp_policy=mp)
+            fully_shard(model, mesh=mesh, mp_policy=mp)
+            self.lora = lora_parameters(model)  # after sharding: FSDP2 replaces the parameters
+            self.params = [p for _, p in self.lora]
+        else:
+            # World size 1: no FSDP, whose per-block gather and cast would run on every
+            # forward. Its arithmetic is kept: parameters (not buffers) cast once to the
+            # compute dtype, float32 master LoRA weights, gradients cast to float32 and summed.
+            self.lora = lora_parameters(model)
+            self.params = [p for _, p in self.lora]
+            if self.dtype != torch.float32:
+                self.params = [p.detach().float().clone().requires_grad_(True) for p in self.params]
+                self.compute = [p for _, p in self.lora]
+                for p in model.parameters():
+                    p.data = p.data.to(self.dtype)
         self.model = model
-        self.lora = lora_parameters(model)
-        self.params = [p for _, p in self.lora]
         # The old policy: an EMA copy of the LoRA weights (as local shards).
         self.old = [p.detach().clone() for p in self.params]
-        self.optimizer = torch.optim.AdamW(self.params, lr=args.lr, weight_decay=1e-4)
+        self.optimizer = torch.optim.AdamW(self.params, lr=args.lr, weight_decay=args.weight_decay)
         self.scaler = None
         if self.dtype == torch.float16:
             from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
@@ -302,21 +322,59 @@ class TrainActor:
     @contextmanager
     def old_policy(self) -> Iterator[None]:
         """Swap the EMA weights into the LoRA parameters for a no-grad forward."""
-        saved = [p.detach().clone() for p in self.params]
+        live = self.compute if self.compute is not None else self.params
+        saved = [p.detach().clone() for p in live]
         with torch.no_grad():
-            for p, o in zip(self.params, self.old):
+            for p, o in zip(live, self.old):
                 p.copy_(o)
         try:
             yield
         finally:
             with torch.no_grad():
-                for p, s in zip(self.params, saved):
+                for p, s in zip(live, saved):
                     p.copy_(s)
 
+    @torch.no_grad()
+    def _load_compute_weights(self) -> None:
+        """Round the float32 master LoRA weights into the compute copies (as FSDP's cast)."""
+        if self.compute is not None:
+            for c, p in zip(self.compute, self.params):
+                c.copy_(p)
+
+    def _accumulate_grads(self) -> None:
+        """Move the compute copies' gradients into the master weights' (float32, summed)."""
+        if self.compute is None:
+            return
+        for c, p in zip(self.compute, self.params):
+            if c.grad is None:
+                continue
+            grad = c.grad.float()
+            p.grad = grad if p.grad is None else p.grad.add_(grad)
+            c.grad = None
+
     def _predict(self, x_t: torch.Tensor, embeds: torch.Tensor, pooled: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        timestep = t * 1000
+        if self.compute is not None:
+            # FSDP's mixed precision casts every floating input of the root module, the
+            # timestep too; the plain module at world size 1 does the same arithmetic.
+            timestep = timestep.to(self.dtype)
         out = self.model(hidden_states=x_t.to(self.dtype), encoder_hidden_states=embeds.to(self.dtype),
-                         pooled_projections=pooled.to(self.dtype), timestep=t * 1000, return_dict=False)[0]
+                         pooled_projections=pooled.to(self.dtype), timestep=timestep, return_dict=False)[0]
         return out.float()
+
+    @torch.no_grad()
+    def _frozen_predictions(self, x_t: torch.Tensor, embeds: torch.Tensor, pooled: torch.Tensor, t: torch.Tensor,
+                            chunk: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """v_old (EMA weights) and v_ref (adapters off) for the whole batch, ``chunk`` at a time:
+        one weight swap per timestep, and batches as large as memory allows."""
+        parts = [slice(lo, lo + chunk) for lo in range(0, x_t.shape[0], chunk)]
+        with self.old_policy():
+            v_old = torch.cat([self._predict(x_t[s], embeds[s], pooled[s], t[s]) for s in parts])
+        v_ref = None
+        if self.args.kl_weight > 0:
+            with adapters_disabled(self.model):
+                v_ref = torch.cat([self._predict(x_t[s], embeds[s], pooled[s], t[s]) for s in parts])
+        return v_old, v_ref
 
     def train(self, batch: dict[str, torch.Tensor], rollout: int) -> list[dict[str, float]]:
         import torch.distributed as dist
@@ -350,32 +408,30 @@ class TrainActor:
         train_t = batch["train_t"].to(dev)
         k_steps = train_t.shape[1]
         self.optimizer.zero_grad(set_to_none=True)
+        self._load_compute_weights()
         sums = {"loss": 0.0, "policy": 0.0, "pos": 0.0, "neg": 0.0, "kl": 0.0}
         gen = torch.Generator(device="cpu")
         n = x0.shape[0]
         micro = max(1, min(args.micro_batch or n, n))
+        chunk = max(1, min(args.sample_batch or n, n))  # no-grad forwards keep no activations: larger
         for k in range(k_steps):
             t = train_t[:, k]
             # The forward-process noise comes from an explicit generator, never the global RNG.
             gen.manual_seed(((args.seed * 1_000_003 + rollout) * 1_000_003 + offset) * 1_000 + k * 10 + self.rank)
             noise = torch.randn(x0.shape, generator=gen, dtype=torch.float32).to(dev)
             x_t = nft.forward_noise(x0, noise, t)
+            v_old, v_ref = self._frozen_predictions(x_t, embeds, pooled, t, chunk)
             # Micro-batches bound activation memory; gradients accumulate to the same sum.
             for lo in range(0, n, micro):
                 part = slice(lo, lo + micro)
                 weight = (min(lo + micro, n) - lo) / n
                 xs, ts, es, ps = x_t[part], t[part], embeds[part], pooled[part]
-                with torch.no_grad():
-                    with self.old_policy():
-                        v_old = self._predict(xs, es, ps, ts)
-                    v_ref = None
-                    if args.kl_weight > 0:
-                        with adapters_disabled(self.model):
-                            v_ref = self._predict(xs, es, ps, ts)
                 v_theta = self._predict(xs, es, ps, ts)
-                out = nft.nft_loss(v_theta, v_old, v_ref, x0[part], xs, ts, r[part], args.beta, args.kl_weight)
+                out = nft.nft_loss(v_theta, v_old[part], None if v_ref is None else v_ref[part], x0[part], xs, ts,
+                                   r[part], args.beta, args.kl_weight)
                 loss = out.loss * weight / k_steps
                 (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+                self._accumulate_grads()
                 sums["loss"] += out.loss.item() * weight
                 sums["policy"] += out.policy_loss.item() * weight
                 sums["pos"] += out.pos_loss.mean().item() * weight
@@ -408,14 +464,14 @@ class TrainActor:
         }
 
     def _update(self) -> tuple[float, float]:
-        """Unscale, clip the grad norm to 1.0, step (the scaler skips a step whose grads overflowed).
+        """Unscale, clip the grad norm to ``grad_clip``, step (the scaler skips a step whose grads overflowed).
 
         Returns (grad norm before clipping, grad scale; 1.0 without a scaler).
         """
         scale = self.scaler.get_scale() if self.scaler is not None else 1.0
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.args.grad_clip)
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
         if self.scaler is not None:
@@ -446,6 +502,7 @@ class TrainActor:
         sigma_max = float(batch["sigmas"][0, 1])
         micro = max(1, min(args.micro_batch or n, n))
         self.optimizer.zero_grad(set_to_none=True)
+        self._load_compute_weights()
         keys = ("loss", "policy", "kl", "clip_frac", "approx_kl", "ratio", "drift")
         sums = dict.fromkeys(keys, 0.0)
         drift_max = 0.0
@@ -465,6 +522,7 @@ class TrainActor:
                                           sigma_max=sigma_max, clip_range=args.clip_range, kl_weight=args.kl_weight)
                 loss = out.loss * weight / k_steps
                 (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+                self._accumulate_grads()
                 drift = (out.log_prob - old_log_probs[part, j]).abs()
                 for key, value in (("loss", out.loss), ("policy", out.policy_loss), ("kl", out.kl),
                                    ("clip_frac", out.clip_frac), ("approx_kl", out.approx_kl),

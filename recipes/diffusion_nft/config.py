@@ -1,9 +1,18 @@
-"""Command-line options and presets of the recipe (DiffusionNFT or Flow-GRPO on one pipeline)."""
+"""The recipe's job config (DiffusionNFT or Flow-GRPO on one pipeline): a typed dataclass,
+from a TOML file and flags.
+
+Every actor receives one ``JobConfig``. Precedence: a flag on the command line, then the
+``--config`` TOML file, then the preset's (and the algorithm's) defaults, then the field
+defaults below.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
+import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 ALGORITHMS = ("nft", "flow-grpo")
@@ -13,7 +22,7 @@ KL_WEIGHT_DEFAULTS = {"nft": 1e-4, "flow-grpo": 0.04}
 # Per-preset defaults; a flag given on the command line wins.
 PRESET_DEFAULTS = {
     "tiny": dict(resolution=32, prompts_per_rollout=2, group_size=4, steps=10, threads=1, micro_batch=0, sample_batch=0),
-    "sd35m-shapes": dict(resolution=512, prompts_per_rollout=8, group_size=8, steps=10, threads=4, micro_batch=8, sample_batch=16),
+    "sd35m-shapes": dict(resolution=512, prompts_per_rollout=8, group_size=8, steps=10, threads=4, micro_batch=16, sample_batch=32),
 }
 
 BUILTIN_PROMPTS = (
@@ -42,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="SD3.5 DiffusionNFT or Flow-GRPO with a PickScore (or JPEG-compressibility) reward on Ray: "
         "rollout engines, reward actor, rollout manager and FSDP2 train actors. Writes miles-style metrics JSONL.",
     )
+    p.add_argument("--config", type=Path, help="TOML file of job-config fields (names as the flags, '-' or '_'); "
+                   "flags given on the command line win.")
     p.add_argument("--algorithm", choices=ALGORITHMS, default="nft",
                    help="The loss: DiffusionNFT (ODE sampling) or Flow-GRPO (SDE sampling with log-probs, "
                    "clipped ratio objective).")
@@ -54,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rollouts", type=int, default=3)
     p.add_argument("--prompts-per-rollout", type=int)
     p.add_argument("--group-size", type=int, help="Samples per prompt.")
-    p.add_argument("--steps", type=int, help="Sampler steps (SD3 flow matching, shift 3.0).")
+    p.add_argument("--steps", type=int, help="Sampler steps (SD3 flow matching, shift 3.0 unless the config file sets scheduler_shift).")
     p.add_argument("--resolution", type=int)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--init-seed", type=int, default=0, help="Seed of the random-init weights of presets.")
@@ -62,8 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Seed every process (driver and every Ray worker) and use deterministic kernels.")
     p.add_argument("--no-seed-rollout-manager", action="store_true",
                    help="Leave the RolloutManager's global torch RNG unseeded (reproduces the real bug).")
-    p.add_argument("--attention", choices=["math", "any"], default="math",
-                   help="SDPA backends under --deterministic-mode: math only (deterministic) or any.")
+    p.add_argument("--attention", choices=["auto", "flash", "math", "any"], default="auto",
+                   help="SDPA backends under --deterministic-mode: flash only (deterministic backward), math "
+                   "only, or any (PyTorch picks); auto = flash on CUDA, math on CPU.")
     p.add_argument("--precision", choices=["fp16", "bf16", "fp32"], default="fp16")
     p.add_argument("--grad-scaler-init", type=float, default=2.0**16, help="fp16 grad scaler's initial scale.")
     p.add_argument("--grad-scaler-backoff", type=float, default=0.5,
@@ -82,10 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ema-slope", type=float, default=0.001, help="NFT: old-policy EMA decay = min(slope*step, max) (Flow-GRPO samples on-policy).")
     p.add_argument("--ema-max", type=float, default=0.5)
     p.add_argument("--train-batch-size", type=int, help="Samples per optimizer step (default: the whole rollout).")
-    p.add_argument("--sample-batch", type=int, help="Images sampled at once by an engine (default: the preset's).")
+    p.add_argument("--sample-batch", type=int, help="Images sampled at once by an engine, and samples per no-grad "
+                   "forward (old policy, reference) in training (default: the preset's).")
     p.add_argument("--micro-batch", type=int, help="Samples per forward/backward inside an optimizer step "
                    "(gradients accumulate; default: the preset's).")
-    p.add_argument("--train-actors", type=int, default=1, help="FSDP2 world size.")
+    p.add_argument("--activation-checkpointing", action="store_true",
+                   help="Recompute each transformer block in the backward (less memory, ~1 extra forward).")
+    p.add_argument("--train-actors", type=int, default=1, help="FSDP2 world size (1: plain module, no FSDP).")
     p.add_argument("--rollout-engines", type=int, default=1)
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--colocate", action=argparse.BooleanOptionalAction, default=True,
@@ -98,8 +113,103 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+@dataclass(frozen=True)
+class JobConfig:
+    """Everything a job's actors need to know. Flag-backed fields first, then settings that
+    only a ``--config`` file changes (formerly constants in the actors and the pipeline)."""
+
+    algorithm: str = "nft"
+    preset: str = "tiny"
+    model_path: str | None = None
+    reward: str = "pickscore"
+    pickscore_path: str | None = None
+    pickscore_processor: str | None = None
+    prompts: Path | None = None
+    rollouts: int = 3
+    prompts_per_rollout: int = 2
+    group_size: int = 4
+    steps: int = 10
+    resolution: int = 32
+    seed: int = 42
+    init_seed: int = 0
+    deterministic_mode: bool = False
+    no_seed_rollout_manager: bool = False
+    attention: str = "auto"
+    precision: str = "fp16"
+    grad_scaler_init: float = 2.0**16
+    grad_scaler_backoff: float = 0.5
+    lr: float = 3e-4
+    beta: float = 1.0
+    kl_weight: float = 1e-4
+    noise_level: float = 0.7
+    clip_range: float = 1e-4
+    timestep_fraction: float = 0.99
+    lora_rank: int = 32
+    lora_alpha: int = 64
+    ema_slope: float = 0.001
+    ema_max: float = 0.5
+    train_batch_size: int = 8
+    sample_batch: int = 0
+    micro_batch: int = 0
+    activation_checkpointing: bool = False
+    train_actors: int = 1
+    rollout_engines: int = 1
+    device: str = "auto"
+    colocate: bool = True
+    reward_gpu: bool | None = None
+    threads: int = 1
+    num_cpus: int | None = None
+    metrics_jsonl: Path | None = None
+    config: Path | None = None
+    fsdp_single_rank: bool = False  # FSDP2 also at world size 1 (the plain module does the same arithmetic)
+    # Optimiser and sampler settings.
+    weight_decay: float = 1e-4
+    grad_clip: float = 1.0
+    scheduler_shift: float = 3.0  # SD3.5's flow-matching timestep shift
+    # Ray placement: GPU shares on a shared GPU, and the object store.
+    colocated_share: float = 0.5  # train actor and engine halves of one GPU
+    shared_reward_share: float = 0.01  # a reward actor without a GPU of its own...
+    shared_gpu_share: float = 0.49  # ...leaves the train actor and engine this much each
+    object_store_mb_cpu: int = 512
+    object_store_mb_gpu: int = 4096
+
+    def replace(self, **changes: object) -> "JobConfig":
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def attention_backend(self) -> str:
+        """The SDPA backends the actors use under --deterministic-mode (``auto`` resolved)."""
+        if self.attention != "auto":
+            return self.attention
+        return "flash" if self.device == "cuda" else "math"
+
+
+FIELDS = {f.name for f in dataclasses.fields(JobConfig)}
+
+
+def read_config_file(path: Path, parser: argparse.ArgumentParser) -> dict[str, object]:
+    """The fields of a ``--config`` TOML file (a flat table); unknown keys are an error."""
+    try:
+        table = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        parser.error(f"{path}: {exc}")
+    values = {}
+    for key, value in table.items():
+        name = key.replace("-", "_")
+        if name not in FIELDS or name == "config" or isinstance(value, dict):
+            parser.error(f"{path}: unknown job-config key {key!r}")
+        values[name] = value
+    return values
+
+
+def parse_args(argv: list[str] | None = None) -> JobConfig:
     parser = build_parser()
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config", type=Path)
+    known, _ = pre.parse_known_args(argv)
+    from_file = read_config_file(known.config, parser) if known.config else {}
+    dests = set(vars(parser.parse_args([])))
+    parser.set_defaults(**{k: v for k, v in from_file.items() if k in dests})
     args = parser.parse_args(argv)
     for key, value in PRESET_DEFAULTS[args.preset].items():
         if getattr(args, key) is None:
@@ -119,7 +229,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--noise-level and --clip-range must be positive")
     if args.train_batch_size % args.train_actors:
         parser.error("--train-batch-size must be a multiple of --train-actors")
-    return args
+    values = vars(args)
+    for path_field in ("prompts", "metrics_jsonl"):
+        if isinstance(values[path_field], str):
+            values[path_field] = Path(values[path_field])
+    values.update({k: v for k, v in from_file.items() if k not in dests})
+    return JobConfig(**values)
 
 
 def load_prompts(path: Path | None) -> list[str]:
