@@ -124,30 +124,42 @@ def _is_point(value: Any) -> bool:
 # --- reading -------------------------------------------------------------------------
 
 
-def load_standard(path: str | Path) -> Standard:
-    """Read a standard in either format; ``InputError`` names the file on any problem."""
+def read_standard_text(path: str | Path) -> str:
+    """A standard file's text: bounded in size, UTF-8, ``InputError`` naming the file otherwise."""
     path = Path(path)
     try:
         with open(path, "rb") as fh:
             raw = fh.read(MAX_STANDARD_BYTES + 1)
     except FileNotFoundError:
         raise InputError(path, "standard file not found") from None
+    except IsADirectoryError:
+        raise InputError(path, "is a directory, not a standard file") from None
     except OSError as exc:
         raise InputError(path, f"cannot read standard: {exc.strerror or exc}") from None
     if len(raw) > MAX_STANDARD_BYTES:
         raise InputError(path, f"standard is larger than {MAX_STANDARD_BYTES >> 20} MiB; not a standard")
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(path, "standard is not UTF-8") from None
+
+
+def parse_json_document(path: str | Path, text: str) -> Any:
+    """JSON text of a standard, parsed; deep nesting and over-long integers are ``InputError``."""
     try:
-        doc = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(path, f"invalid JSON: {exc.msg} (column {exc.colno})", exc.lineno) from None
     except RecursionError:
         raise InputError(path, f"invalid standard: nested deeper than {MAX_DEPTH} levels") from None
     except ValueError as exc:  # e.g. an integer over Python's 4300-digit limit
         raise InputError(path, f"invalid JSON: {exc}") from None
+
+
+def load_standard(path: str | Path) -> Standard:
+    """Read a standard in either format; ``InputError`` names the file on any problem."""
+    path = Path(path)
+    doc = parse_json_document(path, read_standard_text(path))
     if not isinstance(doc, dict):
         raise InputError(path, "a standard must be a JSON object")
     if doc.get("schema") == SCHEMA:

@@ -15,7 +15,6 @@ where the format cannot hold a value exactly.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from typing import Any
 from detaudit.compare import SeriesData
 from detaudit.errors import InputError, UsageError
 from detaudit.formats import megatron, nemo, torchtitan
-from detaudit.standard import Standard, load_standard, render_standard, write_atomic
+from detaudit.standard import Standard, load_standard, parse_json_document, read_standard_text, render_standard, write_atomic
 
 FORMATS = ("detaudit", "miles", "megatron", "torchtitan", "nemo")
 # Formats that keep a sample of a run's points (every Nth step) and cannot hold a step's
@@ -37,34 +36,21 @@ _SHAPES = (
 )
 
 
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(path, "standard file not found") from None
-    except IsADirectoryError:
-        raise InputError(path, "is a directory, not a standard file") from None
-    except OSError as exc:
-        raise InputError(path, f"cannot read standard: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise InputError(path, "standard is not UTF-8") from None
-
-
 def detect_format(path: str | Path, text: str | None = None) -> str:
     """The format of a standard file, from its content; ``InputError`` when it is none of them."""
     path = Path(path)
-    text = _read_text(path) if text is None else text
+    text = read_standard_text(path) if text is None else text
     return _detect(path, text)[0]
 
 
 def _detect(path: Path, text: str) -> tuple[str, Any]:
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
+        doc = parse_json_document(path, text)
+    except InputError:
         if torchtitan.detect(text):
             return "torchtitan", None
         if text.lstrip().startswith(("{", "[")):
-            raise InputError(path, f"invalid JSON: {exc.msg} (column {exc.colno})", exc.lineno) from None
+            raise
         raise InputError(path, f"not a standard: expected {_SHAPES}") from None
     if not isinstance(doc, dict):
         raise InputError(path, "a standard must be a JSON object")
@@ -82,7 +68,7 @@ def _detect(path: Path, text: str) -> tuple[str, Any]:
 def load_any(path: str | Path) -> Standard:
     """Read a standard in any known format (detected from the content)."""
     path = Path(path)
-    text = _read_text(path)
+    text = read_standard_text(path)
     fmt, doc = _detect(path, text)
     if fmt in ("detaudit", "miles"):
         return load_standard(path)
