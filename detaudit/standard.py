@@ -124,22 +124,30 @@ def _is_point(value: Any) -> bool:
 # --- reading -------------------------------------------------------------------------
 
 
-def load_standard(path: str | Path) -> Standard:
-    """Read a standard in either format; ``InputError`` names the file on any problem."""
+def read_standard_text(path: str | Path) -> str:
+    """A standard file's text, read with a size bound (``InputError`` on any problem)."""
     path = Path(path)
     try:
         with open(path, "rb") as fh:
             raw = fh.read(MAX_STANDARD_BYTES + 1)
     except FileNotFoundError:
         raise InputError(path, "standard file not found") from None
+    except IsADirectoryError:
+        raise InputError(path, "is a directory, not a standard file") from None
     except OSError as exc:
         raise InputError(path, f"cannot read standard: {exc.strerror or exc}") from None
     if len(raw) > MAX_STANDARD_BYTES:
         raise InputError(path, f"standard is larger than {MAX_STANDARD_BYTES >> 20} MiB; not a standard")
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(path, "standard is not UTF-8") from None
+
+
+def load_standard(path: str | Path) -> Standard:
+    """Read a standard in either format; ``InputError`` names the file on any problem."""
+    path = Path(path)
+    text = read_standard_text(path)
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -22,8 +22,9 @@ from typing import Any
 
 from detaudit.compare import SeriesData
 from detaudit.errors import InputError, UsageError
+from detaudit.floats import MAX_DEPTH
 from detaudit.formats import megatron, nemo, torchtitan
-from detaudit.standard import Standard, load_standard, render_standard, write_atomic
+from detaudit.standard import Standard, load_standard, read_standard_text, render_standard, write_atomic
 
 FORMATS = ("detaudit", "miles", "megatron", "torchtitan", "nemo")
 # Formats that keep a sample of a run's points (every Nth step) and cannot hold a step's
@@ -38,16 +39,7 @@ _SHAPES = (
 
 
 def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(path, "standard file not found") from None
-    except IsADirectoryError:
-        raise InputError(path, "is a directory, not a standard file") from None
-    except OSError as exc:
-        raise InputError(path, f"cannot read standard: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise InputError(path, "standard is not UTF-8") from None
+    return read_standard_text(path)  # bounded: /dev/zero or a huge file is an error, not all memory
 
 
 def detect_format(path: str | Path, text: str | None = None) -> str:
@@ -60,12 +52,16 @@ def detect_format(path: str | Path, text: str | None = None) -> str:
 def _detect(path: Path, text: str) -> tuple[str, Any]:
     try:
         doc = json.loads(text)
+    except RecursionError:
+        raise InputError(path, f"invalid standard: nested deeper than {MAX_DEPTH} levels") from None
     except json.JSONDecodeError as exc:
         if torchtitan.detect(text):
             return "torchtitan", None
         if text.lstrip().startswith(("{", "[")):
             raise InputError(path, f"invalid JSON: {exc.msg} (column {exc.colno})", exc.lineno) from None
         raise InputError(path, f"not a standard: expected {_SHAPES}") from None
+    except ValueError as exc:  # e.g. an integer over Python's 4300-digit limit
+        raise InputError(path, f"invalid JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise InputError(path, "a standard must be a JSON object")
     if "schema" in doc:
