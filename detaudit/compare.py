@@ -395,24 +395,3 @@ def _root(runs: Sequence[MetricsRun], mismatched: list[SeriesMismatch]) -> RootD
     for i in range(min(line_index, len(run.line_steps))):
         through[step_keys[i]] = run.line_steps[i]
     return RootDivergence(top.series, top.step_key, top.step, line, run_index, through, first.kind)
-
-
-@dataclass
-class SeriesChanges:
-    """How a new standard's series differ from an old one's (``record --update``)."""
-
-    added: list[str]  # in the new standard only
-    removed: list[str]  # in the old standard only
-    changed: list[SeriesMismatch]  # in both, not identical (run 0 = old, run 1 = new)
-    identical: list[str]
-
-
-def compare_standard_series(
-    old: dict[str, SeriesData], new: dict[str, SeriesData], *, lenient_steps: bool = False
-) -> SeriesChanges:
-    """Compare the series of an old and a new standard."""
-    _, identical, mismatched = compare_series_sets([old, new], lenient_steps=lenient_steps)
-    added = sorted(n for n in new if n not in old)
-    removed = sorted(n for n in old if n not in new)
-    changed = sorted((m for m in mismatched if m.series in old and m.series in new), key=lambda m: m.series)
-    return SeriesChanges(added, removed, changed, identical)

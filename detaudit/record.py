@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 
 from detaudit import __version__
 from detaudit.card import load_card, standard_path
-from detaudit.compare import DiffReport, SeriesChanges, SeriesData, compare_standard_series, diff_runs
+from detaudit.compare import DiffReport, SeriesData, diff_runs
 from detaudit.errors import UsageError
 from detaudit.floats import encode_value
 from detaudit.metrics import MetricsRun
@@ -50,7 +50,6 @@ class RecordResult:
     workdir: Path
     report: DiffReport | None = None
     standard: Standard | None = None
-    changes: SeriesChanges | None = None  # with update: how the series differ from the old file's
     dropped: dict[str, Any] = field(default_factory=dict)
     workdir_removed: bool = False
     nan_dropped: list[str] = field(default_factory=list)  # --drop-nan-series: series left out for holding NaN
@@ -153,8 +152,6 @@ def _judge(plan: RunPlan, states: list[RunState], path: Path | None, old: Standa
     result.standard = standard
     result.dropped = standard.dropped
     if old is not None:
-        result.changes = compare_standard_series(old.series, standard.series,
-                                                 lenient_steps="miles" in (old.format, standard.format))
         result.review = diff_standards(old, standard, old_label=str(path), new_label="new")
     result.workdir_removed = finish(plan, passed=not traced)  # traced: keep the traces
     return result

@@ -20,7 +20,6 @@ from detaudit.compare import (
     DiffReport,
     PairDivergence,
     RootDivergence,
-    SeriesChanges,
     SeriesMismatch,
 )
 from detaudit.floats import encode_value, format_value
@@ -199,21 +198,6 @@ def divergence_line(name: str, d: PairDivergence, left: str = "standard", right:
     elif d.kind == "value" and d.abs_diff is not None:
         diff = f", abs diff {_num(d.abs_diff)}"
     return f"{name}: {where}: {left} {_v(d.value_a)}, {right} {_v(d.value_b)} ({kind_label(d.kind)}{diff})"
-
-
-def change_lines(changes: SeriesChanges) -> list[str]:
-    """What ``record --update`` changed: added, removed and changed series (old -> new)."""
-    lines = [f"added: {name}" for name in changes.added]
-    lines += [f"removed: {name}" for name in changes.removed]
-    for m in changes.changed:
-        first = m.first
-        lines.append(
-            f"changed: {m.series} from step {_v(first.step)} ({kind_label(first.kind)}): "
-            f"{_v(first.value_a)} -> {_v(first.value_b)}"
-        )
-    if not lines:
-        lines.append(f"series unchanged ({len(changes.identical)} identical)")
-    return lines
 
 
 def interrupted_message(signal_name: str, states: list[Any], repeated: bool, written: str) -> str:

@@ -17,11 +17,11 @@ import pytest
 from conftest import run_cli, write_card, write_jsonl
 
 from detaudit.card import load_card
-from detaudit.compare import SeriesData, compare_standard_series, diff_runs
+from detaudit.compare import SeriesData, diff_runs
 from detaudit.errors import InputError, UsageError
 from detaudit.floats import same_value
 from detaudit.metrics import read_metrics
-from detaudit.report import change_lines, diff_json
+from detaudit.report import diff_json
 from detaudit.standard import Standard, load_standard, render_standard, standard_lock, write_atomic
 from detaudit.verify import verify
 
@@ -355,16 +355,6 @@ def test_miles_standards_match_integer_steps_leniently(tmp_path: Path) -> None:
     ours.write_text('{"schema": "detaudit/standard/1", "series": {"a": {"step_key": "s", "points": [[0.0, 0.5], [1.0, 0.25]]}}}')
     result = verify(metrics=run, standard=ours)
     assert result.status == "failed" and result.failures[0][1].kind == "steps"
-
-
-def test_update_changes_say_added_and_removed_the_right_way_round() -> None:
-    def series(*names: str) -> dict[str, SeriesData]:
-        return {n: SeriesData(n, "s", [0], [1.0]) for n in names}
-
-    changes = compare_standard_series(series("kept", "old_only"), series("kept", "new_only"))
-    assert change_lines(changes) == ["added: new_only", "removed: old_only"]
-    changed = compare_standard_series(series("k"), {"k": SeriesData("k", "s", [0], [2.0])})
-    assert change_lines(changed) == ["changed: k from step 0 (value): 1.0 -> 2.0"]
 
 
 def test_dropped_series_are_not_reported_as_extra(tmp_path: Path) -> None:

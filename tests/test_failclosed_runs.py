@@ -80,7 +80,7 @@ def test_update_keeps_format_mode_and_symlink(toy_card: Path, tmp_path: Path) ->
     assert stat.S_IMODE(real.stat().st_mode) == 0o640
     doc = json.loads(real.read_text())
     assert set(doc) == {"meta", "metrics"} and len(doc["metrics"]["train/loss"]) == 4  # still miles, updated
-    assert "update: changed: rollout/reward/raw_mean from step 3 (steps)" in updated.out
+    assert "update: changed: rollout/reward/raw_mean: steps added: 3" in updated.out
     native = run_cli("record", str(toy_card), "--runs", "2", "--update", "--out", str(link), "--format", "detaudit")
     assert native.code == 0 and json.loads(real.read_text())["schema"] == "detaudit/standard/1"
 
