@@ -61,17 +61,27 @@ class ScanConfig:
             return False
         return not any(rule.startswith(s) for s in self.ignore)
 
-    def excluded(self, path: Path) -> bool:
-        if not self.exclude:
+    def excluded(self, path: Path, globs: tuple[str, ...] | None = None) -> bool:
+        """Whether ``path`` matches one of ``globs`` (default: ``exclude``)."""
+        globs = self.exclude if globs is None else globs
+        if not globs:
             return False
         for base in (self.root, Path.cwd()):
             try:
                 rel = path.resolve().relative_to(base).as_posix()
             except ValueError:
                 continue
-            if any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(rel + "/", g) for g in self.exclude):
+            if any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(rel + "/", g) for g in globs):
                 return True
         return False
+
+    def excludes_below(self, named: Path) -> tuple[str, ...]:
+        """The exclude globs that apply below a path named on the command line.
+
+        Like ruff: a glob that matches the named path itself does not apply to it or below it,
+        unless force_exclude is set (then the named path is left out entirely).
+        """
+        return tuple(g for g in self.exclude if not self.excluded(named, (g,)))
 
 
 def _table(doc: dict[str, Any], key: str, path: Path, where: str = "") -> dict[str, Any]:

@@ -294,6 +294,9 @@ class FileFacts:
         for call, ctx in self.calls:
             name, resolved = self.call_name(call, ctx)
             function = self.functions[ctx.function]
+            if name == "getattr" and "getattr" not in self.imports:
+                loads.setdefault(ctx.function, set()).add("getattr")
+                resolved = None
             if resolved is not None:
                 function["calls"].append(_call_site(call, resolved, function["none_params"]))
                 seeded = SEED_CALLS.get(resolved)
@@ -302,8 +305,6 @@ class FileFacts:
                 if resolved in ("importlib.import_module", "getattr") or resolved in BUILTIN_LOADERS \
                         or resolved in CALLING_LOADERS:
                     loads.setdefault(ctx.function, set()).add(resolved)
-            elif isinstance(call.func, ast.Name) and call.func.id == "getattr":
-                loads.setdefault(ctx.function, set()).add("getattr")
             for rule, message, param in self._draw_rules(call, name, resolved, function["none_params"]):
                 draws.append(self._draw(rule, message, call, ctx, param))
             entry = self._entry(call, resolved, ctx)

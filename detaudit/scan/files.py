@@ -44,6 +44,7 @@ def collect_files(paths: list[str | Path], config: ScanConfig) -> tuple[list[Pat
         if path.is_file():
             files.append(path)
             continue
+        globs = config.excludes_below(path)
         for folder, dirs, names in os.walk(path, followlinks=True, onerror=unreadable):
             try:
                 st = os.stat(folder)
@@ -59,10 +60,10 @@ def collect_files(paths: list[str | Path], config: ScanConfig) -> tuple[list[Pat
             for name in sorted(names):
                 if name.endswith(".py"):
                     file = Path(real, name)
-                    if not config.excluded(file):
+                    if not config.excluded(file, globs):
                         files.append(file)
-            if config.exclude:
-                dirs[:] = [d for d in dirs if not config.excluded(Path(folder) / d)]
+            if globs:
+                dirs[:] = [d for d in dirs if not config.excluded(Path(folder) / d, globs)]
     return list(dict.fromkeys(files)), skipped
 
 
