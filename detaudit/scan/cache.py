@@ -11,13 +11,17 @@ from typing import Any
 from detaudit.scan.facts import FACTS_VERSION
 
 OUTCOME_KINDS = ("facts", "light", "skip")
+FACT_FIELDS = {"module": str, "imports": dict, "functions": dict, "classes": dict, "draws": list, "entries": list,
+               "hooks": list, "suppress": dict, "strings": list, "binds": list}
 
 
 def _valid_outcome(value: Any) -> bool:
     if not (isinstance(value, tuple) and len(value) == 2 and value[0] in OUTCOME_KINDS):
         return False
     if value[0] == "facts":
-        return isinstance(value[1], dict) and value[1].get("version") == FACTS_VERSION
+        facts = value[1]
+        return isinstance(facts, dict) and facts.get("version") == FACTS_VERSION and all(
+            isinstance(facts.get(key), kind) for key, kind in FACT_FIELDS.items())
     if value[0] == "skip":
         return isinstance(value[1], str)
     return value[1] is None or isinstance(value[1], tuple)
