@@ -73,7 +73,8 @@ class Program:
     """All scanned modules' facts, with name resolution across them."""
 
     def __init__(self, facts: dict[str, dict[str, Any]], load_module: Callable[[str], bool] | None = None,
-                 extra_strings: set[str] | None = None) -> None:
+                 extra_strings: set[str] | None = None,
+                 load_mentioning: Callable[[set[str]], None] | None = None) -> None:
         self.paths: dict[str, str] = {}  # module -> path
         self.modules: dict[str, dict[str, Any]] = {}
         self.functions: dict[str, dict[str, Any]] = {}
@@ -82,12 +83,16 @@ class Program:
         self.binds: dict[str, list[tuple[str, str]]] = {}  # bound name -> [(loader call target, code)]
         self.strings: set[str] = set(extra_strings or ())
         self.load_module = load_module
+        # Parses the skipped files whose text mentions one of these names (callers of a function).
+        self.load_mentioning = load_mentioning
+        self._mro: dict[str, list[str]] = {}
         for path, f in facts.items():
             self.add(path, f)
         self._seeds: dict[str, frozenset[str]] = {}
         self._callees: dict[str, list[tuple[str, str]]] = {}
         self._candidates: dict[str, list[str]] = {}
-        self._callers: dict[str, list[tuple[str, tuple[Any, ...]]]] | None = None
+        self._calls_by_short_name: dict[str, list[tuple[str, tuple[Any, ...]]]] | None = None
+        self._callers: dict[str, list[tuple[str, tuple[Any, ...]]]] = {}
 
     def add(self, path: str, f: dict[str, Any]) -> None:
         self.paths[f["module"]] = path
@@ -100,11 +105,17 @@ class Program:
             self.binds.setdefault(key, []).append((loader, code))
         self.strings.update(f["strings"])
         self._candidates = {}
+        self._mro = {}
+        self._calls_by_short_name = None
+        self._callers = {}
 
     # -- names ----------------------------------------------------------------------------
 
-    def canonical(self, name: str, depth: int = 0) -> str | None:
-        """The function or class a qualified name denotes (through re-exports and base classes), or None."""
+    def canonical(self, name: str, depth: int = 0, load: bool = True) -> str | None:
+        """The function or class a qualified name denotes (through re-exports and base classes), or None.
+
+        ``load``: parse a skipped module on the way when the name leads into it.
+        """
         if name in self.functions or name in self.classes:
             return name
         if depth > 8:
@@ -116,7 +127,7 @@ class Program:
                 found = self.lookup_attr(prefix, parts[i], depth + 1)
                 return found if i == len(parts) - 1 else None
             facts = self.modules.get(prefix)
-            if facts is None and self.load_module is not None and self.load_module(prefix):
+            if facts is None and load and self.load_module is not None and self.load_module(prefix):
                 facts = self.modules.get(prefix)
                 if name in self.functions or name in self.classes:
                     return name
@@ -125,12 +136,15 @@ class Program:
             target = facts["imports"].get(parts[i])
             if target is not None and target != name:
                 rest = parts[i + 1 :]
-                return self.canonical(".".join([target, *rest]), depth + 1)
+                return self.canonical(".".join([target, *rest]), depth + 1, load)
             return None
         return None
 
     def mro(self, cls: str, depth: int = 0) -> list[str]:
         """``cls`` and its base classes found in the tree, depth first (close enough to C3 here)."""
+        cached = self._mro.get(cls)
+        if cached is not None:
+            return cached
         out = [cls]
         if depth > 16:
             return out
@@ -138,6 +152,7 @@ class Program:
             target = self.canonical(base, depth + 1)
             if target in self.classes and target not in out:
                 out += [c for c in self.mro(target, depth + 1) if c not in out]
+        self._mro[cls] = out
         return out
 
     def lookup_attr(self, cls: str, attr: str, depth: int = 0, skip_own: bool = False) -> str | None:
@@ -281,25 +296,36 @@ class Program:
         return out
 
     def callers(self, function: str) -> list[tuple[str, tuple[Any, ...]]]:
-        """(caller, call site) for each call of ``function`` in the tree."""
-        if self._callers is None:
+        """(caller, call site) for each call of ``function`` in the tree (skipped files that
+        mention its name are parsed first)."""
+        cached = self._callers.get(function)
+        if cached is not None:
+            return cached
+        short = function.rpartition(".")[2]
+        if self.load_mentioning is not None:
+            self.load_mentioning({short})
+        if self._calls_by_short_name is None:
             index: dict[str, list[tuple[str, tuple[Any, ...]]]] = {}
-            for caller, info in list(self.functions.items()):
+            for caller, info in self.functions.items():
                 for call in info["calls"]:
-                    name = call[0]
-                    if SUPER in name:
-                        cls, _, attr = name.partition(SUPER)
-                        target = self.lookup_attr(cls, attr, skip_own=True)
-                    elif LOCAL in name or "@" in name:
-                        continue
-                    else:
-                        target = self.canonical(name)
-                        if target in self.classes:
-                            target = self.lookup_attr(target, "__init__")
-                    if target is not None:
-                        index.setdefault(target, []).append((caller, call))
-            self._callers = index
-        return self._callers.get(function, [])
+                    index.setdefault(call[0].rpartition(".")[2], []).append((caller, call))
+            self._calls_by_short_name = index
+        found = []
+        for caller, call in self._calls_by_short_name.get(short, ()):
+            name = call[0]
+            if SUPER in name:
+                cls, _, attr = name.partition(SUPER)
+                target = self.lookup_attr(cls, attr, skip_own=True)
+            elif LOCAL in name or "@" in name:
+                continue
+            else:
+                target = self.canonical(name, load=False)
+                if target in self.classes:
+                    target = self.lookup_attr(target, "__init__")
+            if target == function:
+                found.append((caller, call))
+        self._callers[function] = found
+        return found
 
     def unguarded_sites(self, function: str, param: str, seen: set[str] | None = None) -> list[tuple[str, int]]:
         """Call sites (caller, line) of ``function`` that leave its None-default ``param`` unset."""

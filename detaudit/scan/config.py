@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,16 +62,16 @@ class ScanConfig:
             return False
         return not any(rule.startswith(s) for s in self.ignore)
 
-    def excluded(self, path: Path, globs: tuple[str, ...] | None = None) -> bool:
-        """Whether ``path`` matches one of ``globs`` (default: ``exclude``)."""
+    def excluded(self, path: Path, globs: tuple[str, ...] | None = None, resolved: bool = False) -> bool:
+        """Whether ``path`` matches one of ``globs`` (default: ``exclude``); ``resolved``: no symlinks in it."""
         globs = self.exclude if globs is None else globs
         if not globs:
             return False
-        for base in (self.root, Path.cwd()):
-            try:
-                rel = path.resolve().relative_to(base).as_posix()
-            except ValueError:
+        full = str(path) if resolved and path.is_absolute() else str(path.resolve())
+        for base in (str(self.root), os.getcwd()):
+            if not full.startswith(base.rstrip("/") + "/"):
                 continue
+            rel = full[len(base.rstrip("/")) + 1 :]
             if any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(rel + "/", g) for g in globs):
                 return True
         return False

@@ -60,7 +60,7 @@ def collect_files(paths: list[str | Path], config: ScanConfig) -> tuple[list[Pat
             for name in sorted(names):
                 if name.endswith(".py"):
                     file = Path(real, name)
-                    if not config.excluded(file, globs):
+                    if not config.excluded(file, globs, resolved=True):
                         files.append(file)
             if globs:
                 dirs[:] = [d for d in dirs if not config.excluded(Path(folder) / d, globs)]

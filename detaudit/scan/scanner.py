@@ -126,12 +126,25 @@ def scan(paths: list[str | Path], config: ScanConfig | None = None, *, use_cache
             _, digest, outcome = _analyse_path((path, module, is_package, True))
         except OSError:
             return False
+        cache.remember(path, st, digest, outcome)
         if outcome[0] == "facts":
             program.add(path, outcome[1])
             return True
         return False
 
-    program = Program(facts, load_module, light_strings)
+    def load_mentioning(names: set[str]) -> None:
+        words = [n.encode() for n in names if n not in mentioned]
+        mentioned.update(names)
+        for module, (path, _, _) in list(light.items()):
+            try:
+                data = Path(path).read_bytes()
+            except OSError:
+                continue
+            if any(word in data for word in words):
+                load_module(module)
+
+    mentioned: set[str] = set()
+    program = Program(facts, load_module, light_strings, load_mentioning)
     scripts = [s.replace(":", ".") for s in config.scripts]
     processes = build_processes(program, scripts)
     cwd = os.getcwd() + os.sep
