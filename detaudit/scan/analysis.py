@@ -74,7 +74,8 @@ class Program:
 
     def __init__(self, facts: dict[str, dict[str, Any]], load_module: Callable[[str], bool] | None = None,
                  extra_strings: set[str] | None = None,
-                 load_mentioning: Callable[[set[str]], None] | None = None) -> None:
+                 load_mentioning: Callable[[set[str]], None] | None = None,
+                 call_sites: Callable[[str], dict[str, list[tuple[Any, ...]]]] | None = None) -> None:
         self.paths: dict[str, str] = {}  # module -> path
         self.modules: dict[str, dict[str, Any]] = {}
         self.functions: dict[str, dict[str, Any]] = {}
@@ -85,6 +86,9 @@ class Program:
         self.load_module = load_module
         # Parses the skipped files whose text mentions one of these names (callers of a function).
         self.load_mentioning = load_mentioning
+        # A module's calls with their details (line, arguments), parsed again on demand.
+        self.call_sites = call_sites
+        self._sites: dict[str, dict[str, list[tuple[Any, ...]]]] = {}
         self._mro: dict[str, list[str]] = {}
         for path, f in facts.items():
             self.add(path, f)
@@ -179,7 +183,7 @@ class Program:
         info = self.functions.get(target) if target else None
         if info is None or depth > 4:
             return False
-        return info["loader"] or any(self.is_loader(r, depth + 1) for r in info["returns"] if r != target)
+        return info.get("loader", False) or any(self.is_loader(r, depth + 1) for r in info.get("returns", ()) if r != target)
 
     def candidates(self, attr: str = "") -> list[str]:
         """Functions and classes named by dotted-path strings in the tree (``attr``: module strings + attr)."""
@@ -228,8 +232,7 @@ class Program:
             return cached
         out: list[tuple[str, str]] = []
         info = self.functions.get(function)
-        for call in info["calls"] if info else ():
-            name = call[0]
+        for name in info["calls"] if info else ():
             if SUPER in name:
                 cls, _, attr = name.partition(SUPER)
                 target = self.lookup_attr(cls, attr, skip_own=True)
@@ -297,7 +300,7 @@ class Program:
 
     def callers(self, function: str) -> list[tuple[str, tuple[Any, ...]]]:
         """(caller, call site) for each call of ``function`` in the tree (skipped files that
-        mention its name are parsed first)."""
+        mention its name are parsed first; callers' modules are parsed again for the details)."""
         cached = self._callers.get(function)
         if cached is not None:
             return cached
@@ -305,25 +308,33 @@ class Program:
         if self.load_mentioning is not None:
             self.load_mentioning({short})
         if self._calls_by_short_name is None:
-            index: dict[str, list[tuple[str, tuple[Any, ...]]]] = {}
+            index: dict[str, set[str]] = {}
             for caller, info in self.functions.items():
-                for call in info["calls"]:
-                    index.setdefault(call[0].rpartition(".")[2], []).append((caller, call))
+                for name in info["calls"]:
+                    index.setdefault(name.rpartition(".")[2], set()).add(caller)
             self._calls_by_short_name = index
         found = []
-        for caller, call in self._calls_by_short_name.get(short, ()):
-            name = call[0]
-            if SUPER in name:
-                cls, _, attr = name.partition(SUPER)
-                target = self.lookup_attr(cls, attr, skip_own=True)
-            elif LOCAL in name or "@" in name:
+        for caller in sorted(self._calls_by_short_name.get(short, ())):
+            module = self.module_of.get(caller)
+            if module is None or self.call_sites is None:
                 continue
-            else:
-                target = self.canonical(name, load=False)
-                if target in self.classes:
-                    target = self.lookup_attr(target, "__init__")
-            if target == function:
-                found.append((caller, call))
+            if module not in self._sites:
+                self._sites[module] = self.call_sites(module)
+            for call in self._sites[module].get(caller, ()):
+                name = call[0]
+                if name.rpartition(".")[2] != short:
+                    continue
+                if SUPER in name:
+                    cls, _, attr = name.partition(SUPER)
+                    target = self.lookup_attr(cls, attr, skip_own=True)
+                elif LOCAL in name or "@" in name:
+                    continue
+                else:
+                    target = self.canonical(name, load=False)
+                    if target in self.classes:
+                        target = self.lookup_attr(target, "__init__")
+                if target == function:
+                    found.append((caller, call))
         self._callers[function] = found
         return found
 
@@ -333,7 +344,7 @@ class Program:
         if function in seen:
             return []
         seen.add(function)
-        index = self.functions[function]["none_params"].get(param, -1)
+        index = self.functions[function].get("none_params", {}).get(param, -1)
         out: list[tuple[str, int]] = []
         for caller, (_, line, npos, passed) in self.callers(function):
             if index >= 0 and npos > index:
@@ -411,6 +422,9 @@ def build_processes(program: Program, scripts: list[str]) -> list[Process]:
 def findings_for(program: Program, processes: list[Process], rel: Callable[[str], str],
                  unknown_process: str = "error") -> list[Finding]:
     findings: list[Finding] = []
+    if program.load_mentioning is not None:  # one pass over the skipped files for every generator=None guard
+        program.load_mentioning({d["function"].rpartition(".")[2] for f in list(program.modules.values())
+                                 for d in f["draws"] if d.get("param")})
     for module, facts in sorted(program.modules.items(), key=lambda mf: program.paths[mf[0]]):
         path = rel(program.paths[module])
         suppress = facts["suppress"]

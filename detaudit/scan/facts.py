@@ -70,8 +70,10 @@ def dotted(node: ast.expr) -> str | None:
 class FileFacts:
     """Walks one module; ``facts()`` returns its plain-data facts."""
 
-    def __init__(self, module: str, source: str, is_package: bool = False) -> None:
+    def __init__(self, module: str, source: str, is_package: bool = False, sites: bool = False) -> None:
         self.module = module
+        self.sites = sites  # calls as (target, line, positional count, keywords) instead of bare targets
+        self.params: dict[str, set[str]] = {}
         self.package = module if is_package else module.rpartition(".")[0]
         self.lines = source.splitlines()
         self.imports: dict[str, str] = {}
@@ -92,8 +94,7 @@ class FileFacts:
     # -- walking -------------------------------------------------------------------------
 
     def _function(self, qual: str, cls: str | None, line: int) -> None:
-        self.functions.setdefault(qual, {"line": line, "calls": [], "seeds": [], "cls": cls, "none_params": {},
-                                         "returns": [], "loader": False})
+        self.functions.setdefault(qual, {"line": line, "calls": [], "seeds": [], "cls": cls})
 
     def run(self, tree: ast.Module) -> "FileFacts":
         for node in tree.body:
@@ -189,7 +190,10 @@ class FileFacts:
         self._function(qual, cls, node.lineno)
         if cls is not None:
             self.classes[cls]["methods"].append(qual)
-        self.functions[qual]["none_params"] = _none_params(node.args, cls is not None)
+        none_params = _none_params(node.args, cls is not None)
+        if none_params:
+            self.functions[qual]["none_params"] = none_params
+        self.params[qual] = {a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)}
         for dec in node.decorator_list:
             self.exprs(dec, ctx)
             if _is_ray_remote(dec, self):
@@ -298,14 +302,15 @@ class FileFacts:
                 loads.setdefault(ctx.function, set()).add("getattr")
                 resolved = None
             if resolved is not None:
-                function["calls"].append(_call_site(call, resolved, function["none_params"]))
+                function["calls"].append(
+                    _call_site(call, resolved, function.get("none_params", {})) if self.sites else resolved)
                 seeded = SEED_CALLS.get(resolved)
                 if seeded:
                     function["seeds"].extend(f for f in seeded if f not in function["seeds"])
                 if resolved in ("importlib.import_module", "getattr") or resolved in BUILTIN_LOADERS \
                         or resolved in CALLING_LOADERS:
                     loads.setdefault(ctx.function, set()).add(resolved)
-            for rule, message, param in self._draw_rules(call, name, resolved, function["none_params"]):
+            for rule, message, param in self._draw_rules(call, name, resolved, function.get("none_params", {})):
                 draws.append(self._draw(rule, message, call, ctx, param))
             entry = self._entry(call, resolved, ctx)
             if entry is not None:
@@ -316,10 +321,18 @@ class FileFacts:
                 self.functions[qual]["loader"] = True
         for call, ctx in self.returns:
             _, resolved = self.call_name(call, ctx)
-            if resolved is not None:  # a function returning a loader's result is a loader
-                self.functions[ctx.function]["returns"].append(resolved)
+            params = self.params.get(ctx.function, ())
+            # a function returning a loader's result on its own argument is a loader
+            if resolved is not None and any(isinstance(a, ast.Name) and a.id in params for a in call.args):
+                self.functions[ctx.function].setdefault("returns", []).append(resolved)
         binds: list[list[str]] = []
+        # Only bound names this file calls matter (a subclass elsewhere calling self.fn is missed).
+        called = {c if isinstance(c, str) else c[0] for f in self.functions.values() for c in f["calls"]}
+        heads = {c.partition(LOCAL)[2].split(".")[0] for c in called if LOCAL in c}
         for key, call, ctx in self.binds:
+            name = key.partition(LOCAL)[2] if LOCAL in key else key[len(self.module) + 1 :]
+            if key not in called and "@" not in key and name not in heads:
+                continue
             _, resolved = self.call_name(call, ctx) if not isinstance(call.func, ast.Call) else (None, None)
             if resolved is None:
                 continue
@@ -560,8 +573,8 @@ def _entropy_source(call: ast.Call, facts: FileFacts) -> str | None:
     return None
 
 
-def file_facts(module: str, source: str, is_package: bool = False) -> dict[str, Any]:
-    """Parse ``source`` (raises SyntaxError) and return its facts."""
+def file_facts(module: str, source: str, is_package: bool = False, sites: bool = False) -> dict[str, Any]:
+    """Parse ``source`` (raises SyntaxError) and return its facts (``sites``: with call-site details)."""
     tree = ast.parse(source)
-    return FileFacts(module, source, is_package).run(tree).facts()
+    return FileFacts(module, source, is_package, sites).run(tree).facts()
 

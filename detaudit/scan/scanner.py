@@ -135,6 +135,8 @@ def scan(paths: list[str | Path], config: ScanConfig | None = None, *, use_cache
     def load_mentioning(names: set[str]) -> None:
         words = [n.encode() for n in names if n not in mentioned]
         mentioned.update(names)
+        if not words:
+            return
         for module, (path, _, _) in list(light.items()):
             try:
                 data = Path(path).read_bytes()
@@ -143,8 +145,17 @@ def scan(paths: list[str | Path], config: ScanConfig | None = None, *, use_cache
             if any(word in data for word in words):
                 load_module(module)
 
+    def call_sites(module: str) -> dict[str, list[tuple[Any, ...]]]:
+        path = program.paths[module]
+        try:
+            source = decode_source(Path(path).read_bytes())
+            details = file_facts(module, source, path.endswith("__init__.py"), sites=True)
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
+            return {}
+        return {name: info["calls"] for name, info in details["functions"].items()}
+
     mentioned: set[str] = set()
-    program = Program(facts, load_module, light_strings, load_mentioning)
+    program = Program(facts, load_module, light_strings, load_mentioning, call_sites)
     scripts = [s.replace(":", ".") for s in config.scripts]
     processes = build_processes(program, scripts)
     cwd = os.getcwd() + os.sep
