@@ -74,6 +74,7 @@ class FileFacts:
         self.module = module
         self.sites = sites  # calls as (target, line, positional count, keywords) instead of bare targets
         self.params: dict[str, set[str]] = {}
+        self.bound: set[str] = set()
         self.package = module if is_package else module.rpartition(".")[0]
         self.lines = source.splitlines()
         self.imports: dict[str, str] = {}
@@ -272,13 +273,18 @@ class FileFacts:
         if resolved is not None or ctx.function == MODULE_BODY:
             return name, resolved
         if name is not None:
+            # A name bound to a call's result (maybe a loaded function): keep it as a dispatch key.
             head, _, rest = name.partition(".")
             if head in ("self", "cls"):
                 return name, None
             tail = f".{rest}" if rest else ""
+            module_key = f"{self.module}.{head}"
             if ctx.function == MAIN_BLOCK:
-                return name, f"{self.module}.{head}{tail}"
-            return name, f"{self.module}.{ctx.function}{LOCAL}{head}{tail}"
+                return name, (module_key + tail if module_key in self.bound else None)
+            local_key = f"{self.module}.{ctx.function}{LOCAL}{head}"
+            if local_key in self.bound or module_key in self.bound:
+                return name, local_key + tail
+            return name, None
         # super().m(...) inside a class
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call) and ctx.cls is not None \
                 and isinstance(func.value.func, ast.Name) and func.value.func.id == "super":
@@ -292,6 +298,7 @@ class FileFacts:
         return None, None
 
     def facts(self) -> dict[str, Any]:
+        self.bound = {key for key, _, _ in self.binds}
         draws: list[dict[str, Any]] = []
         entries: list[dict[str, Any]] = []
         loads: dict[str, set[str]] = {}  # function -> what it calls that marks a loader
