@@ -204,5 +204,17 @@ def run_env(card: Card, workdir: Path, metrics: Path, index: int, base: dict[str
     return env
 
 
+def probe_env(card: Card, gpus: list[str] | None = None, python: str | None = None) -> dict[str, str]:
+    """The environment a run of ``card`` gets, without per-run paths: what the runner probe sees.
+
+    ``gpus`` is the CUDA_VISIBLE_DEVICES set one run would get, so the probe counts the GPUs
+    a run sees, not the host's.
+    """
+    env = run_env(card, Path(os.devnull).parent, Path(os.devnull), 0, python=python)
+    if gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    return env
+
+
 def _placeholders(card: Card, workdir: Path, metrics: Path, python: str) -> dict[str, str]:
     return {"python": python, "card_dir": str(card.card_dir), "workdir": str(workdir), "metrics": str(metrics)}

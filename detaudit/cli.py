@@ -277,6 +277,9 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
         if result.extra_series:
             out_console.print(f"\\[detaudit] note: {len(result.extra_series)} series not in the standard: "
                               + escape(", ".join(result.extra_series[:20])))
+        if result.package_changes:
+            err_console.print(f"[yellow]detaudit: warning: the bits match, but {len(result.package_changes)} package "
+                              "version(s) differ from the standard's: " + escape("; ".join(result.package_changes)) + "[/yellow]")
         sys.exit(EXIT_OK)
     out_console.print(f"[red]\\[detaudit] FAILED: {len(result.failures)} of {result.compared} metric series differ from {path}[/red]")
     for name, d in result.failures:
@@ -286,6 +289,34 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
         for line in result.provenance:
             out_console.print("  " + escape(line))
     sys.exit(EXIT_FAIL)
+
+
+# --- env -----------------------------------------------------------------------------------
+
+
+@main.command("env")
+@click.argument("card", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the probe and the runner class as one JSON object.")
+@handle_errors
+def env_command(card: Path | None, as_json: bool) -> None:
+    """Show the runner class and the environment a run of CARD would record.
+
+    The probe runs in the recipe's interpreter with the card's environment, exactly as
+    record and verify do. CARD defaults to the embedded tiny CPU recipe.
+    """
+    from detaudit.card import load_card, probe_env
+    from detaudit.provenance import detect_environment, runner_class
+    from detaudit.report import environment_json, print_environment
+    from detaudit.runner import gpu_slots
+
+    loaded = load_card(card or default_card())
+    slots = gpu_slots(loaded.gpus_per_run, 1)
+    info = detect_environment(env=probe_env(loaded, slots[0] if slots else None))
+    cls = list(loaded.runner) if loaded.runner is not None else runner_class(info, loaded.gpus_per_run)
+    if as_json:
+        click.echo(environment_json(cls, info))
+    else:
+        print_environment(cls, info, _stdout())
 
 
 # --- health ------------------------------------------------------------------------------

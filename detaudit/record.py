@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from detaudit import __version__
-from detaudit.card import Card, load_card, run_argv, run_env, standard_path
+from detaudit.card import Card, load_card, probe_env, run_argv, run_env, standard_path
 from detaudit.compare import ABSENT, DiffReport, SeriesData, compare_series_sets, diff_runs
 from detaudit.errors import UsageError
 from detaudit.exclusion import Exclusion
 from detaudit.floats import encode_value, format_value
 from detaudit.metrics import MetricsRun, read_metrics_many
-from detaudit.provenance import detect_environment, git_state, runner_class
+from detaudit.provenance import detect_environment, git_state, runner_class, standard_runner
 from detaudit.runner import RunSpec, RunState, gpu_slots, run_batch
 from detaudit.standard import Standard, load_standard, render_standard, standard_lock, write_atomic
 
@@ -91,7 +91,8 @@ def record(
     if fmt not in ("detaudit", "miles"):
         raise UsageError(f"unknown --format {fmt!r} (detaudit or miles)")
     card = load_card(card_path)
-    info = detect_environment()
+    slots = gpu_slots(card.gpus_per_run, parallel)
+    info = detect_environment(env=probe_env(card, slots[0] if slots else None))
     cls = resolve_runner(card, info)
     path = Path(out) if out is not None else standard_path(card, cls)
     if path.exists() and not update:
@@ -103,7 +104,6 @@ def record(
         specs = make_specs(card, runs, base, extra_args)
         if on_start:
             on_start(base, cls)
-        slots = gpu_slots(card.gpus_per_run, parallel)
         states = run_batch(specs, parallel=parallel, gpu_sets=slots, on_update=on_update)
         if not all(s.ok for s in states):
             return RecordResult("run-failed", path, states, base)
@@ -150,10 +150,7 @@ def build_standard(
     if fmt == "miles":
         meta = {"commit": git["commit"], "source": f"detaudit record {card.path} ({len(report.runs)} agreeing runs)"}
         return Standard(series=series, format="miles", meta=meta, name=card.name, dropped=dropped)
-    runner: dict[str, Any] = {"class": cls}
-    for key in ("gpu", "driver", "cuda", "torch", "python", "cpu_capability"):
-        if info.get(key) is not None:
-            runner[key] = info[key]
+    runner = standard_runner(cls, info)
     agreeing = len(report.runs) - len({r for m in report.mismatched for r in m.disagreeing_runs})
     recorded = {
         "runs": len(report.runs),

@@ -96,3 +96,31 @@ def divergence_line(name: str, d: PairDivergence, left: str = "standard", right:
     where = f"step {_v(d.step_a)}" if d.kind != "steps" else f"step {_v(d.step_a)} vs {_v(d.step_b)}"
     diff = f", abs diff {_num(d.abs_diff)}, {_num(d.ulps, 'd')} ULPs" if d.ulps is not None else ""
     return f"{name}: {where}: {left} {_v(d.value_a)}, {right} {_v(d.value_b)} ({d.kind}{diff})"
+
+
+def environment_json(cls: list[str], info: dict[str, Any]) -> str:
+    """``detaudit env --json``: the runner class and the whole probe, keys sorted."""
+    return json.dumps({"runner_class": cls, "environment": info}, indent=2, sort_keys=True)
+
+
+def print_environment(cls: list[str], info: dict[str, Any], console: Console) -> None:
+    """``detaudit env``: the runner class, then the fields that change bits, one per line."""
+    cpu = info.get("cpu") or {}
+    threads = ", ".join(f"{k}={v}" for k, v in sorted((info.get("threads") or {}).items()))
+    gpu = info.get("gpu")
+    rows = [
+        ("runner class", "-".join(cls)),
+        ("cpu", f"{cpu.get('vendor', '?')} {cpu.get('model_name', '')} (family {cpu.get('family', '?')}, "
+                f"model {cpu.get('model', '?')}, stepping {cpu.get('stepping', '?')})"),
+        ("cpu flags", " ".join(cpu.get("flags") or [])),
+        ("cpu capability", str(info.get("cpu_capability", "?"))),
+        ("threads", threads or "?"),
+        ("torch", f"{info.get('torch', 'absent')} "
+                  + " ".join(f"{k}={v}" for k, v in sorted((info.get("torch_config") or {}).items()))),
+        ("python", f"{info.get('python', '?')} ({(info.get('platform') or {}).get('libc', '?')})"),
+        ("gpu", f"{gpu['count']} x {gpu['name']}, driver {info.get('driver')}, CUDA {info.get('cuda')}, "
+                f"cuDNN {info.get('cudnn')}, NCCL {info.get('nccl')}" if gpu else "none visible"),
+        ("packages", f"{len(info.get('packages') or {})} installed (see --json)"),
+    ]
+    for key, value in rows:
+        console.print(f"{key:>15}: {escape(value)}")

@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from detaudit.card import Card, load_card, standard_path
+from detaudit.card import Card, load_card, probe_env, standard_path
 from detaudit.compare import PairDivergence, SeriesData, compare_series
 from detaudit.errors import InputError, UsageError
 from detaudit.metrics import read_metrics
-from detaudit.provenance import detect_environment, provenance_differences
+from detaudit.provenance import detect_environment, package_differences, provenance_differences
 from detaudit.record import exclusion_for, make_specs, resolve_runner
-from detaudit.runner import RunState, run_batch
+from detaudit.runner import RunState, gpu_slots, run_batch
 from detaudit.standard import Standard, load_standard
 
 
@@ -32,6 +32,7 @@ class VerifyResult:
     runner_here: list[str] | None = None
     runner_standard: list[str] | None = None
     provenance: list[str] = field(default_factory=list)  # how this environment differs
+    package_changes: list[str] = field(default_factory=list)  # versions that differ, even on a pass
     run: RunState | None = None
     metrics_path: Path | None = None
 
@@ -60,7 +61,8 @@ def verify(
     info: dict[str, Any] | None = None
     here: list[str] | None = None
     if card is not None:
-        info = detect_environment()
+        slots = gpu_slots(card.gpus_per_run, 1)
+        info = detect_environment(env=probe_env(card, slots[0] if slots else None))
         here = resolve_runner(card, info)
     path = Path(standard) if standard is not None else standard_path(card, here)  # type: ignore[arg-type]
     if standard is None and card is not None and not path.exists():
@@ -100,8 +102,10 @@ def verify(
             result.failures.append((name, divergence))
     result.compared = len(std.series)
     result.extra_series = sorted(n for n in run.series if n not in std.series and n not in std.dropped)
+    if info is not None:
+        result.package_changes = package_differences(std.runner, info)
     if result.failures:
         result.status = "failed"
         current = info if info is not None else detect_environment()
-        result.provenance = provenance_differences(std.runner, current)
+        result.provenance = provenance_differences(std.runner, current) + package_differences(std.runner, current)
     return result
