@@ -343,8 +343,7 @@ class FileFacts:
             _, resolved = self.call_name(call, ctx) if not isinstance(call.func, ast.Call) else (None, None)
             if resolved is None:
                 continue
-            shown = ast.unparse(call)
-            binds.append([key, resolved, shown if len(shown) <= 120 else shown[:117] + "..."])
+            binds.append([key, resolved, self._source_of(call)])
         for kind, qual, line in self.decorated:
             entries.append({"kind": kind, "target": f"{self.module}.{qual}", "line": line})
         if MAIN_BLOCK in self.functions:
@@ -381,6 +380,15 @@ class FileFacts:
             "strings": sorted(self.strings),
             "binds": binds,
         }
+
+    def _source_of(self, node: ast.expr) -> str:
+        """The node's code as written (its first line when it spans several), at most 120 characters."""
+        line = self.lines[node.lineno - 1] if 0 < node.lineno <= len(self.lines) else ""
+        end = node.end_col_offset if node.end_lineno == node.lineno else None
+        text = line.encode("utf-8")[node.col_offset:end].decode("utf-8", "replace").strip()
+        if end is None:
+            text += " ..."
+        return text if len(text) <= 120 else text[:117] + "..."
 
     def impact(self, call: ast.Call, ctx: _Ctx) -> str:
         """Why a drawn value cannot change results: it only reaches a port, address, sleep or temp name."""
