@@ -40,6 +40,7 @@ class FactsCache:
         self.enabled = enabled
         self.stats: dict[str, tuple[int, int, str]] = {}
         self.facts: dict[str, Any] = {}
+        self.sites: dict[str, dict[str, list[tuple[Any, ...]]]] = {}  # digest -> a module's call-site details
         self.dirty = False
         if enabled:
             try:
@@ -51,6 +52,10 @@ class FactsCache:
                 self.stats = {k: v for k, v in data["stats"].items() if isinstance(k, str) and isinstance(v, tuple)
                               and len(v) == 3 and isinstance(v[0], int) and isinstance(v[1], int) and isinstance(v[2], str)}
                 self.facts = {k: v for k, v in data["facts"].items() if isinstance(k, str) and _valid_outcome(v)}
+                sites = data.get("sites")
+                if isinstance(sites, dict):
+                    self.sites = {k: v for k, v in sites.items() if isinstance(k, str) and isinstance(v, dict)
+                                  and all(isinstance(c, list) for c in v.values())}
 
     def lookup_stat(self, path: str, st: os.stat_result) -> str | None:
         entry = self.stats.get(path)
@@ -63,6 +68,14 @@ class FactsCache:
         self.facts[digest] = facts
         self.dirty = True
 
+    def digest_of(self, path: str) -> str | None:
+        entry = self.stats.get(path)
+        return entry[2] if entry else None
+
+    def remember_sites(self, digest: str, sites: dict[str, list[tuple[Any, ...]]]) -> None:
+        self.sites[digest] = sites
+        self.dirty = True
+
     def save(self) -> None:
         if not (self.enabled and self.dirty):
             return
@@ -72,7 +85,8 @@ class FactsCache:
             with os.fdopen(fd, "wb") as fh:
                 # pickle (not marshal or JSON): it memoises the many repeated name strings,
                 # which halves the load time of a warm rescan.
-                pickle.dump({"stats": self.stats, "facts": self.facts}, fh, protocol=pickle.HIGHEST_PROTOCOL)
+                pickle.dump({"stats": self.stats, "facts": self.facts, "sites": self.sites}, fh,
+                            protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(tmp, self.path)
         except OSError:
             pass  # a cache that cannot be written only costs time

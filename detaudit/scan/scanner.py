@@ -147,12 +147,18 @@ def scan(paths: list[str | Path], config: ScanConfig | None = None, *, use_cache
 
     def call_sites(module: str) -> dict[str, list[tuple[Any, ...]]]:
         path = program.paths[module]
+        digest = cache.digest_of(path)
+        if digest is not None and digest in cache.sites:
+            return cache.sites[digest]
         try:
-            source = decode_source(Path(path).read_bytes())
-            details = file_facts(module, source, path.endswith("__init__.py"), sites=True)
+            data = Path(path).read_bytes()
+            details = file_facts(module, decode_source(data), path.endswith("__init__.py"), sites=True)
         except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
             return {}
-        return {name: info["calls"] for name, info in details["functions"].items()}
+        sites = {name: info["calls"] for name, info in details["functions"].items()}
+        if hashlib.sha1(data).hexdigest() == digest:  # the file is still what its facts came from
+            cache.remember_sites(digest, sites)
+        return sites
 
     mentioned: set[str] = set()
     program = Program(facts, load_module, light_strings, load_mentioning, call_sites)
