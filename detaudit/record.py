@@ -3,66 +3,60 @@
 from __future__ import annotations
 
 import datetime as _dt
-import tempfile
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from detaudit import __version__
-from detaudit.card import Card, load_card, probe_env, run_argv, run_env, standard_path
-from detaudit.compare import ABSENT, DiffReport, SeriesData, compare_series_sets, diff_runs
+from detaudit.card import load_card, standard_path
+from detaudit.compare import DiffReport, SeriesChanges, SeriesData, compare_standard_series, diff_runs
 from detaudit.errors import UsageError
-from detaudit.exclusion import Exclusion
-from detaudit.floats import encode_value, format_value
-from detaudit.metrics import MetricsRun, read_metrics_many
-from detaudit.provenance import detect_environment, git_state, runner_class, standard_runner
-from detaudit.runner import RunSpec, RunState, gpu_slots, run_batch
-from detaudit.standard import Standard, load_standard, render_standard, standard_lock, write_atomic
+from detaudit.floats import encode_value
+from detaudit.metrics import MetricsRun
+from detaudit.plan import (
+    EnvHook,
+    Executor,
+    RunPlan,
+    environment_for,
+    execute,
+    finish,
+    make_plan,
+    read_run_metrics,
+    resolve_runner,
+)
+from detaudit.provenance import git_state, standard_runner
+from detaudit.runner import RunState, interrupts_as_exceptions
+from detaudit.formats import FORMATS, load_any, render_as
+from detaudit.formats import drop_nan_series as drop_nan
+from detaudit.review import StandardDiff, diff_standards
+from detaudit.standard import Standard, standard_lock, write_atomic
 
 
 @dataclass
 class RecordResult:
-    """What a record did. ``status``: written, disagree, run-failed."""
+    """What a record did.
+
+    ``status``: written; agreed (``write=False``: the runs agree, nothing written);
+    disagree; empty (no series left to compare: nothing a standard could hold);
+    run-failed.
+    """
 
     status: str
-    standard_path: Path
+    standard_path: Path | None
     runs: list[RunState]
     workdir: Path
     report: DiffReport | None = None
     standard: Standard | None = None
-    changes: list[str] = field(default_factory=list)  # with update: what changed vs the old file
+    changes: SeriesChanges | None = None  # with update: how the series differ from the old file's
     dropped: dict[str, Any] = field(default_factory=dict)
+    workdir_removed: bool = False
+    nan_dropped: list[str] = field(default_factory=list)  # --drop-nan-series: series left out for holding NaN
+    review: StandardDiff | None = None  # with update: the old standard against the new (``standard diff``)
 
     @property
     def ok(self) -> bool:
-        return self.status == "written"
-
-
-def exclusion_for(card: Card | None, exclude: tuple[str, ...] = (), include: tuple[str, ...] = ()) -> Exclusion:
-    return Exclusion(card=card.exclude if card else (), cli=tuple(exclude), include=tuple(include) + (card.include if card else ()))
-
-
-def make_specs(card: Card, count: int, workdir: Path, extra_args: tuple[str, ...] = ()) -> list[RunSpec]:
-    specs = []
-    for i in range(count):
-        run_dir = workdir / f"run{i + 1}"
-        metrics = run_dir / "metrics.jsonl"
-        specs.append(
-            RunSpec(
-                index=i,
-                argv=run_argv(card, run_dir, metrics, extra_args),
-                env=run_env(card, run_dir, metrics, i),
-                workdir=run_dir,
-                log_path=run_dir / "run.log",
-                metrics_path=metrics,
-                timeout_s=card.timeout_s,
-            )
-        )
-    return specs
-
-
-def resolve_runner(card: Card, info: dict[str, Any]) -> list[str]:
-    return list(card.runner) if card.runner is not None else runner_class(info, card.gpus_per_run)
+        return self.status in ("written", "agreed")
 
 
 def record(
@@ -73,70 +67,89 @@ def record(
     out: str | Path | None = None,
     update: bool = False,
     allow_partial: bool = False,
-    fmt: str = "detaudit",
+    fmt: str | None = None,
+    drop_nan_series: bool = False,
     extra_args: tuple[str, ...] = (),
     exclude: tuple[str, ...] = (),
     include: tuple[str, ...] = (),
     workdir: str | Path | None = None,
+    write: bool = True,
+    executor: Executor | None = None,
+    env_hooks: Sequence[EnvHook] = (),
     on_update: Callable[[list[RunState]], None] | None = None,
     on_start: Callable[[Path, list[str]], None] | None = None,
 ) -> RecordResult:
     """Run the card ``runs`` times and write its standard if every compared series agrees.
 
+    ``fmt`` None keeps an existing standard's format (else ``detaudit``). With ``write``
+    false the runs are compared and nothing is written (no standard path, no lock).
     Raises ``UsageError`` before running anything when the standard exists and ``update``
     is false, or when another record of the same standard holds its lock.
     """
     if runs < 2:
         raise UsageError("--runs must be at least 2: a standard needs runs that agree")
-    if fmt not in ("detaudit", "miles"):
-        raise UsageError(f"unknown --format {fmt!r} (detaudit or miles)")
+    if fmt is not None and fmt not in FORMATS:
+        raise UsageError(f"unknown --format {fmt!r} (one of {', '.join(FORMATS)})")
+    if drop_nan_series and fmt != "miles":
+        raise UsageError("--drop-nan-series is for --format miles (verifiers that compare with ==)")
     card = load_card(card_path)
-    slots = gpu_slots(card.gpus_per_run, parallel)
-    info = detect_environment(env=probe_env(card, slots[0] if slots else None))
+    info = environment_for(card, parallel)
     cls = resolve_runner(card, info)
-    path = Path(out) if out is not None else standard_path(card, cls)
-    if path.exists() and not update:
-        raise UsageError("exists; pass --update to replace it", path)
-    old = load_standard(path) if path.exists() else None
-    with standard_lock(path):
-        base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"detaudit-{card.name}-"))
-        base.mkdir(parents=True, exist_ok=True)
-        specs = make_specs(card, runs, base, extra_args)
+    path: Path | None = None
+    old: Standard | None = None
+    if write:
+        path = Path(out) if out is not None else standard_path(card, cls)
+        if path.exists() and not update:
+            raise UsageError("exists; pass --update to replace it", path)
+        old = load_any(path) if path.exists() else None
+    fmt = fmt or (old.format if old is not None else "detaudit")
+    with interrupts_as_exceptions(), (standard_lock(path) if path is not None else nullcontext()):
+        plan = make_plan(card, runs, environment=info, workdir=workdir, extra_args=extra_args, exclude=exclude,
+                         include=include, env_hooks=env_hooks, label="record")
         if on_start:
-            on_start(base, cls)
-        states = run_batch(specs, parallel=parallel, gpu_sets=slots, on_update=on_update)
-        if not all(s.ok for s in states):
-            return RecordResult("run-failed", path, states, base)
-        exclusion = exclusion_for(card, exclude, include)
-        parsed = _read_runs(specs, card, exclusion)
-        report = diff_runs(parsed, labels=[f"run{i + 1}" for i in range(runs)])
-        report.exclude_patterns = exclusion.patterns()
-        if not report.ok and not allow_partial:
-            return RecordResult("disagree", path, states, base, report=report)
-        standard = build_standard(card, cls, info, parsed[0], report, extra_args, fmt)
-        text = render_standard(standard)
-        write_atomic(path, text, overwrite=update)
-        standard.path = path
-        changes = describe_changes(old, standard) if old is not None else []
-        return RecordResult(
-            "written", path, states, base, report=report, standard=standard, changes=changes, dropped=standard.dropped
-        )
+            on_start(plan.workdir, plan.runner_class)
+        states = execute(plan, parallel=parallel, executor=executor, on_update=on_update)
+        return _judge(plan, states, path, old, update=update, allow_partial=allow_partial, fmt=fmt,
+                      drop_nan_series=drop_nan_series)
 
 
-def _read_runs(specs: list[RunSpec], card: Card, exclusion: Exclusion) -> list[MetricsRun]:
-    return read_metrics_many([s.metrics_path for s in specs], default_step_key=card.step_key, exclusion=exclusion)
+def _judge(plan: RunPlan, states: list[RunState], path: Path | None, old: Standard | None, *, update: bool,
+           allow_partial: bool, fmt: str, drop_nan_series: bool = False) -> RecordResult:
+    """Compare the finished runs; write the standard to ``path`` (None: write nothing) if they agree."""
+    if not all(s.ok for s in states):
+        return RecordResult("run-failed", path, states, plan.workdir)
+    parsed = read_run_metrics(plan)
+    report = diff_runs(parsed, labels=[f"run{i + 1}" for i in range(len(plan.specs))])
+    report.exclude_patterns = plan.exclusion.patterns()
+    result = RecordResult("disagree", path, states, plan.workdir, report=report)
+    if not report.ok and not allow_partial:
+        return result
+    if not report.identical:
+        result.status = "empty"  # a standard of 0 series would pass any run
+        return result
+    if path is None:
+        result.status = "agreed"
+        result.workdir_removed = finish(plan, passed=True)
+        return result
+    standard = build_standard(plan, parsed[0], report, fmt)
+    result.nan_dropped = drop_nan(standard) if drop_nan_series else []
+    # Exact in every format, or an InputError (exit 2) before anything is written.
+    write_atomic(path, render_as(standard, fmt, target=path), overwrite=update)
+    standard.path = path
+    result.status = "written"
+    result.standard = standard
+    result.dropped = standard.dropped
+    if old is not None:
+        result.changes = compare_standard_series(old.series, standard.series,
+                                                 lenient_steps="miles" in (old.format, standard.format))
+        result.review = diff_standards(old, standard, old_label=str(path), new_label="new")
+    result.workdir_removed = finish(plan, passed=True)
+    return result
 
 
-def build_standard(
-    card: Card,
-    cls: list[str],
-    info: dict[str, Any],
-    first: MetricsRun,
-    report: DiffReport,
-    extra_args: tuple[str, ...],
-    fmt: str,
-) -> Standard:
+def build_standard(plan: RunPlan, first: MetricsRun, report: DiffReport, fmt: str) -> Standard:
     """The standard from the first run's agreeing series (all of them unless partial)."""
+    card = plan.card
     keep = set(report.identical)
     series = {
         name: SeriesData.from_run(first, s) for name, s in first.series.items() if name in keep
@@ -146,11 +159,11 @@ def build_standard(
         for m in report.mismatched
     }
     git = git_state(card.path)
-    command = list(card.command) + list(extra_args)
-    if fmt == "miles":
+    command = list(card.command) + list(plan.extra_args)
+    if fmt != "detaudit":  # miles, and the formats converted from its shape (megatron, torchtitan, nemo)
         meta = {"commit": git["commit"], "source": f"detaudit record {card.path} ({len(report.runs)} agreeing runs)"}
         return Standard(series=series, format="miles", meta=meta, name=card.name, dropped=dropped)
-    runner = standard_runner(cls, info)
+    runner = standard_runner(plan.runner_class, plan.environment)
     agreeing = len(report.runs) - len({r for m in report.mismatched for r in m.disagreeing_runs})
     recorded = {
         "runs": len(report.runs),
@@ -172,27 +185,3 @@ def build_standard(
         excluded=excluded,
         dropped=dropped,
     )
-
-
-def describe_changes(old: Standard, new: Standard) -> list[str]:
-    """Lines saying how ``new``'s series differ from ``old``'s (for ``--update``)."""
-    compared, identical, mismatched = compare_series_sets(
-        [old.series, new.series], lenient_steps=old.format == "miles" or new.format == "miles"
-    )
-    lines = []
-    for m in sorted(mismatched, key=lambda m: m.series):
-        first = m.first
-        if first.kind == "missing":
-            lines.append(f"{'added' if m.series not in old.series else 'removed'}: {m.series}")
-        else:
-            lines.append(
-                f"changed: {m.series} from step {format_value(first.step)} ({first.kind}): "
-                f"{_fmt(first.value_a)} -> {_fmt(first.value_b)}"
-            )
-    if not lines:
-        lines.append(f"series unchanged ({len(identical)} identical)")
-    return lines
-
-
-def _fmt(value: Any) -> str:
-    return "absent" if value is ABSENT else format_value(value)
