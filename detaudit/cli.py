@@ -710,7 +710,7 @@ SEVERITY_RANK = {"warning": 1, "error": 2, "never": 3}
 
 
 @main.command("scan-rng")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "sarif", "github"]), default="text", show_default=True)
 @click.option("--fail-on", type=click.Choice(["error", "warning", "never"]), default="error", show_default=True,
               help="Lowest severity that makes the exit code 1.")
@@ -721,9 +721,14 @@ SEVERITY_RANK = {"warning": 1, "error": 2, "never": 3}
 @click.option("--config", type=click.Path(dir_okay=False, path_type=Path), help="pyproject.toml with [tool.detaudit] (default: found upward).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the per-file cache.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Parser processes (default: CPU count).")
+@click.option("--unknown-process", type=click.Choice(["error", "warning"]), default="error", show_default=True,
+              help="Severity of a draw that no entry point in the tree can be shown to run (warning: library trees).")
+@click.option("--force-exclude", is_flag=True, help="Apply [tool.detaudit] exclude to the PATHs named here too.")
+@click.option("--explain", metavar="RULE", help="Print what RULE finds, why it breaks reproducibility, and the fix.")
 @handle_errors
 def scan_rng(paths: tuple[Path, ...], fmt: str, fail_on: str, baseline: Path | None, write_baseline: Path | None,
-             select: tuple[str, ...], ignore: tuple[str, ...], config: Path | None, no_cache: bool, jobs: int | None) -> None:
+             select: tuple[str, ...], ignore: tuple[str, ...], config: Path | None, no_cache: bool, jobs: int | None,
+             unknown_process: str, force_exclude: bool, explain: str | None) -> None:
     """Find draws from process-global RNGs (torch, numpy, random) and the processes that run them unseeded.
 
     Static: files are parsed, never imported. Exit 0 when no finding reaches --fail-on, 1 when
@@ -733,8 +738,18 @@ def scan_rng(paths: tuple[Path, ...], fmt: str, fail_on: str, baseline: Path | N
 
     from detaudit.scan import ScanConfig, apply_baseline, scan
     from detaudit.scan import output
+    from detaudit.scan.rules import RULE_BY_CODE
 
+    if explain is not None:
+        code = explain.strip().upper()
+        if code not in RULE_BY_CODE:
+            raise InputError(None, f"--explain {explain}: unknown rule (known: {', '.join(RULE_BY_CODE)})")
+        click.echo(output.explain(code), nl=False)
+        return
+    if not paths:
+        raise InputError(None, "scan-rng: give at least one PATH (or --explain RULE)")
     cfg = ScanConfig.load(config)
+    cfg = replace(cfg, unknown_process=unknown_process, force_exclude=force_exclude)
     if select or ignore:
         cfg = replace(cfg, select=select or cfg.select, ignore=cfg.ignore + ignore)
     result = scan(list(paths), cfg, use_cache=not no_cache, jobs=jobs)

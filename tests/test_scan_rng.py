@@ -106,7 +106,8 @@ def test_baseline_round_trip(corpus: Path) -> None:
     kept, _ = apply_baseline(corpus / "baseline.json", run_scan("pkg").findings)
     assert [(f.path, f.rule) for f in kept] == [("pkg/new.py", "DA101")]
     cli = run_cli("scan-rng", "pkg", "--baseline", "baseline.json", "--format", "json", cwd=corpus)
-    assert cli.code == 0 and [f["path"] for f in json.loads(cli.out)] == ["pkg/new.py"]
+    # The new draw runs in no known process of a tree with entry points: an error (fail closed).
+    assert cli.code == 1 and [f["path"] for f in json.loads(cli.out)] == ["pkg/new.py"]
 
 
 def test_cache_reuses_facts_and_no_cache_bypasses(corpus: Path) -> None:
@@ -115,7 +116,7 @@ def test_cache_reuses_facts_and_no_cache_bypasses(corpus: Path) -> None:
     assert second.cache_hits == second.files and first.findings == second.findings
     assert run_scan("pkg", use_cache=False).cache_hits == 0
     helpers = corpus / "pkg" / "helpers.py"
-    helpers.write_text(helpers.read_text().replace("torch.randperm(n)", "torch.randperm(n, generator=None)"))
+    helpers.write_text(helpers.read_text().replace("torch.randperm(n)", "torch.randperm(n, generator=g)"))
     third = run_scan("pkg")
     assert ("pkg/helpers.py", 8) not in {(f.path, f.line) for f in third.findings}
 
@@ -132,8 +133,11 @@ def test_cli_formats_and_exit_codes(corpus: Path) -> None:
     assert sarif["version"] == "2.1.0" and sarif["runs"][0]["results"][0]["ruleId"].startswith("DA")
     github = run_cli("scan-rng", "pkg", "--format", "github", cwd=corpus).out.splitlines()
     assert any(line.startswith("::error file=pkg/helpers.py,line=8,") for line in github)
-    assert run_cli("scan-rng", "pkg/main_mod.py", "pkg/helpers.py", cwd=corpus).code == 0  # warnings only
-    assert run_cli("scan-rng", "pkg/main_mod.py", "pkg/helpers.py", "--fail-on", "warning", cwd=corpus).code == 1
+    # helpers' draws that main_mod's process does not run: errors (fail closed), warnings on request.
+    assert run_cli("scan-rng", "pkg/main_mod.py", "pkg/helpers.py", cwd=corpus).code == 1
+    library = ("scan-rng", "pkg/main_mod.py", "pkg/helpers.py", "--unknown-process", "warning")
+    assert run_cli(*library, cwd=corpus).code == 0  # warnings only
+    assert run_cli(*library, "--fail-on", "warning", cwd=corpus).code == 1
     assert run_cli("scan-rng", "pkg", "--fail-on", "never", cwd=corpus).code == 0
     missing = run_cli("scan-rng", "nope", cwd=corpus)
     assert missing.code == 2 and "nope: no such file or directory" in missing.err

@@ -1,10 +1,11 @@
 """Cross-module analysis: processes, what each reaches, whether it seeds, and the findings.
 
 Processes come from entry points (Ray actors and tasks, ``__main__`` blocks, console
-scripts, multiprocessing targets, DataLoader ``worker_init_fn``). A process seeds an RNG
-family when its start-up code calls a seed function, directly or through helpers in the
-scanned tree: an actor's ``__init__``, a task's or target's own body, the main block. A
-Ray ``worker_process_setup_hook`` found in the tree seeds every Ray process.
+scripts, multiprocessing targets, DataLoader ``worker_init_fn``). Calls are followed through
+imports, methods inherited from base classes in any scanned module, ``super()``, and dynamic
+dispatch: a value returned by a loader (``importlib.import_module`` + ``getattr``,
+``pydoc.locate``, Hydra) and then called reaches every dotted-path string in the tree that
+names a function or class (a stated over-approximation). The seeding rule is in docs/scan-rng.md.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from detaudit.scan.facts import MAIN_BLOCK
-from detaudit.scan.rules import FAMILY
+from detaudit.scan.facts import LOCAL, MAIN_BLOCK, MODULE_BODY, SUPER
+from detaudit.scan.rules import BUILTIN_LOADERS, CALLING_LOADERS, FAMILY
 
 KIND_LABEL = {
     "ray-actor": "Ray actor",
@@ -24,6 +25,7 @@ KIND_LABEL = {
     "multiprocessing": "multiprocessing target",
     "worker-init": "DataLoader worker_init_fn",
 }
+MAX_CANDIDATES_SHOWN = 4
 
 
 @dataclass
@@ -31,13 +33,16 @@ class Process:
     name: str  # what a reader recognises: "RolloutManager (Ray actor)"
     kind: str
     target: str
-    seeded: set[str]  # RNG families seeded at start-up
+    seeded: set[str]  # RNG families seeded at some point of the process's life
     roots: list[str]
     reach: set[str] = field(default_factory=set)
+    # Code that runs before the later seeding: an actor's __init__ (and what it calls), import-time code.
+    early: dict[str, set[str]] = field(default_factory=dict)  # function -> families seeded by then
+    via: dict[str, str] = field(default_factory=dict)  # function -> how dynamic dispatch reached it
 
-    def as_dict(self, family: str) -> dict[str, Any]:
-        return {"entry": self.name, "kind": self.kind, "target": self.target,
-                "seeded": (family in self.seeded) if family else None}
+    def seeded_at(self, function: str, family: str) -> bool:
+        early = self.early.get(function)
+        return family in (early if early is not None else self.seeded)
 
 
 @dataclass
@@ -54,47 +59,80 @@ class Finding:
     processes: list[dict[str, Any]]
     note: str = ""
     end_line: int = 0
+    via: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "path": self.path, "line": self.line, "col": self.col, "rule": self.rule, "severity": self.severity,
             "message": self.message, "code": self.code, "function": self.function, "guards": self.guards,
-            "processes": self.processes, "note": self.note,
+            "processes": self.processes, "note": self.note, "via": self.via,
         }
 
 
 class Program:
     """All scanned modules' facts, with name resolution across them."""
 
-    def __init__(self, facts: dict[str, dict[str, Any]], load_module: Callable[[str], bool] | None = None) -> None:
+    def __init__(self, facts: dict[str, dict[str, Any]], load_module: Callable[[str], bool] | None = None,
+                 extra_strings: set[str] | None = None,
+                 load_mentioning: Callable[[set[str]], None] | None = None,
+                 call_sites: Callable[[str], dict[str, list[tuple[Any, ...]]]] | None = None) -> None:
         self.paths: dict[str, str] = {}  # module -> path
         self.modules: dict[str, dict[str, Any]] = {}
         self.functions: dict[str, dict[str, Any]] = {}
         self.classes: dict[str, dict[str, Any]] = {}
+        self.module_of: dict[str, str] = {}  # function or class -> module
+        self.binds: dict[str, list[tuple[str, str]]] = {}  # bound name -> [(loader call target, code)]
+        self.strings: set[str] = set(extra_strings or ())
         self.load_module = load_module
+        # Parses the skipped files whose text mentions one of these names (callers of a function).
+        self.load_mentioning = load_mentioning
+        # A module's calls with their details (line, arguments), parsed again on demand.
+        self.call_sites = call_sites
+        self._sites: dict[str, dict[str, list[tuple[Any, ...]]]] = {}
+        self._mro: dict[str, list[str]] = {}
         for path, f in facts.items():
             self.add(path, f)
         self._seeds: dict[str, frozenset[str]] = {}
-        self._callees: dict[str, list[str]] = {}
+        self._callees: dict[str, list[tuple[str, str]]] = {}
+        self._candidates: dict[str, list[str]] = {}
+        self._calls_by_short_name: dict[str, list[tuple[str, tuple[Any, ...]]]] | None = None
+        self._callers: dict[str, list[tuple[str, tuple[Any, ...]]]] = {}
 
     def add(self, path: str, f: dict[str, Any]) -> None:
         self.paths[f["module"]] = path
         self.modules[f["module"]] = f
         self.functions.update(f["functions"])
         self.classes.update(f["classes"])
+        for name in (*f["functions"], *f["classes"]):
+            self.module_of[name] = f["module"]
+        for key, loader, code in f["binds"]:
+            self.binds.setdefault(key, []).append((loader, code))
+        self.strings.update(f["strings"])
+        self._candidates = {}
+        self._mro = {}
+        self._calls_by_short_name = None
+        self._callers = {}
 
-    def canonical(self, name: str, depth: int = 0) -> str | None:
-        """The function or class a qualified name denotes (through re-exports), or None."""
+    # -- names ----------------------------------------------------------------------------
+
+    def canonical(self, name: str, depth: int = 0, load: bool = True) -> str | None:
+        """The function or class a qualified name denotes (through re-exports and base classes), or None.
+
+        ``load``: parse a skipped module on the way when the name leads into it.
+        """
         if name in self.functions or name in self.classes:
             return name
         if depth > 8:
             return None
         parts = name.split(".")
         for i in range(len(parts) - 1, 0, -1):
-            module = ".".join(parts[:i])
-            facts = self.modules.get(module)
-            if facts is None and self.load_module is not None and self.load_module(module):
-                facts = self.modules.get(module)
+            prefix = ".".join(parts[:i])
+            if prefix in self.classes:  # Cls.attr: look in the base classes
+                found = self.lookup_attr(prefix, parts[i], depth + 1)
+                return found if i == len(parts) - 1 else None
+            facts = self.modules.get(prefix)
+            if facts is None and load and self.load_module is not None and self.load_module(prefix):
+                facts = self.modules.get(prefix)
                 if name in self.functions or name in self.classes:
                     return name
             if facts is None:
@@ -102,26 +140,123 @@ class Program:
             target = facts["imports"].get(parts[i])
             if target is not None and target != name:
                 rest = parts[i + 1 :]
-                return self.canonical(".".join([target, *rest]), depth + 1)
+                return self.canonical(".".join([target, *rest]), depth + 1, load)
             return None
         return None
 
-    def callees(self, function: str) -> list[str]:
+    def mro(self, cls: str, depth: int = 0) -> list[str]:
+        """``cls`` and its base classes found in the tree, depth first (close enough to C3 here)."""
+        cached = self._mro.get(cls)
+        if cached is not None:
+            return cached
+        out = [cls]
+        if depth > 16:
+            return out
+        for base in self.classes.get(cls, {}).get("bases", ()):
+            target = self.canonical(base, depth + 1)
+            if target in self.classes and target not in out:
+                out += [c for c in self.mro(target, depth + 1) if c not in out]
+        self._mro[cls] = out
+        return out
+
+    def lookup_attr(self, cls: str, attr: str, depth: int = 0, skip_own: bool = False) -> str | None:
+        for klass in self.mro(cls, depth)[1 if skip_own else 0:]:
+            name = f"{klass}.{attr}"
+            if name in self.functions:
+                return name
+        return None
+
+    def class_methods(self, cls: str) -> list[str]:
+        """Every method an instance has, inherited ones included (the nearest definition wins)."""
+        found: dict[str, str] = {}
+        for klass in self.mro(cls):
+            for method in self.classes[klass]["methods"]:
+                found.setdefault(method.rpartition(".")[2], method)
+        return sorted(found.values())
+
+    # -- calls ----------------------------------------------------------------------------
+
+    def is_loader(self, name: str, depth: int = 0) -> bool:
+        if name in BUILTIN_LOADERS:
+            return True
+        target = self.canonical(name)
+        info = self.functions.get(target) if target else None
+        if info is None or depth > 4:
+            return False
+        return info.get("loader", False) or any(self.is_loader(r, depth + 1) for r in info.get("returns", ()) if r != target)
+
+    def candidates(self, attr: str = "") -> list[str]:
+        """Functions and classes named by dotted-path strings in the tree (``attr``: module strings + attr)."""
+        cached = self._candidates.get(attr)
+        if cached is not None:
+            return cached
+        out = set()
+        for text in self.strings:
+            name = text.replace(":", ".")
+            if attr:
+                if name not in self.modules and not (self.load_module and self.load_module(name)):
+                    continue
+                name = f"{name}.{attr}"
+            target = self.canonical(name)
+            if target is not None:
+                out.add(target)
+        result = sorted(out)
+        self._candidates[attr] = result
+        return result
+
+    def _dispatch(self, key: str, function: str) -> tuple[list[str], str]:
+        """Targets of a call of a loaded value (and the reason), or ([], '')."""
+        keys = [key]
+        head, sep, rest = key.partition(LOCAL)
+        if sep:  # a local name may be a module-level one
+            keys.append(f"{self.module_of.get(function, '')}.{rest}")
+        cls, _, attr = key.rpartition(".")
+        if cls in self.classes:  # self.fn bound in a base class
+            keys += [f"{klass}.{attr}" for klass in self.mro(cls)[1:]]
+        for candidate in keys:
+            for bound, attr_part in ((candidate, ""), (candidate.rpartition(".")[0], candidate.rpartition(".")[2])):
+                for loader, code in self.binds.get(bound, ()):
+                    if attr_part and loader == "importlib.import_module":
+                        targets = self.candidates(attr_part)
+                    elif not attr_part and loader != "importlib.import_module" and self.is_loader(loader):
+                        targets = self.candidates()
+                    else:
+                        continue
+                    return targets, code
+        return [], ""
+
+    def callees(self, function: str) -> list[tuple[str, str]]:
+        """(callee, how a dynamic call reached it or '') for each call ``function`` makes."""
         cached = self._callees.get(function)
         if cached is not None:
             return cached
-        out: list[str] = []
+        out: list[tuple[str, str]] = []
         info = self.functions.get(function)
-        for call in info["calls"] if info else ():
-            target = self.canonical(call)
-            if target is None:
+        for name in info["calls"] if info else ():
+            if SUPER in name:
+                cls, _, attr = name.partition(SUPER)
+                target = self.lookup_attr(cls, attr, skip_own=True)
+                if target is not None:
+                    out.append((target, ""))
                 continue
-            if target in self.classes:
-                init = self.canonical(f"{target}.__init__")
-                if init is not None:
-                    out.append(init)
+            target = self.canonical(name) if LOCAL not in name and "@" not in name else None
+            if target is not None:
+                if target in self.classes:
+                    init = self.lookup_attr(target, "__init__")
+                    if init is not None:
+                        out.append((init, ""))
+                else:
+                    out.append((target, ""))
+                continue
+            if name in CALLING_LOADERS:
+                targets, code = self.candidates(), f"{name}(...)"
             else:
-                out.append(target)
+                targets, code = self._dispatch(name, function)
+            if targets:
+                shown = ", ".join(targets[:MAX_CANDIDATES_SHOWN]) + (", ..." if len(targets) > MAX_CANDIDATES_SHOWN else "")
+                via = f"reached via {code}: candidates {shown}"
+                for target in targets:
+                    out.append((self.lookup_attr(target, "__init__") or target if target in self.classes else target, via))
         self._callees[function] = out
         return out
 
@@ -129,18 +264,8 @@ class Program:
         """RNG families a call of ``function`` seeds, directly or through callees."""
         if function in self._seeds:
             return self._seeds[function]
-        seen = {function}
-        order = [function]
-        queue = deque([function])
-        while queue:
-            current = queue.popleft()
-            for callee in self.callees(current):
-                if callee not in seen:
-                    seen.add(callee)
-                    order.append(callee)
-                    queue.append(callee)
         families: set[str] = set()
-        for fn in order:
+        for fn in self.reach([function])[0]:
             info = self.functions.get(fn)
             if info:
                 families.update(info["seeds"])
@@ -148,15 +273,88 @@ class Program:
         self._seeds[function] = result
         return result
 
-    def reach(self, roots: list[str]) -> set[str]:
+    def reach(self, roots: list[str]) -> tuple[set[str], dict[str, str]]:
+        """Functions reachable from ``roots``, and for those reached by dynamic dispatch, how."""
         seen = set(roots)
+        via: dict[str, str] = {}
         queue = deque(roots)
         while queue:
-            for callee in self.callees(queue.popleft()):
+            current = queue.popleft()
+            for callee, how in self.callees(current):
                 if callee not in seen:
                     seen.add(callee)
+                    if how or current in via:
+                        via[callee] = how or via[current]
                     queue.append(callee)
-        return seen
+        return seen, via
+
+    def import_time(self, functions: set[str]) -> set[str]:
+        """Module bodies and class bodies of the modules that hold ``functions`` (they ran at import)."""
+        modules = {self.module_of[f] for f in functions if f in self.module_of}
+        out = set()
+        for module in modules:
+            facts = self.modules[module]
+            out.add(f"{module}.{MODULE_BODY}")
+            out.update(facts["classes"])
+        return out
+
+    def callers(self, function: str) -> list[tuple[str, tuple[Any, ...]]]:
+        """(caller, call site) for each call of ``function`` in the tree (skipped files that
+        mention its name are parsed first; callers' modules are parsed again for the details)."""
+        cached = self._callers.get(function)
+        if cached is not None:
+            return cached
+        short = function.rpartition(".")[2]
+        if self.load_mentioning is not None:
+            self.load_mentioning({short})
+        if self._calls_by_short_name is None:
+            index: dict[str, set[str]] = {}
+            for caller, info in self.functions.items():
+                for name in info["calls"]:
+                    index.setdefault(name.rpartition(".")[2], set()).add(caller)
+            self._calls_by_short_name = index
+        found = []
+        for caller in sorted(self._calls_by_short_name.get(short, ())):
+            module = self.module_of.get(caller)
+            if module is None or self.call_sites is None:
+                continue
+            if module not in self._sites:
+                self._sites[module] = self.call_sites(module)
+            for call in self._sites[module].get(caller, ()):
+                name = call[0]
+                if name.rpartition(".")[2] != short:
+                    continue
+                if SUPER in name:
+                    cls, _, attr = name.partition(SUPER)
+                    target = self.lookup_attr(cls, attr, skip_own=True)
+                elif LOCAL in name or "@" in name:
+                    continue
+                else:
+                    target = self.canonical(name, load=False)
+                    if target in self.classes:
+                        target = self.lookup_attr(target, "__init__")
+                if target == function:
+                    found.append((caller, call))
+        self._callers[function] = found
+        return found
+
+    def unguarded_sites(self, function: str, param: str, seen: set[str] | None = None) -> list[tuple[str, int]]:
+        """Call sites (caller, line) of ``function`` that leave its None-default ``param`` unset."""
+        seen = seen if seen is not None else set()
+        if function in seen:
+            return []
+        seen.add(function)
+        index = self.functions[function].get("none_params", {}).get(param, -1)
+        out: list[tuple[str, int]] = []
+        for caller, (_, line, npos, passed) in self.callers(function):
+            if index >= 0 and npos > index:
+                continue
+            given = {p.partition("<")[0]: p.partition("<")[2] for p in passed}
+            if param not in given:
+                out.append((caller, line))
+            elif given[param]:  # forwards the caller's own None-default parameter
+                out += self.unguarded_sites(caller, given[param], seen)
+        return out
 
 
 def build_processes(program: Program, scripts: list[str]) -> list[Process]:
@@ -176,17 +374,23 @@ def build_processes(program: Program, scripts: list[str]) -> list[Process]:
             continue
         kind = entry["kind"]
         short = target.rsplit(".", 1)[-1]
+        start_seeded: set[str] = set()  # seeded before any user code runs
+        early_roots: list[str] = []  # code that runs before seeds made later in the process's life
         if kind in ("ray", "ray-actor", "ray-task"):
+            start_seeded = set(hook_families)
             if target in program.classes:
                 kind = "ray-actor"
-                roots = list(program.classes[target]["methods"])
-                init = program.canonical(f"{target}.__init__")
-                seeded = set(program.seeds(init)) if init else set()
+                roots = program.class_methods(target)
+                init = program.lookup_attr(target, "__init__")
+                seeded = start_seeded | set(program.seeds(init) if init else ())
+                init_seeded = set(seeded)
+                for method in roots:  # e.g. init(self, args) that the driver calls first
+                    seeded |= program.seeds(method)
+                early_roots = [init] if init else []
             else:
                 kind = "ray-task"
                 roots = [target]
-                seeded = set(program.seeds(target))
-            seeded |= hook_families
+                seeded = start_seeded | set(program.seeds(target))
         elif kind == "main":
             short = f"__main__ of {program.paths.get(target.rsplit('.', 1)[0], target)}"
             if short.startswith("__main__ of /"):
@@ -194,22 +398,33 @@ def build_processes(program: Program, scripts: list[str]) -> list[Process]:
             roots = [target]
             seeded = set(program.seeds(target))
         else:
-            roots = [program.canonical(f"{target}.__init__") or target] if target in program.classes else [target]
+            roots = [program.lookup_attr(target, "__init__") or target] if target in program.classes else [target]
             seeded = set(program.seeds(roots[0]))
             if kind == "worker-init":
                 seeded.add("torch")  # DataLoader seeds each worker's torch RNG from its own base seed
+                start_seeded.add("torch")
         if (kind, target) in seen:
             continue
         seen.add((kind, target))
         name = short if kind == "main" else f"{short} ({KIND_LABEL[kind]})"
         process = Process(name, kind, target, seeded, roots)
-        process.reach = program.reach(roots)
+        process.reach, process.via = program.reach(roots)
+        if early_roots:
+            early, _ = program.reach(early_roots)
+            process.early.update({f: init_seeded for f in early})
+        for body in program.import_time(process.reach) - set(roots):
+            process.reach.add(body)
+            process.early[body] = start_seeded  # import-time code runs before any seed call
         processes.append(process)
     return processes
 
 
-def findings_for(program: Program, processes: list[Process], rel: Callable[[str], str]) -> list[Finding]:
+def findings_for(program: Program, processes: list[Process], rel: Callable[[str], str],
+                 unknown_process: str = "error") -> list[Finding]:
     findings: list[Finding] = []
+    if program.load_mentioning is not None:  # one pass over the skipped files for every generator=None guard
+        program.load_mentioning({d["function"].rpartition(".")[2] for f in list(program.modules.values())
+                                 for d in f["draws"] if d.get("param")})
     for module, facts in sorted(program.modules.items(), key=lambda mf: program.paths[mf[0]]):
         path = rel(program.paths[module])
         suppress = facts["suppress"]
@@ -217,24 +432,56 @@ def findings_for(program: Program, processes: list[Process], rel: Callable[[str]
             marks = suppress.get(draw["line"]) or suppress.get(draw["end_line"]) or []
             if "*" in marks or draw["rule"] in marks:
                 continue
-            family = FAMILY[draw["rule"]]
-            function = draw["function"]
-            mine = [p for p in processes if function in p.reach]
-            if not family:
-                severity, note = "error", "nondeterministic in any process"
-            elif any(family not in p.seeded for p in mine):
-                severity, note = "error", f"runs in a process that never seeds the {family} RNG"
-            elif mine:
-                severity, note = "warning", f"every process that runs it seeds the {family} RNG; reproducible only while the call order stays fixed"
-            else:
-                severity = "warning"
-                where = "module level" if function.endswith(("<module>",)) or function in program.classes else "no known process"
-                note = f"{where}: no entry point found that runs it"
-            findings.append(Finding(
-                path=path, line=draw["line"], col=draw["col"], rule=draw["rule"], severity=severity,
-                message=draw["message"], code=draw["code"], function=function.replace(f".{MAIN_BLOCK}", ".__main__"),
-                guards=draw["guards"], processes=[p.as_dict(family) for p in mine], note=note,
-                end_line=draw["end_line"],
-            ))
+            finding = _finding(program, processes, draw, path, rel, unknown_process)
+            if finding is not None:
+                findings.append(finding)
     findings.sort(key=lambda f: (f.path, f.line, f.col, f.rule))
     return findings
+
+
+def _finding(program: Program, processes: list[Process], draw: dict[str, Any], path: str,
+             rel: Callable[[str], str], unknown_process: str) -> Finding | None:
+    family = FAMILY[draw["rule"]]
+    function = draw["function"]
+    mine = [p for p in processes if function in p.reach]
+    extra = ""
+    if draw.get("param"):
+        # generator=None: a guard only where the caller passes a generator.
+        sites = program.unguarded_sites(function, draw["param"])
+        roots = [p for p in mine if function in p.roots]
+        if not sites and not roots:
+            return None
+        callers = {caller for caller, _ in sites}
+        mine = [p for p in mine if p in roots or callers & p.reach]
+        shown = []
+        located = sorted({(rel(program.paths[program.module_of[c]]), line, c) for c, line in sites})
+        for where, line, caller in located:
+            names = [p.name for p in mine if caller in p.reach]
+            shown.append(f"{where}:{line}" + (f" ({', '.join(names)})" if names else " (no known process)"))
+        extra = (f"{draw['param']}=None by default and not passed at: " + "; ".join(shown)) if shown else \
+            f"{draw['param']}=None by default: an entry point itself"
+    seeded = {p.name: p.seeded_at(function, family) for p in mine} if family else {}
+    if not family:
+        severity, note = "error", "nondeterministic in any process"
+    elif not all(seeded.values()):
+        severity, note = "error", f"runs in a process that does not seed the {family} RNG before it"
+    elif mine:
+        severity, note = "warning", f"every process that runs it seeds the {family} RNG; reproducible only while the call order stays fixed"
+    else:
+        where = "module level" if function.endswith(MODULE_BODY) or function in program.classes else "no known process"
+        severity = unknown_process
+        note = f"{where}: cannot show that a seeded process runs it (no entry point found that runs it)"
+    if draw.get("impact") and family and severity == "error":
+        severity = "warning"
+        note += f"; at most a warning: {draw['impact']}"
+    if extra:
+        note = f"{note}; {extra}"
+    via = sorted({p.via[function] for p in mine if function in p.via})
+    return Finding(
+        path=path, line=draw["line"], col=draw["col"], rule=draw["rule"], severity=severity,
+        message=draw["message"], code=draw["code"], function=function.replace(f".{MAIN_BLOCK}", ".__main__"),
+        guards=draw["guards"],
+        processes=[{"entry": p.name, "kind": p.kind, "target": p.target, "seeded": seeded.get(p.name) if family else None}
+                   for p in mine],
+        note=note, end_line=draw["end_line"], via=via,
+    )

@@ -15,10 +15,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from detaudit.scan.rules import (
+    BUILTIN_LOADERS,
+    CALLING_LOADERS,
     ENTROPY_CALLS,
     NUMPY_LEGACY,
+    PASS_THROUGH_CALLS,
     SEED_CALLS,
     SEED_TAKERS,
+    SINK_CALLS,
+    SINK_WORDS,
     STDLIB_DRAWS,
     TORCH_DRAWS,
     TORCH_DROPOUT,
@@ -26,10 +31,14 @@ from detaudit.scan.rules import (
     TORCH_INPLACE,
 )
 
-FACTS_VERSION = 3
+FACTS_VERSION = 4
 MODULE_BODY = "<module>"
 MAIN_BLOCK = "<main>"
 _BUILTINS = frozenset({"id", "hash"})
+# A string literal that names a module attribute by dotted path ("pkg.mod.fn" or "pkg.mod:fn").
+DOTTED_STRING = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?::[A-Za-z_][A-Za-z0-9_.]*)?")
+LOCAL = ".<local>."  # key part of a function-local name: "mod.f.<local>.fn"
+SUPER = ".<super>."  # "mod.Cls.<super>.m": super().m() inside Cls
 _SUPPRESS = re.compile(r"#\s*detaudit:\s*ignore(?:\[([A-Za-z0-9_,\s]+)\])?")
 _NUMPY_UNSEEDED = frozenset({
     "numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.PCG64", "numpy.random.PCG64DXSM",
@@ -61,8 +70,11 @@ def dotted(node: ast.expr) -> str | None:
 class FileFacts:
     """Walks one module; ``facts()`` returns its plain-data facts."""
 
-    def __init__(self, module: str, source: str, is_package: bool = False) -> None:
+    def __init__(self, module: str, source: str, is_package: bool = False, sites: bool = False) -> None:
         self.module = module
+        self.sites = sites  # calls as (target, line, positional count, keywords) instead of bare targets
+        self.params: dict[str, set[str]] = {}
+        self.bound: set[str] = set()
         self.package = module if is_package else module.rpartition(".")[0]
         self.lines = source.splitlines()
         self.imports: dict[str, str] = {}
@@ -72,6 +84,12 @@ class FileFacts:
         self.calls: list[tuple[ast.Call, _Ctx]] = []
         self.decorated: list[tuple[str, str, int]] = []  # (kind, local qualname, line)
         self.hooks: list[ast.expr] = []
+        self.strings: set[str] = set()
+        self.binds: list[tuple[str, ast.Call, _Ctx]] = []  # (key, the call whose result is bound, ctx)
+        self.returns: list[tuple[ast.Call, _Ctx]] = []
+        self.loaders: set[str] = set()  # local qualnames of functions that load by dotted path
+        self.stmt_of: dict[int, ast.stmt] = {}  # id(call) -> its statement (for impact)
+        self._stmt: ast.stmt | None = None
         self._function(MODULE_BODY, None, 0)
 
     # -- walking -------------------------------------------------------------------------
@@ -96,6 +114,17 @@ class FileFacts:
 
     def stmt(self, node: ast.stmt, ctx: _Ctx) -> None:
         kind = type(node)
+        self._stmt = node
+        if kind is ast.Assign or kind is ast.AnnAssign:
+            value = node.value  # type: ignore[attr-defined]
+            if isinstance(value, ast.Call):
+                targets = node.targets if kind is ast.Assign else [node.target]  # type: ignore[attr-defined]
+                for target in targets:
+                    key = self._bind_key(target, ctx)
+                    if key is not None:
+                        self.binds.append((key, value, ctx))
+        elif kind is ast.Return and isinstance(node.value, ast.Call):  # type: ignore[attr-defined]
+            self.returns.append((node.value, ctx))  # type: ignore[attr-defined]
         if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
             self._def(node, ctx)  # type: ignore[arg-type]
         elif kind is ast.ClassDef:
@@ -162,6 +191,10 @@ class FileFacts:
         self._function(qual, cls, node.lineno)
         if cls is not None:
             self.classes[cls]["methods"].append(qual)
+        none_params = _none_params(node.args, cls is not None)
+        if none_params:
+            self.functions[qual]["none_params"] = none_params
+        self.params[qual] = {a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)}
         for dec in node.decorator_list:
             self.exprs(dec, ctx)
             if _is_ray_remote(dec, self):
@@ -173,7 +206,8 @@ class FileFacts:
 
     def _class(self, node: ast.ClassDef, ctx: _Ctx) -> None:
         qual = node.name if ctx.function in (MODULE_BODY, MAIN_BLOCK) else f"{ctx.function}.{node.name}"
-        self.classes[qual] = {"line": node.lineno, "methods": [], "bases": [dotted(b) for b in node.bases]}
+        bases = [self.resolve(dotted(b), ctx) or dotted(b) for b in node.bases]
+        self.classes[qual] = {"line": node.lineno, "methods": [], "bases": [b for b in bases if b]}
         self._function(qual, None, node.lineno)  # the class body runs at import time
         for dec in node.decorator_list:
             self.exprs(dec, ctx)
@@ -186,6 +220,12 @@ class FileFacts:
             kind = type(sub)
             if kind is ast.Call:
                 self.calls.append((sub, ctx))  # type: ignore[arg-type]
+                if self._stmt is not None:
+                    self.stmt_of[id(sub)] = self._stmt
+            elif kind is ast.Constant:
+                value = sub.value  # type: ignore[attr-defined]
+                if type(value) is str and "." in value and len(value) < 200 and DOTTED_STRING.fullmatch(value):
+                    self.strings.add(value)
             elif kind is ast.Dict:
                 for key, value in zip(sub.keys, sub.values):  # type: ignore[attr-defined]
                     if isinstance(key, ast.Constant) and key.value == "worker_process_setup_hook":
@@ -214,23 +254,96 @@ class FileFacts:
 
     # -- facts ----------------------------------------------------------------------------
 
+    def _bind_key(self, target: ast.expr, ctx: _Ctx) -> str | None:
+        """The name a call's result is bound to, as later calls of it will spell it."""
+        if isinstance(target, ast.Name):
+            if ctx.function in (MODULE_BODY, MAIN_BLOCK):
+                return f"{self.module}.{target.id}"
+            return f"{self.module}.{ctx.function}{LOCAL}{target.id}"
+        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self" \
+                and ctx.cls is not None:
+            return f"{self.module}.{ctx.cls}.{target.attr}"
+        return None
+
+    def call_name(self, call: ast.Call, ctx: _Ctx) -> tuple[str | None, str | None]:
+        """(dotted name as written, what the call denotes: a qualified name or a dispatch key)."""
+        func = call.func
+        name = dotted(func)
+        resolved = self.resolve(name, ctx)
+        if resolved is not None or ctx.function == MODULE_BODY:
+            return name, resolved
+        if name is not None:
+            # A name bound to a call's result (maybe a loaded function): keep it as a dispatch key.
+            head, _, rest = name.partition(".")
+            if head in ("self", "cls"):
+                return name, None
+            tail = f".{rest}" if rest else ""
+            module_key = f"{self.module}.{head}"
+            if ctx.function == MAIN_BLOCK:
+                return name, (module_key + tail if module_key in self.bound else None)
+            local_key = f"{self.module}.{ctx.function}{LOCAL}{head}"
+            if local_key in self.bound or module_key in self.bound:
+                return name, local_key + tail
+            return name, None
+        # super().m(...) inside a class
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call) and ctx.cls is not None \
+                and isinstance(func.value.func, ast.Name) and func.value.func.id == "super":
+            return None, f"{self.module}.{ctx.cls}{SUPER}{func.attr}"
+        # load(path)(...) and import_module(m).f(...): the result of a call, called
+        inner = func.value if isinstance(func, ast.Attribute) else func
+        if isinstance(inner, ast.Call):
+            key = f"{self.module}.{ctx.function}@{inner.lineno}:{inner.col_offset}"
+            self.binds.append((key, inner, ctx))
+            return None, key + (f".{func.attr}" if isinstance(func, ast.Attribute) else "")
+        return None, None
+
     def facts(self) -> dict[str, Any]:
+        self.bound = {key for key, _, _ in self.binds}
         draws: list[dict[str, Any]] = []
         entries: list[dict[str, Any]] = []
+        loads: dict[str, set[str]] = {}  # function -> what it calls that marks a loader
         for call, ctx in self.calls:
-            name = dotted(call.func)
-            resolved = self.resolve(name, ctx)
+            name, resolved = self.call_name(call, ctx)
             function = self.functions[ctx.function]
+            if name == "getattr" and "getattr" not in self.imports:
+                loads.setdefault(ctx.function, set()).add("getattr")
+                resolved = None
             if resolved is not None:
-                function["calls"].append(resolved)
+                function["calls"].append(
+                    _call_site(call, resolved, function.get("none_params", {})) if self.sites else resolved)
                 seeded = SEED_CALLS.get(resolved)
                 if seeded:
                     function["seeds"].extend(f for f in seeded if f not in function["seeds"])
-            for rule, message in self._draw_rules(call, name, resolved):
-                draws.append(self._draw(rule, message, call, ctx))
+                if resolved in ("importlib.import_module", "getattr") or resolved in BUILTIN_LOADERS \
+                        or resolved in CALLING_LOADERS:
+                    loads.setdefault(ctx.function, set()).add(resolved)
+            for rule, message, param in self._draw_rules(call, name, resolved, function.get("none_params", {})):
+                draws.append(self._draw(rule, message, call, ctx, param))
             entry = self._entry(call, resolved, ctx)
             if entry is not None:
                 entries.append(entry)
+        for qual, used in loads.items():
+            # load_function(path): import_module + getattr, or a library loader, on its argument
+            if ("importlib.import_module" in used and "getattr" in used) or used & (BUILTIN_LOADERS - {"importlib.import_module"}):
+                self.functions[qual]["loader"] = True
+        for call, ctx in self.returns:
+            _, resolved = self.call_name(call, ctx)
+            params = self.params.get(ctx.function, ())
+            # a function returning a loader's result on its own argument is a loader
+            if resolved is not None and any(isinstance(a, ast.Name) and a.id in params for a in call.args):
+                self.functions[ctx.function].setdefault("returns", []).append(resolved)
+        binds: list[list[str]] = []
+        # Only bound names this file calls matter (a subclass elsewhere calling self.fn is missed).
+        called = {c if isinstance(c, str) else c[0] for f in self.functions.values() for c in f["calls"]}
+        heads = {c.partition(LOCAL)[2].split(".")[0] for c in called if LOCAL in c}
+        for key, call, ctx in self.binds:
+            name = key.partition(LOCAL)[2] if LOCAL in key else key[len(self.module) + 1 :]
+            if key not in called and "@" not in key and name not in heads:
+                continue
+            _, resolved = self.call_name(call, ctx) if not isinstance(call.func, ast.Call) else (None, None)
+            if resolved is None:
+                continue
+            binds.append([key, resolved, self._source_of(call)])
         for kind, qual, line in self.decorated:
             entries.append({"kind": kind, "target": f"{self.module}.{qual}", "line": line})
         if MAIN_BLOCK in self.functions:
@@ -264,9 +377,67 @@ class FileFacts:
             "entries": entries,
             "hooks": hooks,
             "suppress": suppress,
+            "strings": sorted(self.strings),
+            "binds": binds,
         }
 
-    def _draw(self, rule: str, message: str, call: ast.Call, ctx: _Ctx) -> dict[str, Any]:
+    def _source_of(self, node: ast.expr) -> str:
+        """The node's code as written (its first line when it spans several), at most 120 characters."""
+        line = self.lines[node.lineno - 1] if 0 < node.lineno <= len(self.lines) else ""
+        end = node.end_col_offset if node.end_lineno == node.lineno else None
+        text = line.encode("utf-8")[node.col_offset:end].decode("utf-8", "replace").strip()
+        if end is None:
+            text += " ..."
+        return text if len(text) <= 120 else text[:117] + "..."
+
+    def impact(self, call: ast.Call, ctx: _Ctx) -> str:
+        """Why a drawn value cannot change results: it only reaches a port, address, sleep or temp name."""
+        stmt = self.stmt_of.get(id(call))
+        if stmt is None:
+            return ""
+        parents: dict[int, ast.AST] = {}
+        for node in ast.walk(stmt):
+            for child in ast.iter_child_nodes(node):
+                parents[id(child)] = node
+        node: ast.AST = call
+        while True:
+            parent = parents.get(id(node))
+            if parent is None:
+                return ""
+            if isinstance(parent, ast.keyword):
+                if parent.arg and _sink_name(parent.arg):
+                    return f"it only reaches the argument {parent.arg}="
+                node = parent
+                continue
+            if isinstance(parent, ast.Call):
+                if node is parent.func:
+                    return ""
+                callee = dotted(parent.func)
+                full = self.resolve(callee, ctx) or callee or ""
+                if full.startswith(SINK_CALLS):
+                    return f"it only reaches {full}()"
+                last = full.rpartition(".")[2]
+                if last in ("bind", "connect") or _sink_name(last):
+                    return f"it only reaches {last}()"
+                if full in PASS_THROUGH_CALLS:
+                    node = parent
+                    continue
+                return ""
+            if isinstance(parent, (ast.BinOp, ast.UnaryOp, ast.FormattedValue, ast.JoinedStr, ast.Tuple)):
+                node = parent
+                continue
+            if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and node is parent.value:
+                targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+                names = [t.id if isinstance(t, ast.Name) else t.attr if isinstance(t, ast.Attribute) else "" for t in targets]
+                if names and all(_sink_name(n) for n in names):
+                    return f"it only reaches {', '.join(names)}"
+                return ""
+            if isinstance(parent, ast.Return):
+                last = ctx.function.rpartition(".")[2]
+                return f"it is only returned by {last}()" if _sink_name(last) else ""
+            return ""
+
+    def _draw(self, rule: str, message: str, call: ast.Call, ctx: _Ctx, param: str = "") -> dict[str, Any]:
         guards = []
         for test, taken in ctx.guards:
             text = ast.unparse(test)
@@ -276,10 +447,23 @@ class FileFacts:
         line = call.lineno
         code = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
         return {"rule": rule, "message": message, "line": line, "end_line": getattr(call, "end_lineno", line) or line,
-                "col": call.col_offset + 1, "function": f"{self.module}.{ctx.function}", "guards": guards, "code": code}
+                "col": call.col_offset + 1, "function": f"{self.module}.{ctx.function}", "guards": guards, "code": code,
+                "param": param, "impact": self.impact(call, ctx)}
 
-    def _draw_rules(self, call: ast.Call, name: str | None, resolved: str | None) -> list[tuple[str, str]]:
-        has_generator = any(k.arg == "generator" for k in call.keywords)
+    def _draw_rules(self, call: ast.Call, name: str | None, resolved: str | None,
+                    none_params: dict[str, int]) -> list[tuple[str, str, str]]:
+        """(rule, message, the None-default parameter that guards it or '') for each draw ``call`` makes."""
+        generator = next((k.value for k in call.keywords if k.arg == "generator"), None)
+        # generator=generator where the enclosing function's `generator` defaults to None:
+        # a guard only at the call sites that pass one (checked across modules).
+        param = generator.id if isinstance(generator, ast.Name) and generator.id in none_params else ""
+        has_generator = generator is not None and not param and not (
+            isinstance(generator, ast.Constant) and generator.value is None)
+        found = [(rule, message, param if FAMILY_OF_PARAM_RULES.get(rule) else "")
+                 for rule, message in self._draw_rules_plain(call, resolved, has_generator)]
+        return found
+
+    def _draw_rules_plain(self, call: ast.Call, resolved: str | None, has_generator: bool) -> list[tuple[str, str]]:
         attr = call.func.attr if isinstance(call.func, ast.Attribute) else None
         found: list[tuple[str, str]] = []
         if resolved is not None:
@@ -331,6 +515,44 @@ class FileFacts:
         return {"kind": kind, "target": qualified, "line": call.lineno}
 
 
+FAMILY_OF_PARAM_RULES = {"DA101": True, "DA102": True, "DA103": True}
+
+
+def _sink_name(identifier: str) -> bool:
+    return any(word in SINK_WORDS for word in identifier.lower().strip("_").split("_"))
+
+
+def _none_params(args: ast.arguments, is_method: bool) -> dict[str, int]:
+    """Parameters that default to None -> positional index (self/cls not counted; -1: keyword-only)."""
+    positional = args.posonlyargs + args.args
+    if is_method and positional:
+        positional = positional[1:]
+    out: dict[str, int] = {}
+    defaults = args.defaults
+    for i, (arg, default) in enumerate(zip(positional[len(positional) - len(defaults):], defaults)):
+        if isinstance(default, ast.Constant) and default.value is None:
+            out[arg.arg] = len(positional) - len(defaults) + i
+    for arg, default in zip(args.kwonlyargs, args.kw_defaults):
+        if isinstance(default, ast.Constant) and default.value is None:
+            out[arg.arg] = -1
+    return out
+
+
+def _call_site(call: ast.Call, target: str, none_params: dict[str, int]) -> Any:
+    """A call as stored: (target, line, positional count, keywords passed a value other than None).
+
+    A ``generator=None`` guard needs these to tell call sites that pass a generator from those that don't.
+    """
+    starred = any(isinstance(a, ast.Starred) for a in call.args)
+    passed = []
+    for k in call.keywords:
+        if k.arg is None or (isinstance(k.value, ast.Constant) and k.value.value is None):
+            continue
+        # forwarding our own None-default parameter: "kw<param" (passes only if our caller passes)
+        passed.append(f"{k.arg}<{k.value.id}" if isinstance(k.value, ast.Name) and k.value.id in none_params else k.arg)
+    return (target, call.lineno, 99 if starred else len(call.args), tuple(passed))
+
+
 def _is_main_test(test: ast.expr) -> bool:
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
         sides = [test.left, test.comparators[0]]
@@ -366,8 +588,8 @@ def _entropy_source(call: ast.Call, facts: FileFacts) -> str | None:
     return None
 
 
-def file_facts(module: str, source: str, is_package: bool = False) -> dict[str, Any]:
-    """Parse ``source`` (raises SyntaxError) and return its facts."""
+def file_facts(module: str, source: str, is_package: bool = False, sites: bool = False) -> dict[str, Any]:
+    """Parse ``source`` (raises SyntaxError) and return its facts (``sites``: with call-site details)."""
     tree = ast.parse(source)
-    return FileFacts(module, source, is_package).run(tree).facts()
+    return FileFacts(module, source, is_package, sites).run(tree).facts()
 

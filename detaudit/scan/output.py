@@ -9,12 +9,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from detaudit import __version__
-from detaudit.scan import ScanResult
 from detaudit.scan.analysis import Finding
-from detaudit.scan.rules import RULES
+from detaudit.scan.rules import RULE_BY_CODE, RULE_LIST, RULES, Rule
+from detaudit.scan.scanner import ScanResult
 
 
 def _processes_text(f: Finding) -> str:
+    """The processes a finding runs in, or why none is known."""
     if not f.processes:
         return f.note
     parts = []
@@ -36,6 +37,8 @@ def print_text(result: ScanResult, console: Console) -> None:
         console.print(f"      {escape(_processes_text(f))}")
         if f.processes and f.note:
             console.print(f"      {escape(f.note)}", style="dim")
+        for via in f.via:
+            console.print(f"      {escape(via)}", style="dim")
         for guard in f.guards:
             console.print(f"      only when `{escape(guard)}`", style="dim")
     for s in result.skipped:
@@ -60,7 +63,7 @@ def as_sarif(result: ScanResult) -> str:
                 "name": "detaudit scan-rng",
                 "version": __version__,
                 "informationUri": "https://github.com/detaudit/detaudit",
-                "rules": [{"id": r, "shortDescription": {"text": RULES[r]}} for r in rules],
+                "rules": [_sarif_rule(RULE_BY_CODE[r]) for r in rules],
             }},
             "results": [{
                 "ruleId": f.rule,
@@ -74,6 +77,33 @@ def as_sarif(result: ScanResult) -> str:
         }],
     }
     return json.dumps(doc, indent=2, sort_keys=True)
+
+
+def _sarif_rule(rule: Rule) -> dict[str, Any]:
+    return {"id": rule.code, "shortDescription": {"text": rule.summary},
+            "fullDescription": {"text": rule.why},
+            "help": {"text": explain(rule.code), "markdown": explain_markdown(rule)},
+            "properties": {"rngFamily": rule.family or "any"}}
+
+
+def explain(code: str) -> str:
+    """``scan-rng --explain CODE``: the rule's record as plain text."""
+    rule = RULE_BY_CODE[code]
+    family = f"the process-global {rule.family} RNG" if rule.family else "none (wrong in any process)"
+    return (f"{rule.code}: {rule.summary}\n\nRNG family: {family}\n\nWhy it breaks reproducibility:\n  {rule.why}\n\n"
+            f"Fix:\n  {rule.fix}\n\nExample:\n  {rule.example}\n")
+
+
+def explain_markdown(rule: Rule) -> str:
+    return f"**{rule.summary}**\n\n{rule.why}\n\nFix: {rule.fix}\n\nExample: `{rule.example}`"
+
+
+def rules_table() -> str:
+    """The Markdown table of docs/scan-rng.md, from the rule registry."""
+    lines = ["| rule | finds | RNG family | example |", "|---|---|---|---|"]
+    for rule in RULE_LIST:
+        lines.append(f"| {rule.code} | {rule.summary} | {rule.family or 'any process'} | `{rule.example}` |")
+    return "\n".join(lines) + "\n"
 
 
 def as_github(result: ScanResult) -> str:

@@ -2,24 +2,69 @@
 
 from __future__ import annotations
 
-RULES: dict[str, str] = {
-    "DA101": "torch draw from the global generator (no generator=)",
-    "DA102": "in-place random fill on a tensor (no generator=), probably the global torch generator",
-    "DA103": "torch.nn.init initialiser draws from the global torch generator (no generator=)",
-    "DA104": "dropout draws its mask from the global torch generator",
-    "DA201": "legacy numpy.random function draws from the global RandomState",
-    "DA202": "numpy generator seeded from OS entropy (no seed)",
-    "DA301": "module-level random function draws from the global random.Random",
-    "DA302": "stdlib random generator seeded from OS entropy",
-    "DA303": "seed taken from a value that differs per run or process (time, pid, id(), hash())",
-}
+from dataclasses import dataclass
 
+@dataclass(frozen=True)
+class Rule:
+    """One scan-rng rule: the docs table, SARIF rule help and ``scan-rng --explain`` read it."""
+
+    code: str
+    family: str  # the process-global RNG it draws from; '' when wrong in any process
+    summary: str
+    why: str  # why it breaks reproducibility
+    fix: str
+    example: str  # a line that triggers it
+
+
+_WHY_GLOBAL = ("The process-global {rng} holds whatever state the process reached: unseeded it starts from OS "
+               "entropy, so two runs of the same commit draw different numbers; seeded, every other draw "
+               "in the process shifts its values.")
+
+RULE_LIST: tuple[Rule, ...] = (
+    Rule("DA101", "torch", "torch draw from the global generator (no generator=)",
+         _WHY_GLOBAL.format(rng="torch generator"),
+         "Pass generator= a torch.Generator seeded from the run's seed, or seed the process (torch.manual_seed) "
+         "before its first draw.",
+         "perm = torch.randperm(n)"),
+    Rule("DA102", "torch", "in-place random fill on a tensor (no generator=), probably the global torch generator",
+         _WHY_GLOBAL.format(rng="torch generator"),
+         "Pass generator= a seeded torch.Generator.",
+         "noise.normal_(0, 1)"),
+    Rule("DA103", "torch", "torch.nn.init initialiser draws from the global torch generator (no generator=)",
+         _WHY_GLOBAL.format(rng="torch generator") + " Weights then differ from the first step.",
+         "Pass generator= (torch >= 2.1), or seed torch before building the model.",
+         "torch.nn.init.xavier_uniform_(layer.weight)"),
+    Rule("DA104", "torch", "dropout draws its mask from the global torch generator",
+         _WHY_GLOBAL.format(rng="torch generator"),
+         "Seed torch in every process that trains (dropout has no generator= argument), or disable dropout "
+         "in reproducibility runs.",
+         "x = torch.nn.functional.dropout(x, p=0.1)"),
+    Rule("DA201", "numpy", "legacy numpy.random function draws from the global RandomState",
+         _WHY_GLOBAL.format(rng="numpy RandomState"),
+         "Use rng = np.random.default_rng(seed) and rng.<method>(...).",
+         "idx = np.random.permutation(n)"),
+    Rule("DA202", "", "numpy generator seeded from OS entropy (no seed)",
+         "A generator built without a seed takes fresh OS entropy in every run and every process.",
+         "Pass a seed derived from the run's seed: np.random.default_rng(seed).",
+         "rng = np.random.default_rng()"),
+    Rule("DA301", "random", "module-level random function draws from the global random.Random",
+         _WHY_GLOBAL.format(rng="random.Random"),
+         "Use r = random.Random(seed) and r.<method>(...).",
+         "random.shuffle(items)"),
+    Rule("DA302", "", "stdlib random generator seeded from OS entropy",
+         "random.Random() without a seed and random.SystemRandom take OS entropy in every run.",
+         "Use random.Random(seed) with a seed derived from the run's seed.",
+         "r = random.Random()"),
+    Rule("DA303", "", "seed taken from a value that differs per run or process (time, pid, id(), hash())",
+         "A seed from a clock, a process id, an object address or str hashing (varies unless PYTHONHASHSEED "
+         "is set) differs on every run, so seeding with it is no seeding.",
+         "Seed from the run's configured seed (plus a fixed rank or worker offset).",
+         "torch.manual_seed(int(time.time()))"),
+)
+RULE_BY_CODE: dict[str, Rule] = {r.code: r for r in RULE_LIST}
+RULES: dict[str, str] = {r.code: r.summary for r in RULE_LIST}
 # The process-global RNG a rule draws from ('' for rules that are wrong in any process).
-FAMILY = {
-    "DA101": "torch", "DA102": "torch", "DA103": "torch", "DA104": "torch",
-    "DA201": "numpy", "DA301": "random",
-    "DA202": "", "DA302": "", "DA303": "",
-}
+FAMILY: dict[str, str] = {r.code: r.family for r in RULE_LIST}
 
 TORCH_DRAWS = frozenset({
     "rand", "randn", "randint", "randperm", "normal", "multinomial", "bernoulli", "poisson",
@@ -84,3 +129,22 @@ SEED_TAKERS = frozenset({
     "numpy.random.seed", "random.seed", "numpy.random.default_rng", "numpy.random.RandomState",
     "numpy.random.PCG64", "numpy.random.SeedSequence", "random.Random",
 })
+
+# Dynamic dispatch: calls that return the object a dotted-path string names.
+BUILTIN_LOADERS = frozenset({
+    "pydoc.locate", "hydra.utils.get_method", "hydra.utils.get_class", "hydra.utils.get_object",
+    "hydra._internal.utils._locate", "importlib.import_module",
+})
+# Calls that call the `_target_` a config names right away.
+CALLING_LOADERS = frozenset({"hydra.utils.instantiate", "hydra.utils.call"})
+
+# Impact: where a drawn value may go without making results differ between runs.
+# Identifier words (split at "_") that name a port, an address, a sleep/jitter or a temp name.
+SINK_WORDS = frozenset({
+    "port", "ports", "addr", "address", "host", "hostname", "sock", "socket", "sleep", "jitter", "delay",
+    "backoff", "tmp", "temp", "tmpdir", "tempdir", "tmpname", "tempname", "tmpfile", "tempfile", "timeout",
+})
+# Calls whose arguments are such sinks (prefixes).
+SINK_CALLS = ("socket.", "time.sleep", "asyncio.sleep", "tempfile.")
+# Calls a drawn value may pass through on its way to a sink.
+PASS_THROUGH_CALLS = frozenset({"int", "str", "float", "round", "abs", "min", "max", "format", "repr", "hex"})

@@ -1,0 +1,93 @@
+"""scan-rng settings: ``[tool.detaudit]`` and ``[project.scripts]`` from pyproject.toml."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from detaudit.errors import InputError
+
+KNOWN_KEYS = ("select", "ignore", "exclude")
+
+
+@dataclass
+class ScanConfig:
+    select: tuple[str, ...] = ()  # rule id prefixes to report (empty: all)
+    ignore: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()  # path globs, relative to the config's folder or the cwd
+    scripts: tuple[str, ...] = ()  # console entry points "pkg.mod:func"
+    root: Path = field(default_factory=Path.cwd)
+    source: str | None = None
+    # Like ruff: a path named on the command line is scanned even when `exclude` matches it,
+    # unless force_exclude is set.
+    force_exclude: bool = False
+    # Severity of a draw no known process runs: "error" (fail closed) or "warning" (library trees).
+    unknown_process: str = "error"
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, start: Path | None = None) -> "ScanConfig":
+        """``[tool.detaudit]`` (and ``[project.scripts]``) from pyproject.toml, searched upward."""
+        if path is None:
+            here = (start or Path.cwd()).resolve()
+            for folder in (here, *here.parents):
+                if (folder / "pyproject.toml").is_file():
+                    path = folder / "pyproject.toml"
+                    break
+        if path is None:
+            return cls()
+        path = Path(path)
+        try:
+            doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(path, f"cannot read config: {exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise InputError(path, f"invalid TOML: {exc}") from None
+        table = _table(_table(doc, "tool", path), "detaudit", path, "[tool]")
+        for key, value in table.items():
+            if key not in KNOWN_KEYS:
+                raise InputError(path, f"[tool.detaudit] {key}: unknown key (known: {', '.join(KNOWN_KEYS)})")
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise InputError(path, f"[tool.detaudit] {key}: must be a list of strings")
+        scripts_table = _table(_table(doc, "project", path), "scripts", path, "[project]")
+        scripts = tuple(v for v in scripts_table.values() if isinstance(v, str))
+        return cls(tuple(table.get("select", ())), tuple(table.get("ignore", ())), tuple(table.get("exclude", ())),
+                   scripts, path.parent.resolve(), str(path))
+
+    def wants(self, rule: str) -> bool:
+        if self.select and not any(rule.startswith(s) for s in self.select):
+            return False
+        return not any(rule.startswith(s) for s in self.ignore)
+
+    def excluded(self, path: Path, globs: tuple[str, ...] | None = None, resolved: bool = False) -> bool:
+        """Whether ``path`` matches one of ``globs`` (default: ``exclude``); ``resolved``: no symlinks in it."""
+        globs = self.exclude if globs is None else globs
+        if not globs:
+            return False
+        full = str(path) if resolved and path.is_absolute() else str(path.resolve())
+        for base in (str(self.root), os.getcwd()):
+            if not full.startswith(base.rstrip("/") + "/"):
+                continue
+            rel = full[len(base.rstrip("/")) + 1 :]
+            if any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(rel + "/", g) for g in globs):
+                return True
+        return False
+
+    def excludes_below(self, named: Path) -> tuple[str, ...]:
+        """The exclude globs that apply below a path named on the command line.
+
+        Like ruff: a glob that matches the named path itself does not apply to it or below it,
+        unless force_exclude is set (then the named path is left out entirely).
+        """
+        return tuple(g for g in self.exclude if not self.excluded(named, (g,)))
+
+
+def _table(doc: dict[str, Any], key: str, path: Path, where: str = "") -> dict[str, Any]:
+    value = doc.get(key, {})
+    if not isinstance(value, dict):
+        name = f"{where} {key}".strip()
+        raise InputError(path, f"{name}: must be a table, not {type(value).__name__}")
+    return value

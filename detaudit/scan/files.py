@@ -1,0 +1,105 @@
+"""Which files scan-rng reads, their module names, and their text (PEP 263 encodings honoured)."""
+
+from __future__ import annotations
+
+import io
+import os
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+
+from detaudit.errors import InputError
+from detaudit.scan.config import ScanConfig
+
+MAX_FILE_BYTES = 4 * 1024 * 1024
+SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", "node_modules", ".mypy_cache",
+                       ".pytest_cache", ".ruff_cache", "build", "dist", ".eggs"})
+
+
+@dataclass
+class Skipped:
+    path: str
+    reason: str
+
+
+def collect_files(paths: list[str | Path], config: ScanConfig) -> tuple[list[Path], list[Skipped]]:
+    """Python files under ``paths`` and the folders that could not be read.
+
+    No symlink loops; tool folders and ``exclude`` globs are left out below the named paths.
+    A path named here is scanned even when ``exclude`` matches it, unless ``config.force_exclude``.
+    """
+    files: list[Path] = []
+    skipped: list[Skipped] = []
+    seen_dirs: set[tuple[int, int]] = set()
+
+    def unreadable(exc: OSError) -> None:
+        skipped.append(Skipped(os.path.relpath(exc.filename or "?"), f"cannot read folder: {exc.strerror}"))
+
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise InputError(path, "no such file or directory")
+        if config.force_exclude and config.excluded(path):
+            continue
+        if path.is_file():
+            files.append(path)
+            continue
+        globs = config.excludes_below(path)
+        for folder, dirs, names in os.walk(path, followlinks=True, onerror=unreadable):
+            try:
+                st = os.stat(folder)
+            except OSError:
+                dirs[:] = []
+                continue
+            if (st.st_dev, st.st_ino) in seen_dirs:  # a symlink loop, or a folder seen already
+                dirs[:] = []
+                continue
+            seen_dirs.add((st.st_dev, st.st_ino))
+            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info"))
+            real = os.path.realpath(folder)
+            for name in sorted(names):
+                if name.endswith(".py"):
+                    file = Path(real, name)
+                    if not config.excluded(file, globs, resolved=True):
+                        files.append(file)
+            if globs:
+                dirs[:] = [d for d in dirs if not config.excluded(Path(folder) / d, globs)]
+    return list(dict.fromkeys(files)), skipped
+
+
+_PACKAGE_OF: dict[str, str] = {}  # folder -> its dotted package ('' outside packages)
+
+
+def _package(folder: str) -> str:
+    cached = _PACKAGE_OF.get(folder)
+    if cached is None:
+        if os.path.exists(os.path.join(folder, "__init__.py")):
+            parent = _package(os.path.dirname(folder)) if os.path.dirname(folder) != folder else ""
+            name = os.path.basename(folder)
+            cached = f"{parent}.{name}" if parent else name
+        else:
+            cached = ""
+        _PACKAGE_OF[folder] = cached
+    return cached
+
+
+def module_name(path: Path) -> tuple[str, bool]:
+    """Dotted module name from the package folders (those with __init__.py) around ``path``."""
+    text = str(path) if path.is_absolute() else os.path.realpath(path)
+    folder, name = os.path.split(text)
+    package = _package(folder)
+    if name == "__init__.py":
+        return package or os.path.basename(folder), True
+    stem = name[:-3] if name.endswith(".py") else name
+    return (f"{package}.{stem}" if package else stem), False
+
+
+def decode_source(data: bytes) -> str:
+    """The text of a Python file: its PEP 263 coding cookie (or BOM) honoured, else UTF-8.
+
+    Raises UnicodeDecodeError (text not in its encoding) or SyntaxError (unknown encoding).
+    """
+    if b"coding" not in data[:400] and not data.startswith(b"\xef\xbb\xbf"):
+        return data.decode("utf-8")
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return data.decode(encoding)

@@ -1,0 +1,137 @@
+"""scan-rng on bad and unusual input (issue #10): named paths, config shapes, cache, baseline, encodings."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import REPO, run_cli
+
+from detaudit.scan import ScanConfig, scan
+from detaudit.scan.cache import FactsCache
+
+CORPUS = REPO / "tests" / "fixtures" / "scan_corpus"
+DRAW = "import torch\n\n\ndef f(n):\n    return torch.rand(n)\n"
+
+
+@pytest.fixture
+def proj(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    shutil.copytree(CORPUS, tmp_path / "proj")
+    monkeypatch.chdir(tmp_path / "proj")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "proj"
+
+
+def one_line_error(result, text: str) -> None:
+    assert result.code == 2, result.text
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("detaudit: error: ") and text in lines[0], result.err
+    assert "Traceback" not in result.text
+
+
+def test_a_named_path_is_scanned_even_when_excluded(proj: Path) -> None:
+    (proj / "pyproject.toml").write_text('[tool.detaudit]\nexclude = ["pkg/**", "pkg/mp.py"]\n')
+    named = scan(["pkg"], ScanConfig.load(), use_cache=False)
+    assert named.files > 5 and any(f.path == "pkg/helpers.py" for f in named.findings)
+    assert not any(f.path == "pkg/mp.py" for f in named.findings)  # a glob not matching pkg itself still applies
+    assert scan(["pkg/mp.py"], ScanConfig.load(), use_cache=False).files == 1
+    forced = run_cli("scan-rng", "pkg", "--force-exclude", "--format", "json", cwd=proj)
+    assert forced.code == 0 and forced.out.strip() == "[]"
+    # From the repository root, as the issue reported: the fixture corpus is scanned, not 0 files.
+    from_root = run_cli("scan-rng", "tests/fixtures/scan_corpus/pkg", "--no-cache", cwd=REPO)
+    assert from_root.code == 1 and "tests/fixtures/scan_corpus/pkg/helpers.py" in from_root.out
+
+
+@pytest.mark.parametrize("toml, text", [
+    ("[tool]\ndetaudit = 5\n", "[tool] detaudit: must be a table, not int"),
+    ("[project]\nscripts = 5\n", "[project] scripts: must be a table, not int"),
+    ("tool = 5\n", "tool: must be a table, not int"),
+    ("project = []\n", "project: must be a table, not list"),
+])
+def test_config_of_the_wrong_shape_is_a_one_line_error(proj: Path, toml: str, text: str) -> None:
+    (proj / "pyproject.toml").write_text(toml)
+    one_line_error(run_cli("scan-rng", "pkg", cwd=proj), f"pyproject.toml: {text}")
+
+
+@pytest.mark.parametrize("content", [
+    [], 5, {"stats": 5, "facts": {}}, {"stats": {}, "facts": []},
+    {"stats": {"x": 5}, "facts": {"d": 5}},
+    {"stats": {"x": (1, 2, "d")}, "facts": {"d": ("facts", {"version": 4})}},
+])
+def test_a_cache_of_the_wrong_shape_is_ignored(proj: Path, content: object) -> None:
+    reference = scan(["pkg"], ScanConfig(), use_cache=False).findings
+    cache = FactsCache(True)
+    cache.path.parent.mkdir(parents=True, exist_ok=True)
+    # A real file's stat pointing at facts of the wrong shape, too.
+    helpers = os.path.realpath("pkg/helpers.py")
+    st = os.stat(helpers)
+    if isinstance(content, dict) and isinstance(content.get("stats"), dict) and isinstance(content.get("facts"), dict):
+        content["stats"][helpers] = (st.st_size, st.st_mtime_ns, "d")
+    cache.path.write_bytes(pickle.dumps(content))
+    assert scan(["pkg"], ScanConfig()).findings == reference
+    assert scan(["pkg"], ScanConfig()).findings == reference  # and the rebuilt cache works
+    assert run_cli("scan-rng", "pkg", cwd=proj).code == 1
+
+
+def test_write_baseline_into_a_file_is_a_one_line_error(proj: Path) -> None:
+    (proj / "afile").write_text("x")
+    one_line_error(run_cli("scan-rng", "pkg", "--write-baseline", "afile/b.json", cwd=proj),
+                   "afile/b.json: cannot write")
+    assert (proj / "afile").read_text() == "x"
+
+
+def test_pep263_coding_cookie_is_honoured(proj: Path) -> None:
+    (proj / "pkg" / "cookie.py").write_bytes(b"# -*- coding: latin-1 -*-\nimport torch\n# caf\xe9\n\n"
+                                             b"def f(n):\n    return torch.rand(n)  # \xe9\n")
+    result = scan(["pkg"], ScanConfig(), use_cache=False)
+    (draw,) = [f for f in result.findings if f.path == "pkg/cookie.py"]
+    assert draw.line == 6 and draw.code == "return torch.rand(n)  # \xe9"
+    reasons = {s.path: s.reason for s in result.skipped}
+    assert "pkg/cookie.py" not in reasons and reasons["pkg/latin1.py"].startswith("not UTF-8")
+    (proj / "pkg" / "cookie.py").write_bytes(b"# coding: nosuchcodec\nimport random\n")
+    reasons = {s.path: s.reason for s in scan(["pkg"], ScanConfig(), use_cache=False).skipped}
+    assert reasons["pkg/cookie.py"].startswith("cannot decode")
+
+
+def _scan_as_nobody(base: Path) -> dict:
+    """Scan ``base/lib`` in a forked child that dropped root (root reads any folder)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            os.close(read)
+            if os.geteuid() == 0:
+                os.setgid(65534)
+                os.setuid(65534)
+            os.chdir(base)
+            result = scan(["lib"], ScanConfig(), use_cache=False, jobs=1)
+            doc = {"skipped": [(s.path, s.reason) for s in result.skipped], "paths": [f.path for f in result.findings]}
+            os.write(write, json.dumps(doc).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as fh:
+        data = fh.read()
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+def test_an_unreadable_folder_is_reported() -> None:
+    base = Path(tempfile.mkdtemp(prefix="detaudit-scan-perm-"))
+    try:
+        os.chmod(base, 0o755)
+        (base / "lib" / "secret").mkdir(parents=True)
+        (base / "lib" / "ok.py").write_text(DRAW)
+        (base / "lib" / "secret" / "hidden.py").write_text(DRAW)
+        os.chmod(base / "lib" / "secret", 0)
+        doc = _scan_as_nobody(base)
+        assert doc["skipped"] == [["lib/secret", "cannot read folder: Permission denied"]]
+        assert doc["paths"] == ["lib/ok.py"]
+    finally:
+        os.chmod(base / "lib" / "secret", 0o755)
+        shutil.rmtree(base)
