@@ -153,9 +153,30 @@ def _print_failed_run(console: Console, states: list[Any]) -> None:
             why = f"exit code {s.returncode}" if s.status == "failed" else f"timed out after {s.spec.timeout_s:g}s"
             console.print(f"[red]\\[detaudit] run {s.spec.index + 1} {why}[/red]; log {escape(str(s.spec.log_path))}:")
             console.print(escape(log_tail(s.spec.log_path, 30)), markup=True)
-    killed = [s.spec.index + 1 for s in states if s.status == "killed"]
-    if killed:
-        console.print(f"\\[detaudit] killed the process groups of runs {', '.join(map(str, killed))}")
+    killed = [s for s in states if s.status == "killed"]
+    jobs = [s.job_id for s in killed if getattr(s, "job_id", None)]
+    if jobs:
+        console.print(f"\\[detaudit] stopped Ray jobs {', '.join(jobs)}")
+    elif killed:
+        console.print(f"\\[detaudit] killed the process groups of runs {', '.join(str(s.spec.index + 1) for s in killed)}")
+
+
+def _print_jobs(console: Console, states: list[Any]) -> None:
+    """Where each cluster run ran (job id, node, runner class)."""
+    for s in states:
+        if getattr(s, "job_id", None) and s.status not in ("waiting", "killed"):
+            cls = "-".join(s.runner_class) if s.runner_class else "unknown"
+            console.print(f"\\[detaudit] run {s.spec.index + 1}: Ray job {s.job_id} on {escape(s.node or 'an unknown node')}, "
+                          f"runner class {cls}")
+
+
+def _interrupted(console: Console, exc: KeyboardInterrupt, what: str) -> None:
+    stopped = getattr(exc, "stopped", None)
+    if stopped is not None:
+        jobs = ", ".join(stopped) if stopped else "none were running"
+        console.print(f"[red]\\[detaudit] interrupted: stopped Ray jobs {jobs}; {what}[/red]")
+    else:
+        console.print(f"[red]\\[detaudit] interrupted: every run's process group was killed; {what}[/red]")
 
 
 def default_card() -> Path:
@@ -177,9 +198,11 @@ def default_card() -> Path:
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Also exclude series matching GLOB.")
 @click.option("--include", multiple=True, metavar="GLOB", help="Compare series matching GLOB even if excluded.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Where run dirs go (default: a new temp dir).")
+@click.option("--cluster", metavar="ADDRESS", help="Run each run as a Ray job on this cluster (http://HEAD:8265, or auto).")
 @handle_errors
 def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, out: Path | None, update: bool,
-           allow_partial: bool, fmt: str, exclude: tuple[str, ...], include: tuple[str, ...], workdir: Path | None) -> None:
+           allow_partial: bool, fmt: str, exclude: tuple[str, ...], include: tuple[str, ...], workdir: Path | None,
+           cluster: str | None) -> None:
     """Run CARD's command N times; write its standard only if all runs agree.
 
     CARD defaults to the embedded tiny CPU recipe (recipes/sd3_pickscore_nft.toml).
@@ -193,22 +216,30 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
     out_console, err_console = _stdout(), _stderr()
     display = RunDisplay(err_console, runs, f"detaudit record {card}")
 
-    def on_start(base: Path, cls: list[str]) -> None:
-        err_console.print(f"\\[detaudit] runner class {'-'.join(cls)}; {runs} runs in {base}")
+    def on_start(base: Path, cls: list[str] | None) -> None:
+        if cls is None:
+            err_console.print(f"\\[detaudit] {runs} runs as Ray jobs on {escape(cluster or '')}; results in {base}")
+        else:
+            err_console.print(f"\\[detaudit] runner class {'-'.join(cls)}; {runs} runs in {base}")
 
     try:
         with display:
             result = run_record(
                 card, runs=runs, parallel=parallel, out=out, update=update, allow_partial=allow_partial, fmt=fmt,
-                extra_args=extra_args, exclude=exclude, include=include, workdir=workdir,
+                extra_args=extra_args, exclude=exclude, include=include, workdir=workdir, cluster=cluster,
                 on_update=display.update, on_start=on_start,
             )
-    except KeyboardInterrupt:
-        err_console.print("[red]\\[detaudit] interrupted: every run's process group was killed; no standard written[/red]")
+    except KeyboardInterrupt as exc:
+        _interrupted(err_console, exc, "no standard written")
         sys.exit(EXIT_FAIL)
+    _print_jobs(err_console, result.runs)
     if result.status == "run-failed":
         _print_failed_run(err_console, result.runs)
         err_console.print("[red]\\[detaudit] record failed: a run did not finish; no standard written[/red]")
+        sys.exit(EXIT_FAIL)
+    if result.status == "runner-mismatch":
+        err_console.print("[red]\\[detaudit] runs ran on different runner classes; bitwise agreement is only promised "
+                          "within one class: no standard written[/red]")
         sys.exit(EXIT_FAIL)
     assert result.report is not None
     if result.status == "disagree":
@@ -237,9 +268,10 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
 @click.option("--strict-runner", is_flag=True, help="Exit 1, not 0, when the runner class differs from the standard's.")
 @click.option("--step-key", help="Step field for lines without a step_key.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Where the run dir goes (default: a new temp dir).")
+@click.option("--cluster", metavar="ADDRESS", help="Run the run as a Ray job on this cluster (http://HEAD:8265, or auto).")
 @handle_errors
 def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None, standard: Path | None,
-           strict_runner: bool, step_key: str | None, workdir: Path | None) -> None:
+           strict_runner: bool, step_key: str | None, workdir: Path | None, cluster: str | None) -> None:
     """Check one run of CARD (or --metrics RUN.jsonl) against its standard, exactly.
 
     CARD defaults to the embedded tiny CPU recipe when neither CARD nor --metrics is given.
@@ -256,10 +288,13 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
     try:
         with display:
             result = run_verify(card, metrics=metrics, standard=standard, strict_runner=strict_runner,
-                                step_key=step_key, extra_args=extra_args, workdir=workdir, on_update=display.update)
-    except KeyboardInterrupt:
-        err_console.print("[red]\\[detaudit] interrupted: the run's process group was killed[/red]")
+                                step_key=step_key, extra_args=extra_args, workdir=workdir, cluster=cluster,
+                                on_update=display.update)
+    except KeyboardInterrupt as exc:
+        _interrupted(err_console, exc, "nothing verified")
         sys.exit(EXIT_FAIL)
+    if result.run is not None:
+        _print_jobs(err_console, [result.run])
     path = escape(str(result.standard_path))
     if result.status == "skipped":
         here = "-".join(result.runner_here or [])

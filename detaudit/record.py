@@ -22,10 +22,10 @@ from detaudit.standard import Standard, load_standard, render_standard, standard
 
 @dataclass
 class RecordResult:
-    """What a record did. ``status``: written, disagree, run-failed."""
+    """What a record did. ``status``: written, disagree, run-failed, runner-mismatch (--cluster)."""
 
     status: str
-    standard_path: Path
+    standard_path: Path | None  # None: a --cluster record that failed before the runs' class was known
     runs: list[RunState]
     workdir: Path
     report: DiffReport | None = None
@@ -78,28 +78,33 @@ def record(
     exclude: tuple[str, ...] = (),
     include: tuple[str, ...] = (),
     workdir: str | Path | None = None,
+    cluster: str | None = None,
     on_update: Callable[[list[RunState]], None] | None = None,
-    on_start: Callable[[Path, list[str]], None] | None = None,
+    on_start: Callable[[Path, list[str] | None], None] | None = None,
 ) -> RecordResult:
     """Run the card ``runs`` times and write its standard if every compared series agrees.
 
     Raises ``UsageError`` before running anything when the standard exists and ``update``
-    is false, or when another record of the same standard holds its lock.
+    is false, or when another record of the same standard holds its lock. With ``cluster``
+    (a Ray job server address) the runs are Ray jobs (``detaudit.cluster``); the runner
+    class is the one the nodes report, so without ``out`` the standard's name, and whether
+    it exists, is known only after the runs.
     """
     if runs < 2:
         raise UsageError("--runs must be at least 2: a standard needs runs that agree")
     if fmt not in ("detaudit", "miles"):
         raise UsageError(f"unknown --format {fmt!r} (detaudit or miles)")
     card = load_card(card_path)
+    if cluster is not None:
+        return _record_on_cluster(card, Path(card_path), cluster, runs=runs, parallel=parallel, out=out, update=update,
+                                  allow_partial=allow_partial, fmt=fmt, extra_args=extra_args, exclude=exclude,
+                                  include=include, workdir=workdir, on_update=on_update, on_start=on_start)
     info = detect_environment()
     cls = resolve_runner(card, info)
     path = Path(out) if out is not None else standard_path(card, cls)
-    if path.exists() and not update:
-        raise UsageError("exists; pass --update to replace it", path)
-    old = load_standard(path) if path.exists() else None
+    old = _existing(path, update)
     with standard_lock(path):
-        base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"detaudit-{card.name}-"))
-        base.mkdir(parents=True, exist_ok=True)
+        base = _base_dir(card, workdir)
         specs = make_specs(card, runs, base, extra_args)
         if on_start:
             on_start(base, cls)
@@ -107,20 +112,69 @@ def record(
         states = run_batch(specs, parallel=parallel, gpu_sets=slots, on_update=on_update)
         if not all(s.ok for s in states):
             return RecordResult("run-failed", path, states, base)
-        exclusion = exclusion_for(card, exclude, include)
-        parsed = _read_runs(specs, card, exclusion)
-        report = diff_runs(parsed, labels=[f"run{i + 1}" for i in range(runs)])
-        report.exclude_patterns = exclusion.patterns()
-        if not report.ok and not allow_partial:
-            return RecordResult("disagree", path, states, base, report=report)
-        standard = build_standard(card, cls, info, parsed[0], report, extra_args, fmt)
-        text = render_standard(standard)
-        write_atomic(path, text, overwrite=update)
-        standard.path = path
-        changes = describe_changes(old, standard) if old is not None else []
-        return RecordResult(
-            "written", path, states, base, report=report, standard=standard, changes=changes, dropped=standard.dropped
-        )
+        return _compare_and_write(card, cls, info, specs, states, base, path, old, update=update,
+                                  allow_partial=allow_partial, fmt=fmt, extra_args=extra_args, exclude=exclude,
+                                  include=include)
+
+
+def _record_on_cluster(card: Card, card_path: Path, cluster: str, *, runs: int, parallel: int, out: str | Path | None,
+                       update: bool, allow_partial: bool, fmt: str, extra_args: tuple[str, ...],
+                       exclude: tuple[str, ...], include: tuple[str, ...], workdir: str | Path | None,
+                       on_update: Callable[[list[RunState]], None] | None,
+                       on_start: Callable[[Path, list[str] | None], None] | None) -> RecordResult:
+    from detaudit.cluster import common_runner_class, run_jobs
+
+    path = Path(out) if out is not None else None
+    if path is not None:
+        _existing(path, update)
+    base = _base_dir(card, workdir)
+    specs = make_specs(card, runs, base, extra_args)
+    if on_start:
+        on_start(base, None)
+    states = run_jobs(card, card_path, specs, cluster, parallel=parallel, extra_args=extra_args, on_update=on_update)
+    if not all(s.ok for s in states):
+        return RecordResult("run-failed", path, list(states), base)
+    cls = common_runner_class(states)
+    if cls is None:
+        return RecordResult("runner-mismatch", path, list(states), base)
+    path = path if path is not None else standard_path(card, cls)
+    old = _existing(path, update)
+    with standard_lock(path):
+        return _compare_and_write(card, cls, states[0].environment or {}, specs, list(states), base, path, old,
+                                  update=update, allow_partial=allow_partial, fmt=fmt, extra_args=extra_args,
+                                  exclude=exclude, include=include)
+
+
+def _existing(path: Path, update: bool) -> Standard | None:
+    """The standard at ``path`` if ``update`` may replace it; ``UsageError`` if it may not."""
+    if path.exists() and not update:
+        raise UsageError("exists; pass --update to replace it", path)
+    return load_standard(path) if path.exists() else None
+
+
+def _base_dir(card: Card, workdir: str | Path | None) -> Path:
+    base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"detaudit-{card.name}-"))
+    base.mkdir(parents=True, exist_ok=True)
+    return base
+
+
+def _compare_and_write(card: Card, cls: list[str], info: dict[str, Any], specs: list[RunSpec], states: list[RunState],
+                       base: Path, path: Path, old: Standard | None, *, update: bool, allow_partial: bool, fmt: str,
+                       extra_args: tuple[str, ...], exclude: tuple[str, ...], include: tuple[str, ...]) -> RecordResult:
+    exclusion = exclusion_for(card, exclude, include)
+    parsed = _read_runs(specs, card, exclusion)
+    report = diff_runs(parsed, labels=[f"run{i + 1}" for i in range(len(specs))])
+    report.exclude_patterns = exclusion.patterns()
+    if not report.ok and not allow_partial:
+        return RecordResult("disagree", path, states, base, report=report)
+    standard = build_standard(card, cls, info, parsed[0], report, extra_args, fmt)
+    text = render_standard(standard)
+    write_atomic(path, text, overwrite=update)
+    standard.path = path
+    changes = describe_changes(old, standard) if old is not None else []
+    return RecordResult(
+        "written", path, states, base, report=report, standard=standard, changes=changes, dropped=standard.dropped
+    )
 
 
 def _read_runs(specs: list[RunSpec], card: Card, exclusion: Exclusion) -> list[MetricsRun]:

@@ -24,7 +24,7 @@ class VerifyResult:
     """``status``: passed, failed, skipped (runner class differs), run-failed."""
 
     status: str
-    standard_path: Path
+    standard_path: Path | None  # None: a --cluster run that failed before its runner class was known
     standard: Standard | None = None
     failures: list[tuple[str, PairDivergence]] = field(default_factory=list)
     compared: int = 0
@@ -49,9 +49,14 @@ def verify(
     step_key: str | None = None,
     extra_args: tuple[str, ...] = (),
     workdir: str | Path | None = None,
+    cluster: str | None = None,
     on_update: Callable[[list[RunState]], None] | None = None,
 ) -> VerifyResult:
-    """Compare one run with a standard; see the module doc of ``detaudit.cli`` for exits."""
+    """Compare one run with a standard; see the module doc of ``detaudit.cli`` for exits.
+
+    With ``cluster`` (a Ray job server address) the run is a Ray job; its runner class and
+    environment are the ones its node reports, and they pick the standard.
+    """
     if card_path is None and metrics is None:
         raise UsageError("give a CARD to run, or --metrics RUN.jsonl")
     if card_path is None and standard is None:
@@ -59,7 +64,17 @@ def verify(
     card: Card | None = load_card(card_path) if card_path is not None else None
     info: dict[str, Any] | None = None
     here: list[str] | None = None
-    if card is not None:
+    cluster_run: RunState | None = None
+    if card is not None and metrics is None and cluster is not None:
+        from detaudit.cluster import run_jobs
+
+        spec = make_specs(card, 1, _base_dir(card, workdir), extra_args)[0]
+        cluster_run = run_jobs(card, Path(card_path), [spec], cluster, extra_args=extra_args, on_update=on_update)[0]
+        if not cluster_run.ok:
+            return VerifyResult("run-failed", Path(standard) if standard is not None else None, run=cluster_run)
+        info, here = cluster_run.environment or {}, cluster_run.runner_class
+        metrics = spec.metrics_path
+    elif card is not None:
         info = detect_environment()
         here = resolve_runner(card, info)
     path = Path(standard) if standard is not None else standard_path(card, here)  # type: ignore[arg-type]
@@ -71,13 +86,13 @@ def verify(
             return VerifyResult("skipped", others[0], other, runner_here=here, runner_standard=other.runner_class)
         raise InputError(path, f"no standard for card {card.name!r} (record one with `detaudit record {card.path}`)")
     std = load_standard(path)
-    result = VerifyResult("passed", path, std, runner_here=here, runner_standard=std.runner_class)
+    result = VerifyResult("passed", path, std, runner_here=here, runner_standard=std.runner_class, run=cluster_run)
     if here is not None and std.runner_class is not None and here != std.runner_class:
         result.status = "skipped"
         return result
     if metrics is None:
         assert card is not None
-        base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"detaudit-verify-{card.name}-"))
+        base = _base_dir(card, workdir)
         spec = make_specs(card, 1, base, extra_args)[0]
         state = run_batch([spec], on_update=on_update)[0]
         result.run = state
@@ -105,3 +120,7 @@ def verify(
         current = info if info is not None else detect_environment()
         result.provenance = provenance_differences(std.runner, current)
     return result
+
+
+def _base_dir(card: Card, workdir: str | Path | None) -> Path:
+    return Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"detaudit-verify-{card.name}-"))
