@@ -15,7 +15,9 @@ work dir), ``{metrics}`` (the metrics JSONL path the run must write).
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import sys
 import tomllib
 from dataclasses import dataclass, field
@@ -24,6 +26,9 @@ from pathlib import Path
 from detaudit.errors import InputError
 
 DEFAULT_METRICS_ENV = "DETAUDIT_METRICS_JSONL"
+MAX_CARD_BYTES = 1 << 20  # a card is a few lines; anything this big is not one
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+PROJECT_MARKERS = ("pyproject.toml", ".git")
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,19 @@ class Card:
     @property
     def card_dir(self) -> Path:
         return self.path.parent.resolve()
+
+    @property
+    def project_root(self) -> Path:
+        """The nearest folder upward from the card holding pyproject.toml or .git (else the card's folder)."""
+        for folder in (self.card_dir, *self.card_dir.parents):
+            if any((folder / marker).exists() for marker in PROJECT_MARKERS):
+                return folder
+        return self.card_dir
+
+    @property
+    def standards_path(self) -> Path:
+        """``standards_dir``; a relative one is resolved against the project root, never the cwd."""
+        return self.project_root / self.standards_dir
 
 
 # key -> (accepted python types, description used in error messages)
@@ -85,9 +103,14 @@ def load_card(path: str | Path) -> Card:
     """Parse and validate a card; ``InputError`` names the file, line and key on any problem."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_CARD_BYTES + 1)
     except OSError as exc:
         raise InputError(path, f"cannot read recipe card: {exc.strerror or exc}") from None
+    if len(raw) > MAX_CARD_BYTES:
+        raise InputError(path, f"recipe card is larger than {MAX_CARD_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(path, "recipe card is not UTF-8") from None
     try:
@@ -128,13 +151,27 @@ def load_card(path: str | Path) -> Card:
             raise fail(key, f"must be {_SCHEMA[key][1]}")
         return tuple(value)
 
+    name = data["name"]
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name or name.startswith("."):
+        raise fail("name", f"must be a plain file name (no path separators, not empty, no leading dot), got {name!r}")
     command = str_list("command")
     if not command:
         raise fail("command", "must not be empty")
+    if any("\0" in part for part in command):
+        raise fail("command", "must not contain a NUL byte")
     env = data.get("env", {})
     for k, v in env.items():
         if not isinstance(v, str):
             raise fail("env", f"value of {k!r} must be a string, got {type(v).__name__}")
+        if not _ENV_NAME.match(k) or "\0" in v:
+            raise fail("env", f"{k!r} is not a valid environment variable (name: letters, digits, _; no NUL)")
+    metrics_env = data.get("metrics_env", DEFAULT_METRICS_ENV)
+    if not _ENV_NAME.match(metrics_env):
+        raise fail("metrics_env", f"must be an environment variable name (letters, digits, _), got {metrics_env!r}")
+    for key in ("pythonpath", "standards_dir", "step_key"):
+        values = data.get(key, ())
+        if any("\0" in v for v in ([values] if isinstance(values, str) else values)):
+            raise fail(key, "must not contain a NUL byte")
     runner_value = data.get("runner", "auto")
     if isinstance(runner_value, str):
         if runner_value != "auto":
@@ -148,17 +185,23 @@ def load_card(path: str | Path) -> Card:
     if gpus < 0:
         raise fail("gpus_per_run", "must be 0 or more")
     cpus = data.get("cpus_per_run", 1)
-    if cpus <= 0:
-        raise fail("cpus_per_run", "must be positive")
-    timeout = float(data.get("timeout_s", 3600))
-    if timeout <= 0:
-        raise fail("timeout_s", "must be positive")
+    if not 0 < cpus <= 1_000_000:
+        raise fail("cpus_per_run", f"must be a positive number of CPUs, got {cpus!r}")
+    try:
+        timeout = float(data.get("timeout_s", 3600))
+    except OverflowError:
+        timeout = math.inf
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise fail("timeout_s", f"must be a positive, finite number of seconds, got {data.get('timeout_s')!r}")
+    est_time = data.get("est_time")
+    if est_time is not None and (abs(est_time) > 1e300 or not math.isfinite(est_time) or est_time < 0):
+        raise fail("est_time", f"must be a finite number of seconds, got {est_time!r}")
     return Card(
         path=path,
-        name=data["name"],
+        name=name,
         command=command,
         env=dict(env),
-        metrics_env=data.get("metrics_env", DEFAULT_METRICS_ENV),
+        metrics_env=metrics_env,
         timeout_s=timeout,
         exclude=str_list("exclude"),
         include=str_list("include"),
@@ -181,9 +224,14 @@ def _expand(text: str, values: dict[str, str]) -> str:
     return text
 
 
+def standard_file_name(card: Card, runner_class: list[str] | tuple[str, ...]) -> str:
+    """``<name>.<runner class joined by '-'>.json``."""
+    return f"{card.name}.{'-'.join(runner_class)}.json"
+
+
 def standard_path(card: Card, runner_class: list[str] | tuple[str, ...]) -> Path:
-    """``<standards_dir>/<name>.<runner class joined by '-'>.json`` (relative to the cwd)."""
-    return Path(card.standards_dir) / f"{card.name}.{'-'.join(runner_class)}.json"
+    """``<standards_dir>/<name>.<runner class>.json``, the dir resolved as ``Card.standards_path`` says."""
+    return card.standards_path / standard_file_name(card, runner_class)
 
 
 def run_argv(card: Card, workdir: Path, metrics: Path, extra_args: tuple[str, ...] = (), python: str | None = None) -> list[str]:
@@ -207,6 +255,18 @@ def run_env(card: Card, workdir: Path, metrics: Path, index: int, base: dict[str
         if env.get("PYTHONPATH"):
             paths.append(env["PYTHONPATH"])
         env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+def probe_env(card: Card, gpus: list[str] | None = None, python: str | None = None) -> dict[str, str]:
+    """The environment a run of ``card`` gets, without per-run paths: what the runner probe sees.
+
+    ``gpus`` is the CUDA_VISIBLE_DEVICES set one run would get, so the probe counts the GPUs
+    a run sees, not the host's.
+    """
+    env = run_env(card, Path(os.devnull).parent, Path(os.devnull), 0, python=python)
+    if gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     return env
 
 

@@ -29,10 +29,12 @@ EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
 
 
 def _console(stderr: bool = False) -> Console:
-    # Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns; logs are wide.
+    # Off a terminal (CI logs, pipes) nothing is hard-wrapped: a line stays one line, and
+    # tables take the width they need (grep and diff see whole lines).
     stream = sys.stderr if stderr else sys.stdout
-    width = None if stream.isatty() else 200
-    return Console(stderr=stderr, highlight=False, width=width)
+    if stream.isatty():
+        return Console(stderr=stderr, highlight=False)
+    return Console(stderr=stderr, highlight=False, width=100_000, soft_wrap=True)
 
 
 def _stdout() -> Console:
@@ -62,7 +64,27 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class OneLineErrors(click.Group):
+    """Usage errors as one line, ``detaudit: error: ...``, exit 2 (not click's usage block)."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        kwargs["standalone_mode"] = False
+        try:
+            code = super().main(*args, **kwargs)
+        except click.exceptions.Abort:
+            click.echo("detaudit: aborted", err=True)
+            sys.exit(EXIT_FAIL)
+        except click.ClickException as exc:
+            ctx = getattr(exc, "ctx", None)
+            where = f"{ctx.info_name}: " if ctx is not None and ctx.parent is not None else ""
+            hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+            message = " ".join(exc.format_message().split())
+            click.echo(f"detaudit: error: {where}{message}{hint}", err=True)
+            sys.exit(EXIT_INPUT)
+        sys.exit(code if isinstance(code, int) else EXIT_OK)
+
+
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="detaudit")
 def main() -> None:
     """Audit ML training runs for bitwise determinism, and record and verify e2e standards."""
@@ -145,6 +167,13 @@ class RunDisplay:
                 self.console.print(f"\\[detaudit] run {s.spec.index + 1}/{self.total} {s.status}{extra}")
 
 
+def _print_jobs(console: Console, states: list[Any]) -> None:
+    from detaudit.report import job_lines
+
+    for line in job_lines(states):
+        console.print(f"\\[detaudit] {escape(line)}")
+
+
 def _print_failed_run(console: Console, states: list[Any]) -> None:
     from detaudit.runner import log_tail
 
@@ -153,30 +182,16 @@ def _print_failed_run(console: Console, states: list[Any]) -> None:
             why = f"exit code {s.returncode}" if s.status == "failed" else f"timed out after {s.spec.timeout_s:g}s"
             console.print(f"[red]\\[detaudit] run {s.spec.index + 1} {why}[/red]; log {escape(str(s.spec.log_path))}:")
             console.print(escape(log_tail(s.spec.log_path, 30)), markup=True)
-    killed = [s for s in states if s.status == "killed"]
-    jobs = [s.job_id for s in killed if getattr(s, "job_id", None)]
-    if jobs:
-        console.print(f"\\[detaudit] stopped Ray jobs {', '.join(jobs)}")
-    elif killed:
-        console.print(f"\\[detaudit] killed the process groups of runs {', '.join(str(s.spec.index + 1) for s in killed)}")
+    from detaudit.report import stopped_jobs_message
 
-
-def _print_jobs(console: Console, states: list[Any]) -> None:
-    """Where each cluster run ran (job id, node, runner class)."""
-    for s in states:
-        if getattr(s, "job_id", None) and s.status not in ("waiting", "killed"):
-            cls = "-".join(s.runner_class) if s.runner_class else "unknown"
-            console.print(f"\\[detaudit] run {s.spec.index + 1}: Ray job {s.job_id} on {escape(s.node or 'an unknown node')}, "
-                          f"runner class {cls}")
-
-
-def _interrupted(console: Console, exc: KeyboardInterrupt, what: str) -> None:
-    stopped = getattr(exc, "stopped", None)
-    if stopped is not None:
-        jobs = ", ".join(stopped) if stopped else "none were running"
-        console.print(f"[red]\\[detaudit] interrupted: stopped Ray jobs {jobs}; {what}[/red]")
-    else:
-        console.print(f"[red]\\[detaudit] interrupted: every run's process group was killed; {what}[/red]")
+    jobs = stopped_jobs_message(states)
+    if jobs is not None:
+        if jobs:
+            console.print(f"\\[detaudit] {escape(jobs)}")
+        return
+    killed = [s.spec.index + 1 for s in states if s.status == "killed"]
+    if killed:
+        console.print(f"\\[detaudit] killed the process groups of runs {', '.join(map(str, killed))}")
 
 
 def default_card() -> Path:
@@ -186,78 +201,121 @@ def default_card() -> Path:
     return Path(str(files("recipes") / "sd3_pickscore_nft.toml"))
 
 
+def _workdir_note(console: Console, workdir: Path | None, removed: bool, ok: bool) -> None:
+    if workdir is None:
+        return
+    if removed:
+        console.print(f"\\[detaudit] removed the run dir {escape(str(workdir))} (every run passed)")
+    elif not ok:
+        console.print(f"\\[detaudit] run dirs kept for inspection: {escape(str(workdir))}")
+
+
+def _interrupted(console: Console, exc: KeyboardInterrupt, written: str) -> None:
+    from detaudit.report import cluster_interrupted_message, interrupted_message
+
+    if getattr(exc, "stopped", None) is not None:
+        message = cluster_interrupted_message(getattr(exc, "signal_name", "SIGINT"), exc.stopped, written)  # type: ignore[attr-defined]
+    else:
+        message = interrupted_message(getattr(exc, "signal_name", "SIGINT"), getattr(exc, "states", []),
+                                      getattr(exc, "repeated", False), written)
+    console.print(f"[red]\\[detaudit] {escape(message)}[/red]")
+    sys.exit(EXIT_FAIL)
+
+
 @main.command(context_settings={"ignore_unknown_options": False})
 @click.argument("card", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--runs", "-n", default=3, show_default=True, type=click.IntRange(min=2), help="How many runs must agree.")
 @click.option("--parallel", "-j", default=1, show_default=True, type=click.IntRange(min=1), help="Runs at once (disjoint GPU sets when the card sets gpus_per_run).")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Standard file (default: standards/<name>.<runner class>.json).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Standard file (default: <standards_dir>/<name>.<runner class>.json).")
 @click.option("--update", is_flag=True, help="Replace an existing standard, printing what changed.")
+@click.option("--no-write", is_flag=True, help="Compare the N runs and write nothing (no standard, no lock): a reproduction check.")
 @click.option("--allow-partial", is_flag=True, help="Record only the agreeing series; list the dropped ones in the file.")
-@click.option("--format", "fmt", type=click.Choice(["detaudit", "miles"]), default="detaudit", show_default=True, help="Standard file format.")
+@click.option("--format", "fmt", type=click.Choice(["detaudit", "miles"]), default=None, help="Standard file format (default: the existing standard's, else detaudit).")
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Also exclude series matching GLOB.")
 @click.option("--include", multiple=True, metavar="GLOB", help="Compare series matching GLOB even if excluded.")
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Where run dirs go (default: a new temp dir).")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Where run dirs go; its run dirs must be empty (default: a new temp dir, removed when every run passed).")
 @click.option("--cluster", metavar="ADDRESS", help="Run each run as a Ray job on this cluster (http://HEAD:8265, or auto).")
 @handle_errors
 def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, out: Path | None, update: bool,
-           allow_partial: bool, fmt: str, exclude: tuple[str, ...], include: tuple[str, ...], workdir: Path | None,
-           cluster: str | None) -> None:
+           no_write: bool, allow_partial: bool, fmt: str | None, exclude: tuple[str, ...], include: tuple[str, ...],
+           workdir: Path | None, cluster: str | None) -> None:
     """Run CARD's command N times; write its standard only if all runs agree.
 
     CARD defaults to the embedded tiny CPU recipe (recipes/sd3_pickscore_nft.toml).
     Arguments after `--` are appended to the command, e.g.
-    `detaudit record recipes/sd3_pickscore_nft.toml -- --no-seed-rollout-manager`.
+    `detaudit record recipes/sd3_pickscore_nft.toml --no-write -- --no-seed-rollout-manager`.
     """
     from detaudit.record import record as run_record
-    from detaudit.report import print_diff
+    from detaudit.report import change_lines, print_diff
 
+    if no_write and (update or out is not None or allow_partial or fmt is not None):
+        raise click.UsageError("--no-write writes nothing: it takes no --update, --out, --allow-partial or --format")
     card = card or default_card()
     out_console, err_console = _stdout(), _stderr()
     display = RunDisplay(err_console, runs, f"detaudit record {card}")
+    nothing = "nothing written" if no_write else "no standard written"
 
-    def on_start(base: Path, cls: list[str] | None) -> None:
-        if cls is None:
-            err_console.print(f"\\[detaudit] {runs} runs as Ray jobs on {escape(cluster or '')}; results in {base}")
-        else:
-            err_console.print(f"\\[detaudit] runner class {'-'.join(cls)}; {runs} runs in {base}")
+    def on_start(base: Path, cls: list[str]) -> None:
+        where = f" as Ray jobs on {cluster}" if cluster else ""
+        err_console.print(f"\\[detaudit] runner class {'-'.join(cls)}; {runs} runs{escape(where)} in {base}")
 
     try:
         with display:
             result = run_record(
                 card, runs=runs, parallel=parallel, out=out, update=update, allow_partial=allow_partial, fmt=fmt,
-                extra_args=extra_args, exclude=exclude, include=include, workdir=workdir, cluster=cluster,
-                on_update=display.update, on_start=on_start,
+                extra_args=extra_args, exclude=exclude, include=include, workdir=workdir, write=not no_write,
+                cluster=cluster, on_update=display.update, on_start=on_start,
             )
     except KeyboardInterrupt as exc:
-        _interrupted(err_console, exc, "no standard written")
-        sys.exit(EXIT_FAIL)
+        _interrupted(err_console, exc, nothing)
     _print_jobs(err_console, result.runs)
     if result.status == "run-failed":
         _print_failed_run(err_console, result.runs)
-        err_console.print("[red]\\[detaudit] record failed: a run did not finish; no standard written[/red]")
+        err_console.print(f"[red]\\[detaudit] record failed: a run did not finish; {nothing}[/red]")
+        _workdir_note(err_console, result.workdir, False, False)
         sys.exit(EXIT_FAIL)
     if result.status == "runner-mismatch":
-        err_console.print("[red]\\[detaudit] runs ran on different runner classes; bitwise agreement is only promised "
-                          "within one class: no standard written[/red]")
+        from detaudit.report import runner_mismatch_message
+
+        message = runner_mismatch_message(result.runner_class or [], result.runs, nothing)
+        err_console.print(f"[red]\\[detaudit] {escape(message)}[/red]")
+        _workdir_note(err_console, result.workdir, False, False)
         sys.exit(EXIT_FAIL)
     assert result.report is not None
     if result.status == "disagree":
         print_diff(result.report, out_console, title=f"detaudit record {card}")
-        out_console.print(f"[red]\\[detaudit] runs disagree: no standard written ({result.standard_path})[/red]")
+        out_console.print(f"[red]\\[detaudit] runs disagree: {nothing}"
+                          + (f" ({escape(str(result.standard_path))})" if result.standard_path else "") + "[/red]")
+        _workdir_note(err_console, result.workdir, False, False)
         sys.exit(EXIT_FAIL)
+    if result.status == "empty":
+        excluded = len(result.report.excluded)
+        out_console.print(f"[red]\\[detaudit] {nothing}: no metric series left to compare ({excluded} excluded: "
+                          f"{escape(', '.join(sorted(result.report.excluded)[:10]))}); a standard with 0 series "
+                          "would pass any run. Use --include GLOB or the card's include to compare them.[/red]")
+        _workdir_note(err_console, result.workdir, False, False)
+        sys.exit(EXIT_FAIL)
+    n_identical = len(result.report.identical)
+    excluded = len(result.report.excluded)
+    if result.status == "agreed":
+        out_console.print(f"[green]\\[detaudit] AGREE: {n_identical} metric series identical across {runs} runs; "
+                          f"nothing written (--no-write)[/green]" + (f" ({excluded} excluded)" if excluded else ""))
+        _workdir_note(err_console, result.workdir, result.workdir_removed, True)
+        return
     n = len(result.standard.series) if result.standard else 0
     if result.dropped:
         out_console.print(f"[yellow]\\[detaudit] --allow-partial: dropped {len(result.dropped)} disagreeing series:[/yellow]")
         for name, info in sorted(result.dropped.items()):
             out_console.print(f"  {escape(name)} ({info['kind']})")
-    for line in result.changes:
-        out_console.print(f"\\[detaudit] update: {escape(line)}")
-    excluded = len(result.report.excluded)
+    if result.changes is not None:
+        for line in change_lines(result.changes):
+            out_console.print(f"\\[detaudit] update: {escape(line)}")
     out_console.print(
         f"[green]\\[detaudit] RECORDED: {n} metric series identical across {runs} runs -> {escape(str(result.standard_path))}[/green]"
         + (f" ({excluded} excluded series listed in the file)" if excluded else "")
     )
+    _workdir_note(err_console, result.workdir, result.workdir_removed, True)
 
 
 @main.command(context_settings={"ignore_unknown_options": False})
@@ -265,53 +323,78 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
 @click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--metrics", type=click.Path(dir_okay=False, path_type=Path), help="Verify this metrics JSONL instead of running CARD.")
 @click.option("--standard", type=click.Path(dir_okay=False, path_type=Path), help="Standard file (default: from CARD and the runner class).")
-@click.option("--strict-runner", is_flag=True, help="Exit 1, not 0, when the runner class differs from the standard's.")
+@click.option("--allow-other-runner", is_flag=True, help="Exit 0 (SKIPPED), not 1 (NOT VERIFIED), when the only standard is for another runner class.")
+@click.option("--strict-runner", is_flag=True, help="Exit 1 when the runner class differs from the standard's (the default; kept for old scripts).")
 @click.option("--step-key", help="Step field for lines without a step_key.")
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Where the run dir goes (default: a new temp dir).")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Where the run dir goes; it must be empty (default: a new temp dir, removed when the run passed).")
 @click.option("--cluster", metavar="ADDRESS", help="Run the run as a Ray job on this cluster (http://HEAD:8265, or auto).")
 @handle_errors
 def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None, standard: Path | None,
-           strict_runner: bool, step_key: str | None, workdir: Path | None, cluster: str | None) -> None:
+           allow_other_runner: bool, strict_runner: bool, step_key: str | None, workdir: Path | None,
+           cluster: str | None) -> None:
     """Check one run of CARD (or --metrics RUN.jsonl) against its standard, exactly.
 
     CARD defaults to the embedded tiny CPU recipe when neither CARD nor --metrics is given.
-    Reads detaudit and miles_diffusion standards. Exit 0 on PASSED (or SKIPPED: the runner
-    class differs), 1 on a mismatch or failed run, 2 on bad input.
+    Reads detaudit and miles_diffusion standards. Exit 0 on PASSED (or SKIPPED with
+    --allow-other-runner), 1 on a mismatch, a failed run, or NOT VERIFIED (no standard for
+    this runner class, or one with no series), 2 on bad input.
     """
     from detaudit.report import divergence_line
     from detaudit.verify import verify as run_verify
 
+    if strict_runner and allow_other_runner:
+        raise click.UsageError("--strict-runner and --allow-other-runner contradict each other")
     if card is None and metrics is None:
         card = default_card()
     out_console, err_console = _stdout(), _stderr()
     display = RunDisplay(err_console, 1, f"detaudit verify {card}")
     try:
         with display:
-            result = run_verify(card, metrics=metrics, standard=standard, strict_runner=strict_runner,
+            result = run_verify(card, metrics=metrics, standard=standard, allow_other_runner=allow_other_runner,
                                 step_key=step_key, extra_args=extra_args, workdir=workdir, cluster=cluster,
                                 on_update=display.update)
     except KeyboardInterrupt as exc:
-        _interrupted(err_console, exc, "nothing verified")
-        sys.exit(EXIT_FAIL)
+        _interrupted(err_console, exc, "not verified")
+    path = escape(str(result.standard_path))
+    here = "-".join(result.runner_here or [])
     if result.run is not None:
         _print_jobs(err_console, [result.run])
-    path = escape(str(result.standard_path))
-    if result.status == "skipped":
-        here = "-".join(result.runner_here or [])
-        theirs = "-".join(result.runner_standard or [])
-        out_console.print(f"[yellow]\\[detaudit] SKIPPED: runner class {here} differs from the standard's {theirs} ({path}); "
-                          "bitwise agreement is only promised on the class a standard was recorded on[/yellow]")
-        sys.exit(EXIT_FAIL if strict_runner else EXIT_OK)
+    if result.status == "runner-mismatch":
+        from detaudit.report import runner_mismatch_message
+
+        message = runner_mismatch_message(result.runner_here or [], [result.run], "not verified")
+        out_console.print(f"[red]\\[detaudit] NOT VERIFIED: {escape(message)}[/red]")
+        sys.exit(EXIT_FAIL)
+    if result.status in ("skipped", "not-verified"):
+        others = ", ".join(sorted({"-".join(c) for c in result.other_classes})) or "-".join(result.runner_standard or [])
+        if result.status == "skipped":
+            out_console.print(f"[yellow]\\[detaudit] SKIPPED: no standard for runner class {here} (standards exist for "
+                              f"{escape(others)}: {path}); bitwise agreement is only promised on the class a standard "
+                              "was recorded on (--allow-other-runner)[/yellow]")
+            sys.exit(EXIT_OK)
+        out_console.print(f"[red]\\[detaudit] NOT VERIFIED: no standard for runner class {here} (standards exist for "
+                          f"{escape(others)}: {path}); record one on this class, or pass --allow-other-runner to "
+                          "exit 0[/red]")
+        sys.exit(EXIT_FAIL)
+    if result.status == "empty-standard":
+        out_console.print(f"[red]\\[detaudit] NOT VERIFIED: the standard {path} has no metric series, so it "
+                          "proves nothing; re-record it with series to compare[/red]")
+        sys.exit(EXIT_FAIL)
     if result.status == "run-failed":
         assert result.run is not None
         _print_failed_run(err_console, [result.run])
         out_console.print("[red]\\[detaudit] FAILED: the run did not finish[/red]")
+        _workdir_note(err_console, result.workdir, False, False)
         sys.exit(EXIT_FAIL)
     if result.status == "passed":
         out_console.print(f"[green]\\[detaudit] PASSED: {result.compared} metric series match {path}[/green]")
         if result.extra_series:
             out_console.print(f"\\[detaudit] note: {len(result.extra_series)} series not in the standard: "
                               + escape(", ".join(result.extra_series[:20])))
+        if result.package_changes:
+            err_console.print(f"[yellow]detaudit: warning: the bits match, but {len(result.package_changes)} package "
+                              "version(s) differ from the standard's: " + escape("; ".join(result.package_changes)) + "[/yellow]")
+        _workdir_note(err_console, result.workdir, result.workdir_removed, True)
         sys.exit(EXIT_OK)
     out_console.print(f"[red]\\[detaudit] FAILED: {len(result.failures)} of {result.compared} metric series differ from {path}[/red]")
     for name, d in result.failures:
@@ -320,7 +403,36 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
         out_console.print("[yellow]\\[detaudit] this environment differs from the standard's:[/yellow]")
         for line in result.provenance:
             out_console.print("  " + escape(line))
+    _workdir_note(err_console, result.workdir, result.workdir_removed, False)
     sys.exit(EXIT_FAIL)
+
+
+# --- env -----------------------------------------------------------------------------------
+
+
+@main.command("env")
+@click.argument("card", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the probe and the runner class as one JSON object.")
+@handle_errors
+def env_command(card: Path | None, as_json: bool) -> None:
+    """Show the runner class and the environment a run of CARD would record.
+
+    The probe runs in the recipe's interpreter with the card's environment, exactly as
+    record and verify do. CARD defaults to the embedded tiny CPU recipe.
+    """
+    from detaudit.card import load_card, probe_env
+    from detaudit.provenance import detect_environment, runner_class
+    from detaudit.report import environment_json, print_environment
+    from detaudit.runner import gpu_slots
+
+    loaded = load_card(card or default_card())
+    slots = gpu_slots(loaded.gpus_per_run, 1)
+    info = detect_environment(env=probe_env(loaded, slots[0] if slots else None))
+    cls = list(loaded.runner) if loaded.runner is not None else runner_class(info, loaded.gpus_per_run)
+    if as_json:
+        click.echo(environment_json(cls, info))
+    else:
+        print_environment(cls, info, _stdout())
 
 
 # --- health ------------------------------------------------------------------------------
@@ -340,8 +452,6 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
 def health(metrics: Path, metric: str, window: int, buckets: int, worst: int, png: Path | None, no_png: bool,
            as_json: bool, step_key: str | None) -> None:
     """Curve health of one series: first/last means, bucket means, worst drops, a PNG plot."""
-    import json
-
     from detaudit.floats import format_value
     from detaudit.health import curve_health, plot
 
@@ -350,9 +460,11 @@ def health(metrics: Path, metric: str, window: int, buckets: int, worst: int, pn
     if not no_png:
         written = plot(report, png or metrics.with_name(f"{metrics.stem}.{metric.replace('/', '_')}.png"))
     if as_json:
+        from detaudit.report import dump_json
+
         doc = report.to_json()
         doc["png"] = str(written) if written else None
-        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+        click.echo(dump_json(doc))
         return
     con = _stdout()
     w = report.window

@@ -28,6 +28,7 @@ import re
 import secrets
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections import deque
@@ -39,7 +40,7 @@ from detaudit.card import Card
 from detaudit.cluster_job import MAX_RESULT_BYTES, decode_result, encode_spec
 from detaudit.determinism import DETERMINISTIC_ENV_VARS
 from detaudit.errors import InputError
-from detaudit.runner import RunSpec, RunState
+from detaudit.runner import Interrupted, RunSpec, RunState, log_tail
 
 POLL_S = 0.5
 # On top of the card's timeout: runtime env set-up and the runner probe on the node.
@@ -62,12 +63,51 @@ class JobState(RunState):
     nonce: str = field(default_factory=lambda: secrets.token_hex(8), repr=False)
 
 
-class ClusterInterrupted(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM during a cluster batch; ``stopped`` names the jobs it stopped."""
+class ClusterInterrupted(Interrupted):
+    """Ctrl-C, SIGTERM or SIGHUP during a cluster batch; ``stopped`` names the jobs it stopped."""
 
-    def __init__(self, stopped: list[str]) -> None:
-        super().__init__()
+    def __init__(self, signum: int, states: Sequence[RunState], stopped: list[str]) -> None:
+        super().__init__(signum, states)
         self.stopped = stopped
+
+
+class ClusterExecutor:
+    """An executor for ``detaudit.plan``: each spec a Ray job on the cluster at ``address``.
+
+    ``probe()`` runs one short job that only detects the runner class and environment on a
+    node where a run of the card would go (same resource request), so that record and
+    verify pick the standard before any run; every run's own class is checked against it.
+    """
+
+    def __init__(self, card: Card, card_path: str | Path, address: str, extra_args: Sequence[str] = ()) -> None:
+        self.card = card
+        self.card_path = Path(card_path)
+        self.address = address
+        self.extra_args = tuple(extra_args)
+        self.client = connect(address)
+
+    def probe(self) -> tuple[dict[str, Any], list[str]]:
+        """(environment, runner class) of a node where the card's jobs run."""
+        with tempfile.TemporaryDirectory(prefix="detaudit-probe-") as tmp:
+            folder = Path(tmp) / "probe"
+            spec = RunSpec(index=0, argv=[], env={}, workdir=folder, log_path=folder / "probe.log",
+                           metrics_path=folder / "metrics.jsonl", timeout_s=self.card.timeout_s)
+            state = run_jobs(self.card, self.card_path, [spec], self.address, client=self.client, probe=True)[0]
+            tail = log_tail(spec.log_path, 5).strip()
+        if not state.ok or not state.runner_class:
+            why = state.error or tail.splitlines()[-1] if (state.error or tail) else state.status
+            raise InputError(self.address, f"the probe job {state.job_id} found no runner class: {why}")
+        return state.environment or {}, state.runner_class
+
+    def __call__(self, specs: Sequence[RunSpec], *, parallel: int = 1, gpus_per_run: int = 0,
+                 on_update: Callable[[list[RunState]], None] | None = None) -> list[RunState]:
+        return list(run_jobs(self.card, self.card_path, specs, self.address, parallel=parallel,
+                             extra_args=self.extra_args, on_update=on_update, client=self.client))
+
+
+def runner_mismatch(states: Sequence[RunState], expected: list[str]) -> list[RunState]:
+    """Runs that report a runner class other than ``expected`` (local runs report none)."""
+    return [s for s in states if getattr(s, "runner_class", None) not in (None, list(expected))]
 
 
 def project_root(card: Card) -> Path:
@@ -120,9 +160,12 @@ def connect(address: str) -> Any:
         raise InputError(address, f"cannot reach a Ray job server: {first}") from None
 
 
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]+", "_", name)[:40]
+
+
 def _job_name(card: Card, token: str, index: int) -> str:
-    name = re.sub(r"[^A-Za-z0-9_-]+", "_", card.name)[:40]
-    return f"detaudit-{name}-{token}-run{index + 1}"
+    return f"detaudit-{_safe(card.name)}-{token}-run{index + 1}"
 
 
 def run_jobs(
@@ -135,6 +178,8 @@ def run_jobs(
     extra_args: tuple[str, ...] = (),
     on_update: Callable[[list[RunState]], None] | None = None,
     max_bytes: int = MAX_RESULT_BYTES,
+    client: Any = None,
+    probe: bool = False,
 ) -> list[JobState]:
     """Run ``specs`` as Ray jobs, at most ``parallel`` at once; stop them all at the first failure.
 
@@ -142,7 +187,7 @@ def run_jobs(
     ``log_path``, as after a local run. Raises ``ClusterInterrupted`` on Ctrl-C or SIGTERM
     after stopping every job it submitted.
     """
-    client = connect(address)
+    client = client if client is not None else connect(address)
     root = project_root(card)
     try:
         card_rel = card_path.resolve().relative_to(root).as_posix()
@@ -160,7 +205,7 @@ def run_jobs(
         while waiting or running:
             while waiting and len(running) < limit:
                 state = waiting.popleft()
-                _submit(client, state, card, card_rel, token, runtime_env, extra_args, max_bytes)
+                _submit(client, state, card, card_rel, token, runtime_env, extra_args, max_bytes, probe)
                 running.append(state)
             failed = None
             for state in list(running):
@@ -180,33 +225,39 @@ def run_jobs(
                     on_update(list(states))
                 return states
             time.sleep(POLL_S)
-    except KeyboardInterrupt:
-        raise ClusterInterrupted(stop_jobs(client, states)) from None
+    except KeyboardInterrupt as exc:
+        stopped = stop_jobs(client, states)
+        raise ClusterInterrupted(getattr(exc, "signum", signal.SIGINT), states, stopped) from None
+    except BaseException:
+        stop_jobs(client, states)  # e.g. Ray refused a job: the ones already submitted go too
+        raise
     finally:
         restore()
     return states
 
 
 def _sigterm_as_interrupt() -> Callable[[], None]:
-    """SIGTERM ends a batch like Ctrl-C does (main thread only); returns the undo."""
+    """SIGTERM and SIGHUP end a batch like Ctrl-C does (main thread only); returns the undo."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
 
     def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
+        raise Interrupted(signum)
 
-    old = signal.signal(signal.SIGTERM, interrupt)
-    return lambda: signal.signal(signal.SIGTERM, old)
+    old = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    return lambda: [signal.signal(sig, previous) for sig, previous in old.items()] and None
 
 
 def _submit(client: Any, state: JobState, card: Card, card_rel: str, token: str, runtime_env: dict[str, Any],
-            extra_args: tuple[str, ...], max_bytes: int) -> None:
+            extra_args: tuple[str, ...], max_bytes: int, probe: bool = False) -> None:
     spec = state.spec
     job_spec = {"card": card_rel, "index": spec.index, "extra_args": list(extra_args), "nonce": state.nonce,
-                "timeout_s": spec.timeout_s, "max_bytes": max_bytes}
-    name = _job_name(card, token, spec.index)
+                "timeout_s": spec.timeout_s, "max_bytes": max_bytes, "probe": probe}
+    name = _job_name(card, token, spec.index) if not probe else f"detaudit-{_safe(card.name)}-{token}-probe"
+    # Named before it is sent: an interrupt during the request still knows what to stop.
+    state.job_id = name
     try:
-        state.job_id = client.submit_job(
+        client.submit_job(
             entrypoint=f"python -m detaudit.cluster_job {encode_spec(job_spec)}",
             submission_id=name,
             runtime_env=runtime_env,
@@ -215,8 +266,9 @@ def _submit(client: Any, state: JobState, card: Card, card_rel: str, token: str,
             metadata={"detaudit_card": card.name, "detaudit_batch": token, "detaudit_run": str(spec.index + 1)},
         )
     except Exception as exc:
+        state.status = "failed"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(runtime_env["working_dir"], f"Ray did not accept the job: {first}") from None
+        raise InputError(runtime_env["working_dir"], f"Ray did not accept job {name}: {first}") from None
     state.status = "pending"
     state.started = time.monotonic()
 
@@ -311,9 +363,13 @@ def stop_jobs(client: Any, states: Sequence[JobState]) -> list[str]:
     for state in states:
         if state.job_id not in stopped:
             continue
-        while True:
-            status = str(client.get_job_info(state.job_id).status)
-            if status in TERMINAL or time.monotonic() > deadline:
+        status = "UNKNOWN"
+        while time.monotonic() < deadline:
+            try:
+                status = str(client.get_job_info(state.job_id).status)
+            except Exception:  # the job server is busy or restarting: ask again until the deadline
+                status = "UNKNOWN"
+            if status in TERMINAL:
                 break
             time.sleep(POLL_S)
         state.job_status = status
@@ -323,11 +379,3 @@ def stop_jobs(client: Any, states: Sequence[JobState]) -> list[str]:
             state.status = "killed"
             state.finished = time.monotonic()
     return stopped
-
-
-def common_runner_class(states: Sequence[JobState]) -> list[str] | None:
-    """The runner class all runs share; None when they differ (or one is unknown)."""
-    classes = {tuple(s.runner_class) if s.runner_class else None for s in states}
-    if len(classes) != 1 or None in classes:
-        return None
-    return list(next(iter(classes)))  # type: ignore[arg-type]

@@ -28,7 +28,7 @@ from typing import Any
 
 from detaudit.card import load_card, run_argv, run_env
 from detaudit.provenance import detect_environment, runner_class
-from detaudit.runner import RunSpec, log_tail, run_batch
+from detaudit.runner import Interrupted, RunSpec, log_tail, run_batch
 
 FRAME_BEGIN = "DETAUDIT-RESULT-BEGIN"
 FRAME_END = "DETAUDIT-RESULT-END"
@@ -85,8 +85,8 @@ def decode_result(log: str, nonce: str, max_bytes: int = MAX_RESULT_BYTES) -> di
 
 
 def _terminate(signum: int, frame: Any) -> None:
-    # `ray job stop` sends SIGTERM: run_batch turns KeyboardInterrupt into killing the run's group.
-    raise KeyboardInterrupt
+    # `ray job stop` sends SIGTERM: run_batch turns the interrupt into killing the run's group.
+    raise Interrupted(signum)
 
 
 def run_on_node(spec: dict[str, Any]) -> tuple[dict[str, Any], int]:
@@ -100,6 +100,10 @@ def run_on_node(spec: dict[str, Any]) -> tuple[dict[str, Any], int]:
         # The runner class of *this* node, seen by the recipe's interpreter in the run's env.
         info = detect_environment(env=env)
         cls = list(card.runner) if card.runner is not None else runner_class(info, card.gpus_per_run)
+        if spec.get("probe"):  # only where a run of this card would run, and on what
+            probe = {"status": "ok", "returncode": 0, "runner_class": cls, "environment": info,
+                     "node": platform.node(), "log_tail": "", "metrics_b64": None}
+            return probe, 0
         run = RunSpec(
             index=index,
             argv=run_argv(card, run_dir, metrics, tuple(spec.get("extra_args", ()))),

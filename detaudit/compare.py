@@ -9,8 +9,11 @@ step and the same value: same JSON type and, for floats, the same bits (NaN matc
 ``type``         the values have different JSON types (1 vs 1.0, null vs 0.5)
 ``nan``          NaN against a number
 ``signed-zero``  0.0 against -0.0
-``ulp``          floats within ``ULP_REL_TOL`` relative: summation or reduction order
+``close``        floats within ``CLOSE_REL_TOL`` relative (1e-6): summation or reduction order
 ``value``        different values: different data
+
+Values inside arrays and objects are compared the same way, element by element.
+This module returns data; sentences and JSON shaping are ``detaudit.report``'s.
 
 The *root* divergence is the first mismatching point in emission order (line order of
 the first run) over all series: the place to start looking.
@@ -23,20 +26,14 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from detaudit.floats import encode_value, format_value, same_value, ulp_distance
+from detaudit.floats import ABSENT, first_difference, same_value, to_float, ulp_distance
 from detaudit.metrics import MetricsRun, Series, steps_at
 
 # Reordered float reductions land a few ULPs to ~1e-9 relative apart in fp32/fp64 metrics;
 # 1e-6 relative still reads as "same data, different order" rather than different data.
-ULP_REL_TOL = 1e-6
+CLOSE_REL_TOL = 1e-6
 
 
-class _Absent:
-    def __repr__(self) -> str:
-        return "<absent>"
-
-
-ABSENT: Any = _Absent()  # a point a run does not have
 
 
 @dataclass
@@ -57,12 +54,10 @@ class PairDivergence:
 
     @property
     def abs_diff(self) -> float | None:
+        """|a - b| as a float (inf where it is beyond float range); None unless both are numbers."""
         a, b = self.value_a, self.value_b
         if _is_number(a) and _is_number(b):
-            try:
-                return abs(float(a) - float(b))
-            except OverflowError:
-                return math.inf
+            return to_float(abs(a - b)) if type(a) is int and type(b) is int else abs(to_float(a) - to_float(b))
         return None
 
     @property
@@ -70,9 +65,11 @@ class PairDivergence:
         diff = self.abs_diff
         if diff is None:
             return None
-        scale = max(abs(float(self.value_a)), abs(float(self.value_b)))
+        scale = max(abs(to_float(self.value_a)), abs(to_float(self.value_b)))
         if scale == 0 or math.isnan(diff):
             return 0.0 if diff == 0 else None
+        if math.isinf(scale):
+            return None
         return diff / scale
 
     @property
@@ -117,12 +114,12 @@ class RootDivergence:
     line: int | None  # 1-based line in the run that has the point
     run: int  # which run's line number ``line`` is
     identical_through: dict[str, Any]  # step key -> last step emitted before the root
-    summary: str
+    kind: str = "value"
 
 
 @dataclass
 class DiffReport:
-    """The outcome of comparing runs; ``to_json()`` is the ``--json`` form."""
+    """The outcome of comparing runs (``report.diff_document`` is its ``--json`` form)."""
 
     runs: list[str]
     compared: list[str]
@@ -137,72 +134,21 @@ class DiffReport:
     def ok(self) -> bool:
         return not self.mismatched
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "runs": self.runs,
-            "compared": len(self.compared),
-            "identical_count": len(self.identical),
-            "mismatched_count": len(self.mismatched),
-            "identical": self.identical,
-            "mismatched": [_mismatch_json(m) for m in self.mismatched],
-            "root": None
-            if self.root is None
-            else {
-                "series": self.root.series,
-                "step_key": self.root.step_key,
-                "step": encode_value(self.root.step),
-                "line": self.root.line,
-                "run": self.root.run + 1,
-                "identical_through": {k: encode_value(v) for k, v in self.root.identical_through.items()},
-                "summary": self.root.summary,
-            },
-            "excluded": self.excluded,
-            "exclude_patterns": self.exclude_patterns,
-            "torn_last_line": self.torn,
-        }
-
-
-def _json_value(value: Any) -> Any:
-    return None if value is ABSENT else encode_value(value)
-
-
-def _finite_or_none(x: float | None) -> float | None:
-    return x if x is None or math.isfinite(x) else None
-
-
-def _mismatch_json(m: SeriesMismatch) -> dict[str, Any]:
-    first = m.first
-    return {
-        "series": m.series,
-        "step_key": m.step_key,
-        "step": _json_value(m.step),
-        "kind": m.kind,
-        "values": [_json_value(v) for v in m.values],
-        "present": [v is not ABSENT for v in m.values],
-        "abs_diff": _finite_or_none(first.abs_diff),
-        "rel_diff": _finite_or_none(first.rel_diff),
-        "ulps": first.ulps,
-        "disagreeing_runs": [r + 1 for r in m.disagreeing_runs],
-        "by_run": [
-            {
-                "run": p.run + 1,
-                "index": p.index,
-                "kind": p.kind,
-                "step": _json_value(p.step),
-                "values": [_json_value(p.value_a), _json_value(p.value_b)],
-                "points": [p.len_a, p.len_b],
-            }
-            for p in sorted(m.pairs, key=lambda p: p.run)
-        ],
-    }
-
 
 def _is_number(v: Any) -> bool:
     return type(v) in (int, float)
 
 
 def classify(a: Any, b: Any) -> str:
-    """The kind of a value divergence (``a`` and ``b`` known not to match)."""
+    """The kind of a value divergence (``a`` and ``b`` known not to match).
+
+    Arrays and objects get the kind of their first differing element ("value" when their
+    shapes differ).
+    """
+    if type(a) is type(b) and type(a) in (list, dict):
+        a, b = first_difference(a, b)
+        if type(a) is type(b) and type(a) in (list, dict):
+            return "value"
     ta, tb = type(a), type(b)
     a_nan = ta is float and a != a
     b_nan = tb is float and b != b
@@ -216,7 +162,7 @@ def classify(a: Any, b: Any) -> str:
         if math.isinf(a) or math.isinf(b):
             return "value"
         scale = max(abs(a), abs(b))
-        return "ulp" if abs(a - b) <= ULP_REL_TOL * scale else "value"
+        return "close" if abs(a - b) <= CLOSE_REL_TOL * scale else "value"
     return "value"
 
 
@@ -448,16 +394,25 @@ def _root(runs: Sequence[MetricsRun], mismatched: list[SeriesMismatch]) -> RootD
     step_keys = run.line_step_keys
     for i in range(min(line_index, len(run.line_steps))):
         through[step_keys[i]] = run.line_steps[i]
-    step_text = f"{top.step_key} {_fmt_step(top.step)}"
-    if through:
-        before = ", ".join(f"{key} through {_fmt_step(step)}" for key, step in sorted(through.items()))
-        summary = f"all series identical before it ({before}); first difference {top.series} @ {step_text} ({first.kind})"
-    else:
-        summary = f"first difference at the very first point: {top.series} @ {step_text} ({first.kind})"
-    return RootDivergence(top.series, top.step_key, top.step, line, run_index, through, summary)
+    return RootDivergence(top.series, top.step_key, top.step, line, run_index, through, first.kind)
 
 
-def _fmt_step(step: Any) -> str:
-    if step is ABSENT:
-        return "?"
-    return format_value(step)
+@dataclass
+class SeriesChanges:
+    """How a new standard's series differ from an old one's (``record --update``)."""
+
+    added: list[str]  # in the new standard only
+    removed: list[str]  # in the old standard only
+    changed: list[SeriesMismatch]  # in both, not identical (run 0 = old, run 1 = new)
+    identical: list[str]
+
+
+def compare_standard_series(
+    old: dict[str, SeriesData], new: dict[str, SeriesData], *, lenient_steps: bool = False
+) -> SeriesChanges:
+    """Compare the series of an old and a new standard."""
+    _, identical, mismatched = compare_series_sets([old, new], lenient_steps=lenient_steps)
+    added = sorted(n for n in new if n not in old)
+    removed = sorted(n for n in old if n not in new)
+    changed = sorted((m for m in mismatched if m.series in old and m.series in new), key=lambda m: m.series)
+    return SeriesChanges(added, removed, changed, identical)

@@ -14,6 +14,7 @@ from typing import Any
 
 from detaudit.errors import InputError
 from detaudit.exclusion import Exclusion
+from detaudit.floats import encode_value, to_float
 from detaudit.metrics import read_metrics
 
 
@@ -47,17 +48,23 @@ class HealthReport:
         return self.last_mean - self.first_mean
 
     def to_json(self) -> dict[str, Any]:
+        """Strict JSON data: non-finite floats (an overflowing delta) encoded as ``{"float": ...}``."""
+        e = encode_value
         return {
             "path": self.path, "metric": self.metric, "points": len(self.values), "skipped": self.skipped,
-            "window": self.window, "first_mean": self.first_mean, "last_mean": self.last_mean, "delta": self.delta,
-            "buckets": [{"first_step": a, "last_step": b, "mean": m} for a, b, m in self.buckets],
-            "worst_drops": [{"step": d.step, "before": d.before, "value": d.value, "drop": d.size,
+            "window": self.window, "first_mean": e(self.first_mean), "last_mean": e(self.last_mean),
+            "delta": e(self.delta),
+            "buckets": [{"first_step": e(a), "last_step": e(b), "mean": e(m)} for a, b, m in self.buckets],
+            "worst_drops": [{"step": e(d.step), "before": d.before, "value": d.value, "drop": e(d.size),
                              "recovered": d.recovered} for d in self.drops],
         }
 
 
 def _mean(values: list[float]) -> float:
-    return math.fsum(values) / len(values)
+    try:
+        return math.fsum(values) / len(values)
+    except OverflowError:  # the exact sum overflows (e.g. 1e308 four times): sum scaled values
+        return math.fsum(v / len(values) for v in values)
 
 
 def curve_health(path: str | Path, metric: str, *, window: int = 20, buckets: int = 10, worst: int = 5,
@@ -70,9 +77,10 @@ def curve_health(path: str | Path, metric: str, *, window: int = 20, buckets: in
     series = run.series[metric]
     steps, values, skipped = [], [], 0
     for step, value in zip(series.steps(run), series.values):
-        if type(value) in (int, float) and math.isfinite(value):
+        number = to_float(value) if type(value) in (int, float) else math.nan
+        if math.isfinite(number):
             steps.append(step)
-            values.append(float(value))
+            values.append(number)
         else:
             skipped += 1
     if len(values) < 2:
@@ -94,7 +102,12 @@ def curve_health(path: str | Path, metric: str, *, window: int = 20, buckets: in
 
 
 def plot(report: HealthReport, png: str | Path) -> Path:
-    """Write the series, its bucket means and the first/last window means as a PNG."""
+    """Write the series, its bucket means and the first/last window means as a PNG.
+
+    The PNG's folder must exist: a mistyped path is an error, never a tree of new dirs.
+    """
+    if not Path(png).parent.is_dir():
+        raise InputError(png, "cannot write the plot: no such directory")
     try:
         import matplotlib
 
@@ -118,7 +131,10 @@ def plot(report: HealthReport, png: str | Path) -> Path:
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
     png = Path(png)
-    png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, metadata={"Software": None})
-    plt.close(fig)
+    try:
+        fig.savefig(png, metadata={"Software": None})
+    except OSError as exc:
+        raise InputError(png, f"cannot write the plot: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)
     return png

@@ -34,6 +34,7 @@ from typing import Any, Iterable
 
 from detaudit.errors import InputError
 from detaudit.exclusion import Exclusion
+from detaudit.floats import MAX_DEPTH, contains_encoded_nonfinite, depth
 
 try:  # orjson is ~5x faster; it rejects NaN/Infinity literals, which Python's json writes.
     import orjson
@@ -45,12 +46,25 @@ except ImportError:  # pragma: no cover - orjson is a declared dependency
     _FastError = json.JSONDecodeError
 
 
+# Bounds, so that a wrong file (/dev/zero, a binary) cannot take all memory: no metrics
+# line is near 64 MiB, and no metrics file near 16 GiB (columns hold ~9 bytes a float).
+MAX_LINE_BYTES = 64 << 20
+MAX_FILE_BYTES = 16 << 30
+
+
 def loads_line(text: str | bytes) -> Any:
-    """Parse one line: orjson first, Python's json (NaN, Infinity, -Infinity) as fallback."""
+    """Parse one line: orjson first, Python's json (NaN, Infinity, -Infinity) as fallback.
+
+    ``ValueError`` for anything that is not one JSON value, also for nesting deeper than
+    Python's recursion limit.
+    """
     try:
         return _fast_loads(text)
     except _FastError:
-        return json.loads(text)
+        try:
+            return json.loads(text)
+        except RecursionError:
+            raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from None
 
 
 class TornLineWarning(UserWarning):
@@ -101,11 +115,7 @@ class MetricsRun:
 
     def line_number(self, index: int) -> int:
         """1-based line number in the file of the kept line ``index``."""
-        at = bisect_right(self.line_offsets, (index, 1 << 62)) - 1
-        if at < 0:
-            return index + 1
-        first_index, first_line = self.line_offsets[at]
-        return first_line + (index - first_index)
+        return _line_number(self.line_offsets, index)
 
     @property
     def line_step_keys(self) -> list[str]:
@@ -119,8 +129,34 @@ class MetricsRun:
         return self._line_step_keys
 
 
+def _line_number(line_offsets: list[tuple[int, int]], index: int) -> int:
+    at = bisect_right(line_offsets, (index, 1 << 62)) - 1
+    if at < 0:
+        return index + 1
+    first_index, first_line = line_offsets[at]
+    return first_line + (index - first_index)
+
+
+class _BadValue(Exception):
+    """A value found unfit while storing a column; read_metrics turns it into an InputError."""
+
+    def __init__(self, line_index: int, message: str) -> None:
+        super().__init__(message)
+        self.line_index = line_index
+        self.message = message
+
+
+def _container_problem(value: Any) -> str | None:
+    if depth(value) > MAX_DEPTH:
+        return f"nested deeper than {MAX_DEPTH} levels"
+    if contains_encoded_nonfinite(value):
+        return ('holds {"float": ...}, the form standards use for NaN/Infinity; '
+                "write the float itself (NaN, Infinity) instead")
+    return None
+
+
 def _json_type(value: Any) -> str:
-    return {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}.get(
+    return {list: "an array", dict: "an object", str: "a string", bool: "a boolean", int: "a number", float: "a number"}.get(
         type(value), type(value).__name__
     )
 
@@ -163,9 +199,11 @@ class _Shape:
         rows, self.rows = self.rows, []
         if not rows:
             return
-        values = rows if self.single else chain.from_iterable(rows)
+        types = set(map(type, rows if self.single else chain.from_iterable(rows)))
+        if list in types or dict in types:
+            self._check_containers(rows)
         if self.flat is not None:
-            if set(map(type, values)) == {float}:
+            if types == {float}:
                 self.flat.extend(rows if self.single else chain.from_iterable(rows))
                 return
             width = len(self.keys)
@@ -177,6 +215,15 @@ class _Shape:
         else:
             for column, new in zip(self.columns, zip(*rows)):
                 column.extend(new)
+
+    def _check_containers(self, rows: list[Any]) -> None:
+        first = len(self.lines) - len(rows)
+        for i, row in enumerate(rows):
+            for key, value in zip(self.keys, (row,) if self.single else row):
+                if type(value) in (list, dict):
+                    problem = _container_problem(value)
+                    if problem is not None:
+                        raise _BadValue(self.lines[first + i], f"{key!r}: {problem}")
 
     def take_columns(self) -> list[Any]:
         """Per key: an array('d') (all floats) or a list of values."""
@@ -216,8 +263,18 @@ def read_metrics(
     with fh:
         pending: tuple[int, bytes, Exception] | None = None
         lineno = 0
-        for raw in fh:
+        total = 0
+        readline = fh.readline
+        while True:
+            raw = readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                break
             lineno += 1
+            total += len(raw)
+            if len(raw) > MAX_LINE_BYTES:
+                raise InputError(path, f"line is longer than {MAX_LINE_BYTES >> 20} MiB; not a metrics line", lineno)
+            if total > MAX_FILE_BYTES:
+                raise InputError(path, f"file is larger than {MAX_FILE_BYTES >> 30} GiB; not a metrics file", lineno)
             if pending is not None:
                 raise _parse_error(path, *pending)
             try:
@@ -239,13 +296,22 @@ def read_metrics(
                 if shape.step_field is not None:
                     step_fields[shape.step_field] = None
             index = len(line_steps)
-            line_steps.append(obj[shape.step_field] if shape.step_field is not None else index)
+            if shape.step_field is not None:
+                step = obj[shape.step_field]
+                if type(step) in (list, dict):
+                    raise InputError(path, f"step {shape.step_field!r} must be a number or a string, got {_json_type(step)}", lineno)
+                line_steps.append(step)
+            else:
+                line_steps.append(index)
             shape.lines.append(index)
             if shape.getter is not None:
                 rows = shape.rows
                 rows.append(shape.getter(obj))
                 if len(rows) >= ROWS_PER_FLUSH:
-                    shape.flush()
+                    try:
+                        shape.flush()
+                    except _BadValue as bad:
+                        raise InputError(path, bad.message, _line_number(line_offsets, bad.line_index)) from None
         if pending is not None:
             # Only an unterminated last line is a torn write; a bad last line with its
             # newline was written whole, so it is an error like any other.
@@ -257,7 +323,10 @@ def read_metrics(
             torn = True
     if not line_steps:
         raise InputError(path, "empty metrics file (no JSON lines)", None)
-    series = _assemble(shapes.values(), step_fields)
+    try:
+        series = _assemble(shapes.values(), step_fields)
+    except _BadValue as bad:
+        raise InputError(path, bad.message, _line_number(line_offsets, bad.line_index)) from None
     return MetricsRun(
         path=str(path),
         series=series,

@@ -1,79 +1,57 @@
-"""Where a run happened: runner class, GPU, driver, CUDA, torch, Python, git state.
+"""Where a run happened: runner class, CPU, threads, GPU, driver, CUDA, torch build, packages, git.
 
-Bitwise agreement is promised only on one *runner class*: kernels differ by GPU model and
-count, and on CPU by the instruction set torch dispatches to (AVX512 vs AVX2). Detection
-runs in a subprocess of the recipe's interpreter, so detaudit itself never imports torch.
+Bitwise agreement is promised only on one *runner class*. On GPU the class is the GPU model
+and the count a run uses. On CPU it is the vendor, family and model and the instruction set
+torch dispatches to: the tiny recipe's bits differ between an AMD EPYC Zen 4 and an Intel
+Xeon with the same torch and the same AVX-512 capability (docs/standards-across-machines.md).
+Detection runs ``envprobe.py`` in the recipe's interpreter and environment, so detaudit
+itself never imports torch, and a card's ``env`` (e.g. ``ATEN_CPU_CAPABILITY``) is seen.
 """
 
 from __future__ import annotations
 
 import json
-import platform
 import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-_PROBE = r"""
-import json, platform, sys
-info = {"python": platform.python_version(), "machine": platform.machine()}
-try:
-    import torch
-except Exception:
-    torch = None
-if torch is not None:
-    info["torch"] = torch.__version__
-    info["cuda"] = torch.version.cuda
-    try:
-        info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
-    except Exception:
-        pass
-    if torch.cuda.is_available():
-        n = torch.cuda.device_count()
-        info["gpu"] = {"name": torch.cuda.get_device_name(0), "count": n}
-print(json.dumps(info))
-"""
+from detaudit.errors import InputError
 
+PROBE_SCRIPT = Path(__file__).with_name("envprobe.py")
 
-def _cpu_flags_capability() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.machine().lower() or "unknown"
-    flags = set(re.findall(r"\b(avx512f|avx2)\b", text))
-    if "avx512f" in flags:
-        return "AVX512"
-    if "avx2" in flags:
-        return "AVX2"
-    return "DEFAULT"
-
-
-def _nvidia_driver() -> str | None:
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=True,
-        ).stdout.strip().splitlines()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out[0].strip() if out else None
+# What a standard's ``runner`` section keeps of the probe, in this order of importance.
+RUNNER_KEYS = (
+    "gpu", "driver", "cuda", "cudnn", "nccl", "torch", "torch_config", "python", "machine", "platform",
+    "cpu", "cpu_capability", "threads", "packages",
+)
+_VENDORS = {"GenuineIntel": "intel", "AuthenticAMD": "amd", "HygonGenuine": "hygon", "CentaurHauls": "centaur"}
 
 
 def detect_environment(python: str | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Versions and hardware as the recipe's interpreter sees them (torch optional)."""
+    """Versions and hardware as the recipe's interpreter sees them, in the run's environment.
+
+    Fails closed: when the probe cannot run, nothing can be said about the runner class, so
+    this raises ``InputError`` with the probe's last error line instead of guessing.
+    """
     python = python or sys.executable
-    info: dict[str, Any] = {}
     try:
-        out = subprocess.run(
-            [python, "-c", _PROBE], capture_output=True, text=True, timeout=120, check=True, env=env
-        ).stdout
-        info = json.loads(out.strip().splitlines()[-1])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        info = {"python": platform.python_version(), "machine": platform.machine()}
-    info.setdefault("cpu_capability", _cpu_flags_capability())
-    if "gpu" in info:
-        info["driver"] = _nvidia_driver()
+        proc = subprocess.run(
+            [python, str(PROBE_SCRIPT)], capture_output=True, text=True, timeout=180, env=env,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise InputError(python, f"cannot probe the run's environment: {exc}") from None
+    lines = proc.stdout.strip().splitlines()
+    try:
+        if proc.returncode != 0 or not lines:
+            raise ValueError
+        info = json.loads(lines[-1])
+        if not isinstance(info, dict):
+            raise ValueError
+    except ValueError:
+        why = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        raise InputError(python, f"cannot probe the run's environment: {why}") from None
     return info
 
 
@@ -84,13 +62,39 @@ def gpu_short_name(name: str) -> str:
     return head.split("-")[0].lower()
 
 
+def cpu_model_tag(cpu: dict[str, Any]) -> str:
+    """'intel-6.207' (vendor, family.model): the part of the CPU class that names the chip."""
+    vendor = str(cpu.get("vendor") or "unknown")
+    vendor = _VENDORS.get(vendor, re.sub(r"[^a-z0-9]+", "", vendor.lower()) or "unknown")
+    model = ".".join(str(cpu[k]) for k in ("family", "model") if cpu.get(k) not in (None, ""))
+    model = re.sub(r"[^a-z0-9.]+", "", model.lower())
+    return f"{vendor}-{model}" if model else vendor
+
+
 def runner_class(info: dict[str, Any], gpus_per_run: int) -> list[str]:
-    """The class a standard is bound to: ['h200', '1gpu'] or ['cpu', 'avx512']."""
+    """The class a standard is bound to: ['h200', '1gpu'] or ['cpu', 'intel-6.207', 'avx512'].
+
+    CPU: vendor and family.model, torch's CPU capability, and 'amx' where the CPU shows AMX
+    tiles (oneDNN then runs bf16/int8 matmuls on other units).
+    """
     if gpus_per_run > 0 and info.get("gpu"):
         return [gpu_short_name(info["gpu"]["name"]), f"{gpus_per_run}gpu"]
     if gpus_per_run > 0:
         return ["nogpu", f"{gpus_per_run}gpu"]
-    return ["cpu", str(info.get("cpu_capability", "unknown")).lower()]
+    cpu = info.get("cpu") or {}
+    cls = ["cpu", cpu_model_tag(cpu), str(info.get("cpu_capability", "unknown")).lower()]
+    if "amx_tile" in (cpu.get("flags") or []):
+        cls.append("amx")
+    return cls
+
+
+def standard_runner(cls: list[str], info: dict[str, Any]) -> dict[str, Any]:
+    """The ``runner`` section of a standard: the class and every probe field that is known."""
+    runner: dict[str, Any] = {"class": list(cls)}
+    for key in RUNNER_KEYS:
+        if info.get(key) is not None:
+            runner[key] = info[key]
+    return runner
 
 
 def git_state(path: str | Path) -> dict[str, Any]:
@@ -110,13 +114,55 @@ def git_state(path: str | Path) -> dict[str, Any]:
     return {"commit": commit, "dirty": bool(status.strip())}
 
 
-PROVENANCE_KEYS = ("gpu", "driver", "cuda", "torch", "python", "cpu_capability")
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        flat: dict[str, Any] = {}
+        for key in sorted(value):
+            flat.update(_flatten(value[key], f"{prefix}.{key}" if prefix else str(key)))
+        return flat
+    return {prefix: value}
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "absent"
+    if isinstance(value, list):
+        return "[" + " ".join(str(v) for v in value) + "]"
+    return repr(value)
 
 
 def provenance_differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """Lines naming what differs between a standard's environment and this one."""
-    lines = []
-    for key in PROVENANCE_KEYS:
-        if key in recorded and recorded.get(key) != current.get(key):
-            lines.append(f"{key}: standard {recorded.get(key)!r}, here {current.get(key)!r}")
+    """Lines naming every field of a standard's environment that differs here (packages apart).
+
+    Only fields the standard records are compared: a standard written by an older detaudit
+    that kept fewer fields cannot say more, and a line says so.
+    """
+    old = _flatten({k: v for k, v in recorded.items() if k not in ("class", "packages")})
+    new = _flatten({k: v for k, v in current.items() if k not in ("class", "packages")})
+    lines = [
+        f"{key}: standard {_show(old[key])}, here {_show(new.get(key))}"
+        for key in old
+        if old[key] != new.get(key)
+    ]
+    lines += [
+        f"{key}: standard absent, here {_show(new[key])}"
+        for key in new
+        if key not in old and key.split(".")[0] in recorded
+    ]
+    missing = [k for k in RUNNER_KEYS if k not in recorded and k in current and k != "packages"]
+    if missing:
+        lines.append(f"not recorded in the standard (cannot compare): {', '.join(missing)}")
     return lines
+
+
+def package_differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """'name: standard 1.0, here 1.1' for each distribution whose version differs or is absent."""
+    old = recorded.get("packages")
+    new = current.get("packages") or {}
+    if not isinstance(old, dict):
+        return []
+    return [
+        f"{name}: standard {old.get(name) or 'absent'}, here {new.get(name) or 'absent'}"
+        for name in sorted(set(old) | set(new))
+        if old.get(name) != new.get(name)
+    ]

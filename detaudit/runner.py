@@ -3,7 +3,9 @@
 Each run gets its own work dir (its cwd), log file and metrics path. A run that fails or
 times out ends the batch: every started run's process group is killed (SIGTERM, then
 SIGKILL after a grace period), and never anything broader than those groups. Ctrl-C does
-the same and re-raises ``KeyboardInterrupt``.
+the same and raises ``Interrupted`` (a ``KeyboardInterrupt``); so does SIGTERM or SIGHUP
+inside ``interrupts_as_exceptions()`` (CI runners send SIGTERM on cancel). A second
+Ctrl-C or SIGTERM during the kill grace does not stop the cleanup: it sends SIGKILL at once.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 KILL_GRACE_S = 5.0
 POLL_S = 0.1
@@ -41,6 +45,7 @@ class RunState:
     started: float | None = None
     finished: float | None = None
     proc: subprocess.Popen | None = field(default=None, repr=False)
+    group_survived: bool = False  # its process group was still alive after SIGKILL and the grace
 
     @property
     def elapsed(self) -> float:
@@ -92,25 +97,104 @@ def gpu_slots(gpus_per_run: int, parallel: int, gpus: Sequence[str] | None = Non
     return slots[: max(1, parallel)]
 
 
-def _kill_group(state: RunState) -> None:
-    proc = state.proc
-    if proc is None or proc.poll() is not None and not _group_alive(proc.pid):
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, SIGTERM or SIGHUP while runs were going; every run's process group was killed.
+
+    ``states``: the runs' final states (empty when no run had started); ``repeated``: a
+    second signal arrived during the kill grace, so SIGKILL was sent at once.
+    """
+
+    def __init__(self, signum: int = signal.SIGINT, states: Sequence["RunState"] = (), repeated: bool = False) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.states = list(states)
+        self.repeated = repeated
+
+    @property
+    def signal_name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
+_TERMINATING = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextmanager
+def interrupts_as_exceptions() -> Iterator[None]:
+    """Inside: SIGTERM and SIGHUP raise ``Interrupted``, so cleanup (kills, the lock) runs."""
+    if not _in_main_thread():
+        yield
         return
-    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
-        try:
-            os.killpg(proc.pid, sig)  # the run's own group: pgid == pid (start_new_session)
-        except ProcessLookupError:
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Interrupted(signum)
+
+    old = {sig: signal.signal(sig, handler) for sig in _TERMINATING}
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
+
+@contextmanager
+def _signals_deferred() -> Iterator[list[int]]:
+    """Inside: Ctrl-C, SIGTERM and SIGHUP are recorded in the yielded list, not raised."""
+    caught: list[int] = []
+    if not _in_main_thread():
+        yield caught
+        return
+    sigs = (signal.SIGINT, *_TERMINATING)
+    old = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum)) for sig in sigs}
+    try:
+        yield caught
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
+
+def _kill_groups(states: Sequence[RunState], hurry: list[int] | None = None) -> None:
+    """SIGTERM every run's process group, SIGKILL what is left after the grace, reap.
+
+    All groups get each signal together, so N runs take one grace, not N. A non-empty
+    ``hurry`` (signals that arrived meanwhile) cuts the SIGTERM grace short.
+    """
+    procs = [s.proc for s in states if s.proc is not None]
+    for proc in procs:
+        proc.poll()
+    alive = [p for p in procs if _group_alive(p.pid)]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if not alive:
             break
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            proc.poll()
-            if not _group_alive(proc.pid):
+        for proc in alive:
+            try:
+                os.killpg(proc.pid, sig)  # the run's own group: pgid == pid (start_new_session)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + KILL_GRACE_S
+        while alive and time.monotonic() < deadline:
+            if sig == signal.SIGTERM and hurry:
                 break
             time.sleep(POLL_S)
-        else:
-            continue
-        break
-    proc.wait()
+            for proc in alive:
+                proc.poll()
+            alive = [p for p in alive if _group_alive(p.pid)]
+    for proc in procs:
+        try:
+            proc.wait(timeout=KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+    survivors = {p.pid for p in procs if _group_alive(p.pid)}
+    for state in states:
+        if state.proc is not None:
+            state.group_survived = state.proc.pid in survivors
+
+
+def _kill_group(state: RunState) -> None:
+    _kill_groups([state])
 
 
 def _group_alive(pgid: int) -> bool:
@@ -205,22 +289,30 @@ def run_batch(
             if on_update:
                 on_update(states)
             if failed is not None:
-                _stop_all(states)
+                caught = _stop_all(states)
+                if caught:
+                    raise Interrupted(caught[0], states, repeated=len(caught) > 1)
                 if on_update:
                     on_update(states)
                 return states
             time.sleep(POLL_S)
-    except KeyboardInterrupt:
-        _stop_all(states)
-        raise
+    except KeyboardInterrupt as exc:
+        caught = _stop_all(states)
+        signum = getattr(exc, "signum", signal.SIGINT)
+        raise Interrupted(signum, states, repeated=bool(caught)) from None
     return states
 
 
-def _stop_all(states: Sequence[RunState]) -> None:
-    for state in states:
-        if state.status == "running":
-            _kill_group(state)
-            state.status = "killed"
-            state.finished = time.monotonic()
-        elif state.proc is not None:
-            _kill_group(state)  # reap anything a finished run left in its group
+def _stop_all(states: Sequence[RunState]) -> list[int]:
+    """Kill every run's process group (also finished runs': a daemon they left behind).
+
+    Returns the signals that arrived meanwhile: they hurried the kill, never stopped it.
+    """
+    with _signals_deferred() as caught:
+        _kill_groups(states, hurry=caught)
+        now = time.monotonic()
+        for state in states:
+            if state.status == "running":
+                state.status = "killed"
+                state.finished = now
+    return caught

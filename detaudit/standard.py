@@ -24,6 +24,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,10 +33,12 @@ from typing import Any, Iterator
 
 from detaudit.compare import SeriesData
 from detaudit.errors import InputError, UsageError
-from detaudit.floats import NONFINITE_KEY, decode_value, encode_value
+from detaudit.floats import MAX_DEPTH, NONFINITE_KEY, decode_value, depth, encode_value
 
 SCHEMA = "detaudit/standard/1"
 FORMATS = ("detaudit", "miles")
+# A standard holds a short run's metrics: megabytes. Reading stops here (bounded memory).
+MAX_STANDARD_BYTES = 256 << 20
 
 
 @dataclass
@@ -125,17 +128,26 @@ def load_standard(path: str | Path) -> Standard:
     """Read a standard in either format; ``InputError`` names the file on any problem."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_STANDARD_BYTES + 1)
     except FileNotFoundError:
         raise InputError(path, "standard file not found") from None
     except OSError as exc:
         raise InputError(path, f"cannot read standard: {exc.strerror or exc}") from None
+    if len(raw) > MAX_STANDARD_BYTES:
+        raise InputError(path, f"standard is larger than {MAX_STANDARD_BYTES >> 20} MiB; not a standard")
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(path, "standard is not UTF-8") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(path, f"invalid JSON: {exc.msg} (column {exc.colno})", exc.lineno) from None
+    except RecursionError:
+        raise InputError(path, f"invalid standard: nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:  # e.g. an integer over Python's 4300-digit limit
+        raise InputError(path, f"invalid JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise InputError(path, "a standard must be a JSON object")
     if doc.get("schema") == SCHEMA:
@@ -153,7 +165,9 @@ def _points(path: Path, name: str, points: Any) -> tuple[list[Any], list[Any]]:
     steps, values = [], []
     for i, point in enumerate(points):
         if not isinstance(point, list) or len(point) != 2:
-            raise InputError(path, f"series {name!r}: point {i} must be [step, value], got {point!r}")
+            raise InputError(path, f"series {name!r}: point {i} must be [step, value]")
+        if depth(point) > MAX_DEPTH:
+            raise InputError(path, f"series {name!r}: point {i} is nested deeper than {MAX_DEPTH} levels")
         try:
             steps.append(decode_value(point[0]))
             values.append(decode_value(point[1]))
@@ -204,61 +218,127 @@ def _load_miles(path: Path, doc: dict[str, Any]) -> Standard:
 # --- writing -------------------------------------------------------------------------
 
 
+def _new_file_mode(path: Path) -> int:
+    """The mode a replaced file keeps, else what the user's umask gives a new file."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
+
+
+def _os_error(path: Path, exc: OSError, doing: str) -> InputError:
+    return InputError(path, f"cannot {doing}: {exc.strerror or exc}")
+
+
 def write_atomic(path: str | Path, text: str, *, overwrite: bool) -> None:
     """Write ``text`` to ``path`` via a temporary file and a rename: readers never see half.
 
     Without ``overwrite`` an existing file is never replaced (``UsageError``), also when
     another process created it in the meantime (the final step is a hard link, which
-    fails if the name exists).
+    fails if the name exists). A replaced symlink's target is written, not the link; a
+    replaced file keeps its mode, a new one gets the user's umask. Any OS error (read-only
+    dir, full disk, a parent that is a file) is an ``InputError`` and leaves the old file
+    as it was.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if overwrite and path.is_symlink():
+        path = Path(os.path.realpath(path))
+    created = _make_parents(path)
+    tmp = None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if overwrite:
-            os.replace(tmp, path)
-        else:
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                raise UsageError("exists; pass --update to replace it", path) from None
-            os.unlink(tmp)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                os.fchmod(fh.fileno(), _new_file_mode(path))
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            if overwrite:
+                os.replace(tmp, path)
+            else:
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    raise UsageError("exists; pass --update to replace it", path) from None
+                os.unlink(tmp)
+        except OSError as exc:
+            raise _os_error(path, exc, "write the file") from None
+    except BaseException:
+        _remove_empty(created)
+        raise
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _make_parents(path: Path) -> list[Path]:
+    """Create the missing parent dirs of ``path``; return those created (deepest last)."""
+    missing = []
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    missing.reverse()
+    try:
+        for folder in missing:
+            folder.mkdir()
+    except FileExistsError as exc:
+        _remove_empty(missing)
+        raise InputError(path, f"cannot create {exc.filename}: a file is in the way") from None
+    except OSError as exc:
+        _remove_empty(missing)
+        raise _os_error(path, exc, f"create {exc.filename or path.parent}") from None
+    return missing
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove dirs we created if they are still empty (deepest first)."""
+    for folder in reversed(folders):
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 @contextmanager
 def standard_lock(path: str | Path) -> Iterator[Path]:
     """Hold ``PATH.lock`` while recording, so two records of one standard cannot race.
 
-    A lock left by a process that no longer exists is taken over.
+    A lock left by a process that no longer exists is taken over. Dirs created for the
+    lock are removed again if nothing was written into them.
     """
+    path = Path(path)
     lock = Path(str(path) + ".lock")
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            holder = _lock_holder(lock)
-            if holder is not None and _alive(holder):
-                raise UsageError(
-                    f"another 'detaudit record' of this standard is running (pid {holder}; lock {lock})", path
-                ) from None
+    created = _make_parents(lock)
+    try:
+        for _ in range(2):
             try:
-                lock.unlink()
-            except FileNotFoundError:
-                pass
-            continue
-        with os.fdopen(fd, "w") as fh:
-            fh.write(f"{os.getpid()}\n")
-        break
-    else:
-        raise UsageError(f"could not take the lock {lock}", path)
+                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                holder = _lock_holder(lock)
+                if holder is not None and _alive(holder):
+                    raise UsageError(
+                        f"another 'detaudit record' of this standard is running (pid {holder}; lock {lock})", path
+                    ) from None
+                try:
+                    lock.unlink()
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    raise _os_error(lock, exc, "remove a stale lock") from None
+                continue
+            except OSError as exc:
+                raise _os_error(lock, exc, "create the lock") from None
+            with os.fdopen(fd, "w") as fh:
+                fh.write(f"{os.getpid()}\n")
+            break
+        else:
+            raise UsageError(f"could not take the lock {lock}", path)
+    except BaseException:
+        _remove_empty(created)
+        raise
     try:
         yield lock
     finally:
@@ -267,6 +347,7 @@ def standard_lock(path: str | Path) -> Iterator[Path]:
                 lock.unlink()
         except FileNotFoundError:
             pass
+        _remove_empty(created)
 
 
 def _lock_holder(lock: Path) -> int | None:

@@ -1,39 +1,64 @@
-"""``detaudit verify``: the CI gate. One run (or an existing JSONL) against a standard."""
+"""``detaudit verify``: the CI gate. One run (or an existing JSONL) against a standard.
+
+Fail closed: PASSED only when a standard recorded on this runner class, with at least one
+series, matches every one of its series. A standard for another runner class is
+NOT VERIFIED (exit 1) unless the caller allows other runners (then SKIPPED).
+"""
 
 from __future__ import annotations
 
 import glob
-import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from detaudit.card import Card, load_card, standard_path
+from detaudit.cluster import runner_mismatch
 from detaudit.compare import PairDivergence, SeriesData, compare_series
 from detaudit.errors import InputError, UsageError
+from detaudit.exclusion import Exclusion
 from detaudit.metrics import read_metrics
-from detaudit.provenance import detect_environment, provenance_differences
-from detaudit.record import exclusion_for, make_specs, resolve_runner
-from detaudit.runner import RunState, run_batch
+from detaudit.plan import (
+    EnvHook,
+    Executor,
+    environment_for,
+    execute,
+    exclusion_for,
+    finish,
+    make_plan,
+    missing_metrics,
+    no_metrics_error,
+    resolve_runner,
+    standards_of_card,
+)
+from detaudit.provenance import detect_environment, package_differences, provenance_differences
+from detaudit.runner import RunState, interrupts_as_exceptions
 from detaudit.standard import Standard, load_standard
 
 
 @dataclass
 class VerifyResult:
-    """``status``: passed, failed, skipped (runner class differs), run-failed."""
+    """``status``: passed; failed; run-failed; empty-standard (it has no series, so proves
+    nothing); not-verified (the standard is for another runner class); skipped (the same,
+    with other runners allowed); runner-mismatch (a --cluster run landed on another runner
+    class than the probe that chose the standard)."""
 
     status: str
-    standard_path: Path | None  # None: a --cluster run that failed before its runner class was known
+    standard_path: Path
     standard: Standard | None = None
     failures: list[tuple[str, PairDivergence]] = field(default_factory=list)
     compared: int = 0
     extra_series: list[str] = field(default_factory=list)  # in the run, not in the standard
     runner_here: list[str] | None = None
     runner_standard: list[str] | None = None
-    provenance: list[str] = field(default_factory=list)  # how this environment differs
+    other_classes: list[list[str]] = field(default_factory=list)  # classes that have a standard of the card
+    provenance: list[str] = field(default_factory=list)  # how this environment differs (on failure)
+    package_changes: list[str] = field(default_factory=list)  # package versions that differ, even on a pass
     run: RunState | None = None
     metrics_path: Path | None = None
+    workdir: Path | None = None
+    workdir_removed: bool = False
 
     @property
     def ok(self) -> bool:
@@ -45,18 +70,25 @@ def verify(
     *,
     metrics: str | Path | None = None,
     standard: str | Path | None = None,
-    strict_runner: bool = False,
+    allow_other_runner: bool = False,
+    strict_runner: bool | None = None,
     step_key: str | None = None,
     extra_args: tuple[str, ...] = (),
     workdir: str | Path | None = None,
+    executor: Executor | None = None,
+    env_hooks: Sequence[EnvHook] = (),
     cluster: str | None = None,
     on_update: Callable[[list[RunState]], None] | None = None,
 ) -> VerifyResult:
-    """Compare one run with a standard; see the module doc of ``detaudit.cli`` for exits.
+    """Compare one run with a standard; see the module doc for what passes.
 
-    With ``cluster`` (a Ray job server address) the run is a Ray job; its runner class and
-    environment are the ones its node reports, and they pick the standard.
+    ``strict_runner`` is the older spelling: True is the default behaviour, False the same
+    as ``allow_other_runner=True``.
     """
+    if strict_runner is not None:
+        if strict_runner and allow_other_runner:
+            raise UsageError("--strict-runner and --allow-other-runner contradict each other")
+        allow_other_runner = not strict_runner
     if card_path is None and metrics is None:
         raise UsageError("give a CARD to run, or --metrics RUN.jsonl")
     if card_path is None and standard is None:
@@ -64,49 +96,65 @@ def verify(
     card: Card | None = load_card(card_path) if card_path is not None else None
     info: dict[str, Any] | None = None
     here: list[str] | None = None
-    cluster_run: RunState | None = None
-    if card is not None and metrics is None and cluster is not None:
-        from detaudit.cluster import run_jobs
+    if card is not None and cluster is not None and metrics is None:
+        from detaudit.cluster import ClusterExecutor
 
-        spec = make_specs(card, 1, _base_dir(card, workdir), extra_args)[0]
-        cluster_run = run_jobs(card, Path(card_path), [spec], cluster, extra_args=extra_args, on_update=on_update)[0]
-        if not cluster_run.ok:
-            return VerifyResult("run-failed", Path(standard) if standard is not None else None, run=cluster_run)
-        info, here = cluster_run.environment or {}, cluster_run.runner_class
-        metrics = spec.metrics_path
+        executor = ClusterExecutor(card, card_path, cluster, extra_args)  # type: ignore[arg-type]
+        with interrupts_as_exceptions():
+            info, here = executor.probe()
     elif card is not None:
-        info = detect_environment()
+        info = environment_for(card)
         here = resolve_runner(card, info)
-    path = Path(standard) if standard is not None else standard_path(card, here)  # type: ignore[arg-type]
-    if standard is None and card is not None and not path.exists():
-        # No standard for this runner class: one recorded on another class means SKIPPED.
-        others = sorted(Path(card.standards_dir).glob(f"{glob.escape(card.name)}.*.json"))
-        if others:
-            other = load_standard(others[0])
-            return VerifyResult("skipped", others[0], other, runner_here=here, runner_standard=other.runner_class)
-        raise InputError(path, f"no standard for card {card.name!r} (record one with `detaudit record {card.path}`)")
+    if standard is not None:
+        path = Path(standard)
+    else:
+        assert card is not None and here is not None
+        path = standard_path(card, here)
+        if not path.exists():
+            others = standards_of_card(card)
+            if not others:
+                raise InputError(path, f"no standard for card {card.name!r} (record one with `detaudit record {card.path}`)")
+            first_path, first = others[0]
+            return VerifyResult(
+                "skipped" if allow_other_runner else "not-verified", first_path, first, runner_here=here,
+                runner_standard=first.runner_class, other_classes=[s.runner_class or [] for _, s in others],
+            )
     std = load_standard(path)
-    result = VerifyResult("passed", path, std, runner_here=here, runner_standard=std.runner_class, run=cluster_run)
+    result = VerifyResult("passed", path, std, runner_here=here, runner_standard=std.runner_class)
     if here is not None and std.runner_class is not None and here != std.runner_class:
-        result.status = "skipped"
+        result.status = "skipped" if allow_other_runner else "not-verified"
+        result.other_classes = [std.runner_class]
         return result
+    if not std.series:
+        result.status = "empty-standard"
+        return result
+    plan = None
     if metrics is None:
-        assert card is not None
-        base = _base_dir(card, workdir)
-        spec = make_specs(card, 1, base, extra_args)[0]
-        state = run_batch([spec], on_update=on_update)[0]
+        assert card is not None and info is not None
+        with interrupts_as_exceptions():
+            plan = make_plan(card, 1, environment=info, workdir=workdir, extra_args=extra_args,
+                             env_hooks=env_hooks, label="verify")
+            result.workdir = plan.workdir
+            state = execute(plan, executor=executor, on_update=on_update)[0]
         result.run = state
         if not state.ok:
             result.status = "run-failed"
             return result
-        metrics = spec.metrics_path
+        if here is not None and runner_mismatch([state], here):
+            result.status = "runner-mismatch"
+            return result
+        info = getattr(state, "environment", None) or info
+        if missing_metrics(plan):
+            raise no_metrics_error(plan, plan.specs[0])
+        metrics = plan.specs[0].metrics_path
     result.metrics_path = Path(metrics)
     default_step_key = step_key or (card.step_key if card else None)
+    # The standard's series are always compared, whatever the exclude patterns say.
+    keep = tuple(glob.escape(name) for name in std.series)
+    exclusion = exclusion_for(card, include=keep) if card is not None else Exclusion(include=keep)
     with warnings.catch_warnings():
         warnings.simplefilter("always")
-        # The standard's series are always compared, whatever the exclude patterns say.
-        keep = tuple(glob.escape(name) for name in std.series)
-        run = read_metrics(metrics, default_step_key=default_step_key, exclusion=exclusion_for(card, include=keep))
+        run = read_metrics(metrics, default_step_key=default_step_key, exclusion=exclusion)
     lenient = std.format == "miles"
     for name, expected in sorted(std.series.items()):
         actual = SeriesData.from_run(run, run.series[name]) if name in run.series else None
@@ -115,12 +163,12 @@ def verify(
             result.failures.append((name, divergence))
     result.compared = len(std.series)
     result.extra_series = sorted(n for n in run.series if n not in std.series and n not in std.dropped)
+    if info is not None:  # a run of the card here: its packages against the standard's
+        result.package_changes = package_differences(std.runner, info)
     if result.failures:
         result.status = "failed"
         current = info if info is not None else detect_environment()
-        result.provenance = provenance_differences(std.runner, current)
+        result.provenance = provenance_differences(std.runner, current) + package_differences(std.runner, current)
+    if plan is not None:
+        result.workdir_removed = finish(plan, passed=result.ok)
     return result
-
-
-def _base_dir(card: Card, workdir: str | Path | None) -> Path:
-    return Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"detaudit-verify-{card.name}-"))

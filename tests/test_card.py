@@ -34,7 +34,8 @@ pythonpath = [".."]
 """)
     c = load_card(path)
     assert (c.name, c.timeout_s, c.runner, c.gpus_per_run, c.step_key) == ("x", 12.5, ("h200", "1gpu"), 1, "it")
-    assert standard_path(c, list(c.runner)) == Path("standards/x.h200-1gpu.json")
+    # No pyproject.toml or .git above a tmp dir: a relative standards_dir is under the card's folder.
+    assert standard_path(c, list(c.runner)) == tmp_path / "standards" / "x.h200-1gpu.json"
     wd, metrics = tmp_path / "w", tmp_path / "w" / "m.jsonl"
     argv = run_argv(c, wd, metrics, ("--extra",), python="/py")
     assert argv == ["/py", "-m", "pkg", "--out", str(metrics), "--extra"]

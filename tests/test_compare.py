@@ -11,6 +11,7 @@ from conftest import run_cli, write_jsonl
 from detaudit.compare import classify, diff_runs
 from detaudit.floats import same_value, ulp_distance
 from detaudit.metrics import read_metrics
+from detaudit.report import root_summary
 
 BASE = [
     '{"step_key": "rollout/step", "rollout/step": 0, "rollout/r": 0.5, "rollout/n": 8}',
@@ -40,7 +41,7 @@ def test_identical_runs(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("index", "old", "new", "series", "kind"),
     [
-        (2, '"rollout/r": 0.625', '"rollout/r": 0.6250000000000001', "rollout/r", "ulp"),
+        (2, '"rollout/r": 0.625', '"rollout/r": 0.6250000000000001', "rollout/r", "close"),
         (2, '"rollout/r": 0.625', '"rollout/r": 0.75', "rollout/r", "value"),
         (3, '"train/g": 2.0', '"train/g": NaN', "train/g", "nan"),
         (1, '"train/g": NaN', '"train/g": 0.5', "train/g", "nan"),
@@ -78,7 +79,8 @@ def test_root_divergence_names_what_was_identical_before(tmp_path: Path) -> None
     assert report.root is not None
     assert (report.root.series, report.root.step, report.root.line) == ("train/loss", 1.0, 2)
     assert report.root.identical_through == {"rollout/step": 0}
-    assert "rollout/step through 0" in report.root.summary and "train/loss" in report.root.summary
+    summary = root_summary(report.root)
+    assert "rollout/step through 0" in summary and "train/loss" in summary
     assert [m.series for m in report.mismatched] == ["train/loss", "rollout/r"]  # emission order
 
 
@@ -96,7 +98,7 @@ def test_float_helpers() -> None:
     assert ulp_distance(1.0, 1.0000000000000002) == 1
     assert ulp_distance(-0.0, 0.0) == 0
     assert ulp_distance(-5e-324, 5e-324) == 2
-    assert classify(1.0, 1.0 + 1e-9) == "ulp" and classify(1.0, 1.001) == "value"
+    assert classify(1.0, 1.0 + 1e-9) == "close" and classify(1.0, 1.001) == "value"
     assert classify(float("inf"), 1.0) == "value" and classify("a", "b") == "value"
 
 
@@ -123,7 +125,7 @@ def test_cli_table_report_and_exit_codes(tmp_path: Path) -> None:
     result = run_cli("diff", str(a), str(b))
     assert result.code == 1
     assert "4 / 5 identical, 1 mismatched" in result.out
-    assert "ulp" in result.out and "0.6250000000000001" in result.out and "root divergence" in result.out
+    assert "close (rel <= 1e-06)" in result.out and "0.6250000000000001" in result.out and "root divergence" in result.out
     assert run_cli("diff", str(a), str(b)).out == result.out
     assert run_cli("diff", str(a)).code == 2
     excluded = run_cli("diff", "--exclude", "rollout/*", str(a), str(b))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import ray
@@ -60,22 +61,46 @@ def test_prompts_per_rollout_are_a_pure_function() -> None:
     assert rollout_prompts(prompts, 3, 4, 42) != rollout_prompts(prompts, 4, 4, 42)
 
 
-def test_committed_standard_verifies() -> None:
-    result = run_cli("verify", str(CARD), cwd=REPO)
+def _runner_class_here() -> list[str]:
+    result = run_cli("env", "--json", str(CARD), cwd=REPO)
     assert result.code == 0, result.text
-    assert "PASSED: 20 metric series match" in result.out or "SKIPPED" in result.out
+    return json.loads(result.out)["runner_class"]
 
 
-def test_record_agrees_with_nan_points_and_unseeded_manager_refuses(tmp_path: Path) -> None:
+def test_standard_holds_on_this_machine_and_unseeded_manager_refuses(tmp_path: Path) -> None:
+    """The CI gate on whatever CPU CI runs on, never a silent skip.
+
+    Bits of the tiny recipe differ between CPU models (docs/standards-across-machines.md), so
+    a committed standard binds one runner class. Three runs recorded here must agree (the recipe
+    is deterministic on this machine); where a standard is committed for this class, the runs
+    must equal it and `verify` must pass against it; where none is, `verify` must refuse to call
+    the committed standards of other classes a pass, and a fresh run must pass against the
+    three recorded here. Either way the test says which standard it compared against.
+    """
+    here = _runner_class_here()
     out = tmp_path / "std.json"
-    result = run_cli("record", str(CARD), "--runs", "2", "--parallel", "2", "--out", str(out), cwd=REPO)
+    result = run_cli("record", str(CARD), "--runs", "3", "--parallel", "2", "--out", str(out), cwd=REPO)
     assert result.code == 0, result.text
     doc = json.loads(out.read_text())
+    assert doc["runner"]["class"] == here
     assert len(doc["series"]) == 20 and ROLLOUT_KEYS | TRAIN_KEYS == set(doc["series"])
     assert doc["series"]["train/grad_norm"]["points"][0] == [1, {"float": "NaN"}]  # step 1 overflows, as in the real run
-    committed = REPO / "standards" / "sd3_pickscore_nft.cpu-avx512.json"
-    if doc["runner"]["class"] == ["cpu", "avx512"]:
+    committed = REPO / "standards" / f"sd3_pickscore_nft.{'-'.join(here)}.json"
+    if committed.exists():
         assert json.loads(committed.read_text())["series"] == doc["series"]
+        verified = run_cli("verify", str(CARD), cwd=REPO)
+        compared = f"committed standard {committed.name}"
+    else:
+        others = sorted(p.name for p in (REPO / "standards").glob("sd3_pickscore_nft.cpu-*.json"))
+        assert others, "no committed CPU standard at all"
+        refused = run_cli("verify", str(CARD), "--metrics", str(tmp_path / "none.jsonl"), cwd=REPO)
+        assert refused.code != 0  # nothing here may pass against another class's standard
+        verified = run_cli("verify", str(CARD), "--standard", str(out), cwd=REPO)
+        compared = (f"3 runs recorded on this machine (runner class {'-'.join(here)}; committed standards "
+                    f"are for other classes: {', '.join(others)})")
+        warnings.warn(f"sd3_pickscore_nft verified against {compared}", stacklevel=1)
+    assert verified.code == 0, verified.text
+    assert "PASSED: 20 metric series match" in verified.out, compared
     bad = run_cli("record", str(CARD), "--runs", "2", "--parallel", "2", "--out", str(tmp_path / "bad.json"),
                   "--", "--no-seed-rollout-manager", cwd=REPO)
     assert bad.code == 1 and not (tmp_path / "bad.json").exists()
@@ -84,25 +109,50 @@ def test_record_agrees_with_nan_points_and_unseeded_manager_refuses(tmp_path: Pa
 
 
 def test_real_loading_code_reads_local_directories(tmp_path: Path) -> None:
-    """--model-path and --pickscore-path load with local_files_only; tiny models saved here stand in."""
+    """--model-path and --pickscore-path load with local_files_only; tiny models saved here stand in.
+
+    What the loading code owns is compared bit for bit: every weight and buffer, and the token
+    ids. The forward outputs of the two copies are compared closely, not bitwise: on an AMD
+    EPYC Zen 4 they were not bit-identical. The copies sit at other addresses, and MKL promises
+    equal results only for equally aligned data (its "conditional numerical reproducibility");
+    that is the likely cause, not measured on that machine.
+    """
     from recipes.diffusion_nft.models import build_pickscore, build_pipeline
     from recipes.diffusion_nft.reward import PickScore
 
     built = build_pipeline("tiny", 0)
     built.save_pretrained(tmp_path / "sd3")
     loaded = build_pipeline("tiny", 0, model_path=str(tmp_path / "sd3"))
+    for name in ("transformer", "vae", "text_encoder", "text_encoder_2", "text_encoder_3"):
+        a, b = getattr(built, name), getattr(loaded, name)
+        if a is None:
+            assert b is None, name
+            continue
+        sa, sb = a.state_dict(), b.state_dict()
+        assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa), name
+    for name in ("tokenizer", "tokenizer_2", "tokenizer_3"):
+        a, b = getattr(built, name), getattr(loaded, name)
+        if a is not None:
+            assert a("a red fox").input_ids == b("a red fox").input_ids, name
     encode = lambda pipe: pipe.encode_prompt(["a red fox"], None, None, do_classifier_free_guidance=False,  # noqa: E731
                                              max_sequence_length=77)
-    assert all(torch.equal(a, b) for a, b in zip(encode(built), encode(loaded)) if a is not None)
+    for a, b in zip(encode(built), encode(loaded)):
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     processor, model = build_pickscore("tiny", 0)
     processor.save_pretrained(tmp_path / "processor")
     model.save_pretrained(tmp_path / "pickscore")
     processor2, model2 = build_pickscore("tiny", 0, str(tmp_path / "pickscore"), str(tmp_path / "processor"))
-    images = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)
+    sa, sb = model.state_dict(), model2.state_dict()
+    assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+    images = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     prompts = ["a red fox", "a cat"]
+    assert torch.equal(processor(text=prompts, padding=True, return_tensors="pt")["input_ids"],
+                       processor2(text=prompts, padding=True, return_tensors="pt")["input_ids"])
     before = PickScore(processor, model, torch.device("cpu"))(images, prompts)
     after = PickScore(processor2, model2, torch.device("cpu"))(images, prompts)
-    assert torch.equal(before, after) and before.shape == (2,)
+    assert before.shape == (2,)
+    torch.testing.assert_close(before, after, rtol=1e-5, atol=1e-6)
 
 
 def test_two_fsdp_ranks_on_gloo(tmp_path: Path) -> None:

@@ -111,24 +111,40 @@ def test_miles_format_record_and_verify(toy_card: Path, tmp_path: Path) -> None:
     assert bad.code == 1 and "train/loss: missing in the run" in bad.out
 
 
-def test_verify_skips_on_another_runner_class(toy_card: Path, tmp_path: Path) -> None:
+def test_verify_on_another_runner_class_is_not_verified(toy_card: Path, tmp_path: Path) -> None:
     assert run_cli("record", str(toy_card), "--runs", "2").code == 0
     other = write_card(tmp_path / "other.toml")
     other.write_text(other.read_text().replace('runner = ["cpu", "test"]', 'runner = ["h200", "1gpu"]'))
     result = run_cli("verify", str(other), "--standard", str(standard_of(toy_card)))
-    assert result.code == 0 and "SKIPPED: runner class h200-1gpu differs from the standard's cpu-test" in result.out
+    assert result.code == 1, result.text
+    assert "NOT VERIFIED: no standard for runner class h200-1gpu (standards exist for cpu-test" in result.out
     strict = run_cli("verify", str(other), "--standard", str(standard_of(toy_card)), "--strict-runner")
-    assert strict.code == 1
+    assert strict.code == 1 and "NOT VERIFIED" in strict.out  # the old flag stays accepted: now the default
+    allowed = run_cli("verify", str(other), "--standard", str(standard_of(toy_card)), "--allow-other-runner")
+    assert allowed.code == 0 and "SKIPPED: no standard for runner class h200-1gpu" in allowed.out
+    both = run_cli("verify", str(other), "--strict-runner", "--allow-other-runner")
+    assert both.code == 2 and both.err.startswith("detaudit: error: ") and len(both.err.splitlines()) == 1
 
 
-def test_verify_finds_the_standard_of_another_class_and_skips(toy_card: Path, tmp_path: Path) -> None:
+def test_verify_finds_the_standard_of_another_class_by_exact_name(toy_card: Path, tmp_path: Path) -> None:
     assert run_cli("record", str(toy_card), "--runs", "2").code == 0
     other = write_card(tmp_path / "other.toml")
     other.write_text(other.read_text().replace('runner = ["cpu", "test"]', 'runner = ["h200", "1gpu"]'))
     result = run_cli("verify", str(other))
-    assert result.code == 0 and "SKIPPED: runner class h200-1gpu differs from the standard's cpu-test" in result.out
-    lonely = write_card(tmp_path / "lonely.toml", name="lonely")
-    missing = run_cli("verify", str(lonely))
+    assert result.code == 1 and "NOT VERIFIED: no standard for runner class h200-1gpu (standards exist for cpu-test" in result.out
+    allowed = run_cli("verify", str(other), "--allow-other-runner")
+    assert allowed.code == 0 and "SKIPPED" in allowed.out
+    # Card "to" must not take card "toy"'s standard, nor card "toy"'s "toy.v2" (glob "toy.*.json").
+    v2 = write_card(tmp_path / "v2.toml", name="toy.v2")
+    v2.write_text(v2.read_text().replace('runner = ["cpu", "test"]', 'runner = ["h200", "1gpu"]'))
+    assert run_cli("record", str(v2), "--runs", "2", "--allow-other-runner").code == 2  # not a record flag
+    (tmp_path / "standards" / "toy.v2.h200-1gpu.json").write_text(
+        standard_of(toy_card).read_text().replace('"name": "toy"', '"name": "toy.v2"')
+        .replace('["cpu", "test"]', '["h200", "1gpu"]'))
+    standard_of(toy_card).unlink()
+    lonely = run_cli("verify", str(toy_card), "--allow-other-runner")
+    assert lonely.code == 2 and "no standard for card 'toy'" in lonely.err, lonely.text
+    missing = run_cli("verify", str(write_card(tmp_path / "lonely.toml", name="lonely")))
     assert missing.code == 2 and "no standard for card 'lonely'" in missing.err
 
 
@@ -211,8 +227,9 @@ def test_gpu_slots() -> None:
 
 
 def test_concurrent_record_of_one_standard_fails_clearly(toy_card: Path) -> None:
-    first = subprocess.Popen([sys.executable, "-m", "detaudit", "record", str(toy_card), "--runs", "2", "--",
-                              "--sleep", "4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The first record holds the lock for at least 20 s (two runs at once), long past the second's start-up.
+    first = subprocess.Popen([sys.executable, "-m", "detaudit", "record", str(toy_card), "--runs", "2", "--parallel",
+                              "2", "--", "--sleep", "20"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lock = Path(str(standard_of(toy_card)) + ".lock")
     deadline = time.time() + 30
     while not lock.exists() and time.time() < deadline:

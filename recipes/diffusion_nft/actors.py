@@ -214,6 +214,7 @@ class TrainActor:
 
     def __init__(self, args: Any, rank: int, world_size: int, master_port: int) -> None:
         import torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         self.args = args
@@ -237,9 +238,12 @@ class TrainActor:
         for _, p in lora_parameters(model):
             p.requires_grad_(True)
         mp = MixedPrecisionPolicy(param_dtype=self.dtype, reduce_dtype=torch.float32)
+        # FSDP2's default mesh lives on whatever accelerator torch finds: on a GPU host with
+        # --device cpu it would move the shards to cuda:0. Name the run's device.
+        mesh = init_device_mesh(self.device.type, (world_size,))
         for block in model.transformer_blocks:
-            fully_shard(block, mp_policy=mp)
-        fully_shard(model, mp_policy=mp)
+            fully_shard(block, mesh=mesh, mp_policy=mp)
+        fully_shard(model, mesh=mesh, mp_policy=mp)
         self.model = model
         self.lora = lora_parameters(model)
         self.params = [p for _, p in self.lora]

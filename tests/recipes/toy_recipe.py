@@ -8,6 +8,9 @@ Not a mock of anything we ship: it stands in for a user's training command. Flag
   --sleep S        sleep S seconds before finishing (for timeouts and Ctrl-C)
   --spawn-child    leave a sleeping child process in the run's process group
   --steps N        rollouts (default 3)
+  --no-metrics     write no metrics file at all (a recipe that ignores DETAUDIT_METRICS_JSONL)
+  --ignore-term    ignore SIGTERM (so only SIGKILL ends the run's process group)
+  --only-perf      write only wall-clock perf/* series
 """
 
 import argparse
@@ -27,11 +30,18 @@ parser.add_argument("--fail-index", type=int)
 parser.add_argument("--sleep", type=float, default=0.0)
 parser.add_argument("--spawn-child", action="store_true")
 parser.add_argument("--steps", type=int, default=3)
+parser.add_argument("--no-metrics", action="store_true")
+parser.add_argument("--ignore-term", action="store_true")
+parser.add_argument("--only-perf", action="store_true")
 args = parser.parse_args()
 if args.fail_index is not None and os.environ.get("DETAUDIT_RUN_INDEX") == str(args.fail_index):
     args.fail, args.sleep = True, 0.0
+if args.ignore_term:
+    import signal
 
-path = os.environ["DETAUDIT_METRICS_JSONL"]
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # inherited by the child below
+
+path = os.devnull if args.no_metrics else os.environ["DETAUDIT_METRICS_JSONL"]
 started = time.time()
 rng = random.Random() if args.unseeded else random.Random(1234)
 if args.spawn_child:
@@ -46,6 +56,9 @@ with open(path, "w") as out:
         if args.reorder:
             random.Random().shuffle(order)
         mean = sum(rewards[i] for i in order) / 8
+        if args.only_perf:
+            out.write(json.dumps({"step_key": "rollout/step", "rollout/step": step, "perf/rollout_time": time.time()}) + "\n")
+            continue
         out.write(json.dumps({"step_key": "rollout/step", "rollout/step": step,
                               "rollout/reward/raw_mean": mean,
                               "rollout/reward/raw_num_samples": 8,

@@ -1,0 +1,273 @@
+"""From a card to metrics: the run plan that ``record`` and ``verify`` share.
+
+    card -> RunPlan (runner class, work dir, one RunSpec per run, exclusion)
+         -> an executor runs the specs (local process groups by default)
+         -> every run's metrics, read and checked to exist
+
+Two extension points, so that other ways of running plug in without touching
+record or verify:
+
+* ``executor``: any callable with the signature of ``local_executor`` (specs, parallel,
+  gpus_per_run, on_update -> final RunStates). A cluster executor (Ray jobs) passes one.
+* ``env_hooks``: callables that get each RunSpec and return extra environment variables
+  for that run; ``PYTHONPATH`` values are prepended to the run's PYTHONPATH, not replaced
+  (a trace bootstrap goes there).
+
+Run dirs are fresh: a plan refuses a work dir whose run dirs are not empty, so a run can
+never be judged by an earlier run's metrics. A work dir detaudit created itself is a
+temporary one; ``finish`` removes it when every run passed and keeps it otherwise.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence
+
+from detaudit.card import DEFAULT_METRICS_ENV, Card, probe_env, run_argv, run_env, standard_file_name
+from detaudit.errors import InputError, UsageError
+from detaudit.exclusion import Exclusion
+from detaudit.metrics import MetricsRun, read_metrics_many
+from detaudit.provenance import detect_environment, runner_class
+from detaudit.runner import RunSpec, RunState, gpu_slots, run_batch
+from detaudit.standard import Standard, load_standard
+
+EnvHook = Callable[[RunSpec], dict[str, str]]
+
+
+class Executor(Protocol):
+    def __call__(
+        self,
+        specs: Sequence[RunSpec],
+        *,
+        parallel: int,
+        gpus_per_run: int,
+        on_update: Callable[[list[RunState]], None] | None,
+    ) -> list[RunState]: ...
+
+
+def local_executor(
+    specs: Sequence[RunSpec],
+    *,
+    parallel: int = 1,
+    gpus_per_run: int = 0,
+    on_update: Callable[[list[RunState]], None] | None = None,
+) -> list[RunState]:
+    """Run the specs as local processes, each in its own process group (``runner.run_batch``)."""
+    slots = gpu_slots(gpus_per_run, parallel)
+    return run_batch(specs, parallel=parallel, gpu_sets=slots, on_update=on_update)
+
+
+def exclusion_for(card: Card | None, exclude: Sequence[str] = (), include: Sequence[str] = ()) -> Exclusion:
+    """The card's exclude/include patterns plus the command line's."""
+    return Exclusion(
+        card=card.exclude if card else (),
+        cli=tuple(exclude),
+        include=tuple(include) + (card.include if card else ()),
+    )
+
+
+def environment_for(card: Card, parallel: int = 1) -> dict[str, Any]:
+    """The environment as one run of ``card`` sees it: probed in the recipe's interpreter with
+    the card's environment and the GPU set the first run would get."""
+    slots = gpu_slots(card.gpus_per_run, parallel)
+    return detect_environment(env=probe_env(card, slots[0] if slots else None))
+
+
+def resolve_runner(card: Card, info: dict[str, Any]) -> list[str]:
+    """The card's runner class if it names one, else the one detected here."""
+    return list(card.runner) if card.runner is not None else runner_class(info, card.gpus_per_run)
+
+
+def prepend_pythonpath(env: dict[str, str], paths: Sequence[str]) -> None:
+    """Put ``paths`` first on ``env``'s PYTHONPATH, keeping what was there."""
+    parts = [str(p) for p in paths]
+    if env.get("PYTHONPATH"):
+        parts.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+
+
+def _apply_hooks(spec: RunSpec, hooks: Sequence[EnvHook]) -> None:
+    for hook in hooks:
+        extra = dict(hook(spec))
+        pythonpath = extra.pop("PYTHONPATH", None)
+        spec.env.update(extra)
+        if pythonpath:
+            prepend_pythonpath(spec.env, pythonpath.split(os.pathsep))
+
+
+def make_specs(
+    card: Card,
+    count: int,
+    workdir: Path,
+    extra_args: Sequence[str] = (),
+    env_hooks: Sequence[EnvHook] = (),
+) -> list[RunSpec]:
+    """One RunSpec per run: ``workdir/runN`` as cwd, its log and its metrics path."""
+    specs = []
+    for i in range(count):
+        run_dir = workdir / f"run{i + 1}"
+        metrics = run_dir / "metrics.jsonl"
+        spec = RunSpec(
+            index=i,
+            argv=run_argv(card, run_dir, metrics, tuple(extra_args)),
+            env=run_env(card, run_dir, metrics, i),
+            workdir=run_dir,
+            log_path=run_dir / "run.log",
+            metrics_path=metrics,
+            timeout_s=card.timeout_s,
+        )
+        _apply_hooks(spec, env_hooks)
+        specs.append(spec)
+    return specs
+
+
+@dataclass
+class RunPlan:
+    """What will run: the card, the runner class, the runs' specs, and where they live."""
+
+    card: Card
+    runner_class: list[str]
+    environment: dict[str, Any]
+    workdir: Path
+    specs: list[RunSpec]
+    exclusion: Exclusion
+    temporary: bool  # detaudit made ``workdir`` (removed when every run passed)
+    extra_args: tuple[str, ...] = ()
+    states: list[RunState] = field(default_factory=list)
+
+
+def prepare_workdir(card: Card, workdir: str | Path | None, count: int, label: str) -> tuple[Path, bool]:
+    """The base dir of the runs, and whether detaudit created it.
+
+    A given ``workdir`` may exist, but its run dirs (``run1``..``runN``) must be absent or
+    empty: metrics left there by an earlier run must never count for this one.
+    """
+    if workdir is None:
+        return Path(tempfile.mkdtemp(prefix=f"detaudit-{label}-{card.name}-")), True
+    base = Path(workdir)
+    if base.exists() and not base.is_dir():
+        raise UsageError("--workdir is not a directory", base)
+    for i in range(count):
+        run_dir = base / f"run{i + 1}"
+        try:
+            used = run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir()))
+        except OSError as exc:
+            raise InputError(run_dir, f"cannot read run dir: {exc.strerror or exc}") from None
+        if used:
+            raise UsageError(
+                f"run dir {run_dir} is not empty (an earlier run's files?); give an empty --workdir or remove it",
+                base,
+            )
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(base, f"cannot create --workdir: {exc.strerror or exc}") from None
+    return base, False
+
+
+def make_plan(
+    card: Card,
+    count: int,
+    *,
+    environment: dict[str, Any],
+    workdir: str | Path | None = None,
+    extra_args: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    include: Sequence[str] = (),
+    env_hooks: Sequence[EnvHook] = (),
+    label: str = "run",
+) -> RunPlan:
+    """The plan for ``count`` runs of ``card`` (creates the work dir; starts nothing)."""
+    base, temporary = prepare_workdir(card, workdir, count, label)
+    return RunPlan(
+        card=card,
+        runner_class=resolve_runner(card, environment),
+        environment=environment,
+        workdir=base,
+        specs=make_specs(card, count, base, extra_args, env_hooks),
+        exclusion=exclusion_for(card, exclude, include),
+        temporary=temporary,
+        extra_args=tuple(extra_args),
+    )
+
+
+def execute(
+    plan: RunPlan,
+    *,
+    parallel: int = 1,
+    executor: Executor | None = None,
+    on_update: Callable[[list[RunState]], None] | None = None,
+) -> list[RunState]:
+    """Run every spec of the plan with ``executor`` (default: local process groups)."""
+    run = executor or local_executor
+    plan.states = run(plan.specs, parallel=parallel, gpus_per_run=plan.card.gpus_per_run, on_update=on_update)
+    return plan.states
+
+
+def missing_metrics(plan: RunPlan) -> list[RunSpec]:
+    """Specs of runs that finished without writing their metrics file."""
+    return [spec for spec in plan.specs if not spec.metrics_path.is_file()]
+
+
+def no_metrics_error(plan: RunPlan, spec: RunSpec) -> InputError:
+    """The error for a run that exited 0 but wrote no metrics, with the variables it was given."""
+    names = sorted({DEFAULT_METRICS_ENV, plan.card.metrics_env})
+    return InputError(
+        spec.metrics_path,
+        f"run {spec.index + 1} exited 0 but wrote no metrics here; the recipe must write its metrics JSONL to "
+        f"the path in ${' / $'.join(names)} (set `metrics_env` in {plan.card.path} if it reads another variable; "
+        f"log {spec.log_path})",
+    )
+
+
+def read_run_metrics(
+    plan: RunPlan,
+    *,
+    step_key: str | None = None,
+    exclusion: Exclusion | None = None,
+) -> list[MetricsRun]:
+    """Every run's metrics; ``InputError`` (with a hint) if a run wrote none."""
+    missing = missing_metrics(plan)
+    if missing:
+        raise no_metrics_error(plan, missing[0])
+    return read_metrics_many(
+        [s.metrics_path for s in plan.specs],
+        default_step_key=step_key or plan.card.step_key,
+        exclusion=exclusion or plan.exclusion,
+    )
+
+
+def finish(plan: RunPlan, passed: bool) -> bool:
+    """Remove a temporary work dir when every run passed; keep it (for its logs) otherwise.
+
+    Returns True when the work dir was removed. A work dir the user named is never removed.
+    """
+    if plan.temporary and passed:
+        shutil.rmtree(plan.workdir, ignore_errors=True)
+        return True
+    return False
+
+
+def standards_of_card(card: Card) -> list[tuple[Path, Standard]]:
+    """The standards of this card for any runner class, by exact name.
+
+    Files are found as ``<standards_dir>/<name>.*.json`` and kept only when the standard
+    inside names this card (so card ``ok`` never takes ``ok.v2.h200-1gpu.json``, the
+    standard of card ``ok.v2``). Files that do not load, and miles-format files (they carry
+    no name), are left out.
+    """
+    found = []
+    folder = card.standards_path
+    for path in sorted(folder.glob(f"{glob.escape(card.name)}.*.json")):
+        try:
+            std = load_standard(path)
+        except InputError:
+            continue
+        if std.name == card.name and path.name == standard_file_name(card, std.runner_class or []):
+            found.append((path, std))
+    return found
