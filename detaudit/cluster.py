@@ -45,7 +45,8 @@ from detaudit.runner import Interrupted, RunSpec, RunState, log_tail
 POLL_S = 0.5
 # On top of the card's timeout: runtime env set-up and the runner probe on the node.
 SETUP_GRACE_S = 120.0
-STOP_WAIT_S = 60.0  # Ray sends SIGTERM, then SIGKILL after RAY_JOB_STOP_WAIT_TIME_S (3 s)
+STOP_WAIT_S = 60.0
+SUBMIT_RETRY_S = 60.0  # a job server whose agent is not up yet says "try again later"  # Ray sends SIGTERM, then SIGKILL after RAY_JOB_STOP_WAIT_TIME_S (3 s)
 EXCLUDES = [".git/", ".venv/", "venv/", "__pycache__/", "*.pyc", ".pytest_cache/", ".detaudit/", "*.egg-info/"]
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 
@@ -257,20 +258,32 @@ def _submit(client: Any, state: JobState, card: Card, card_rel: str, token: str,
     # Named before it is sent: an interrupt during the request still knows what to stop.
     state.job_id = name
     try:
-        client.submit_job(
+        _with_retry(lambda: client.submit_job(
             entrypoint=f"python -m detaudit.cluster_job {encode_spec(job_spec)}",
             submission_id=name,
             runtime_env=runtime_env,
             entrypoint_num_cpus=card.cpus_per_run,
             entrypoint_num_gpus=card.gpus_per_run or None,
             metadata={"detaudit_card": card.name, "detaudit_batch": token, "detaudit_run": str(spec.index + 1)},
-        )
+        ))
     except Exception as exc:
         state.status = "failed"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(runtime_env["working_dir"], f"Ray did not accept job {name}: {first}") from None
     state.status = "pending"
     state.started = time.monotonic()
+
+
+def _with_retry(request: Callable[[], Any], wait_s: float = SUBMIT_RETRY_S) -> Any:
+    """``request()``, again while Ray answers that it is not ready yet (a head that just started)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return request()
+        except RuntimeError as exc:
+            if "try again later" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
 
 
 def _poll(client: Any, state: JobState, max_bytes: int) -> None:

@@ -70,13 +70,17 @@ def cluster() -> Iterator[str]:
 
         deadline = time.time() + 180
         while True:
-            try:
-                JobSubmissionClient(address).list_jobs()
+            try:  # up when it takes a job (its agent starts after the HTTP server)
+                ready = JobSubmissionClient(address).submit_job(entrypoint="true", entrypoint_num_cpus=0)
                 break
             except Exception:
                 if head.poll() is not None or time.time() > deadline:
                     raise RuntimeError(f"the Ray head did not start: {(temp / 'head.log').read_text()[-3000:]}")
                 time.sleep(1)
+        while str(JobSubmissionClient(address).get_job_status(ready)) not in ("SUCCEEDED", "FAILED"):
+            if time.time() > deadline:
+                raise RuntimeError("the Ray head's job server does not finish a trivial job")
+            time.sleep(1)
         yield address
     finally:
         head.send_signal(signal.SIGTERM)  # --block: ends every Ray process it started
