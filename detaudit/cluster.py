@@ -16,6 +16,10 @@ as ``http://head:8265``, or ``auto`` for the cluster this machine belongs to). A
 - sends back its metrics, log tail, environment and runner class as one framed,
   checksummed, size-bounded block in the job log (no shared filesystem needed).
 
+``ClusterExecutor`` plugs this into ``detaudit.plan``; its ``probe()`` job first reports the
+runner class of a node where the card's jobs go (so record and verify choose the standard
+before any run), and every run's own class is checked against it (``runner_mismatch``).
+
 Every job this batch submits is named ``detaudit-<card>-<token>-runN``. A failure, a
 timeout, Ctrl-C or SIGTERM stops those jobs, and only those, and waits until Ray reports
 each one stopped. ray is imported inside functions only: the tool starts without it.

@@ -139,6 +139,16 @@ def test_result_block_round_trip_and_bounds() -> None:
         decode_result(encode_result({"blob": os.urandom(4000).hex()}, "n1"), "n1", max_bytes=1000)
 
 
+def test_unreachable_cluster_and_bad_cpus_are_input_errors(tmp_path: Path) -> None:
+    card = write_card(tmp_path / "toy.toml")
+    result = run_cli("record", str(card), "--runs", "2", "--cluster", f"http://127.0.0.1:{free_port()}")
+    assert result.code == 2 and "cannot reach a Ray job server" in result.err, result.text
+    assert result.err.count("\n") == 1 and "Traceback" not in result.err
+    bad = write_card(tmp_path / "bad.toml", extra="cpus_per_run = 0\n")
+    result = run_cli("verify", str(bad), "--cluster", "http://127.0.0.1:9")
+    assert result.code == 2 and f"{bad}:6: cpus_per_run: must be a positive number" in result.err, result.text
+
+
 def test_toy_record_on_cluster_equals_local_record(cluster: str, tmp_path: Path) -> None:
     card = write_card(tmp_path / "toy.toml", name="toycl")
     std = tmp_path / "standards" / "toycl.cpu-test.json"
