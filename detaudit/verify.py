@@ -93,6 +93,8 @@ def verify(
         raise UsageError("give a CARD to run, or --metrics RUN.jsonl")
     if card_path is None and standard is None:
         raise UsageError("--metrics without a CARD needs --standard FILE")
+    if cluster is not None and metrics is not None:
+        raise UsageError("--cluster runs the card; with --metrics nothing runs")
     card: Card | None = load_card(card_path) if card_path is not None else None
     info: dict[str, Any] | None = None
     here: list[str] | None = None

@@ -147,6 +147,10 @@ def test_unreachable_cluster_and_bad_cpus_are_input_errors(tmp_path: Path) -> No
     bad = write_card(tmp_path / "bad.toml", extra="cpus_per_run = 0\n")
     result = run_cli("verify", str(bad), "--cluster", "http://127.0.0.1:9")
     assert result.code == 2 and f"{bad}:6: cpus_per_run: must be a positive number" in result.err, result.text
+    metrics = tmp_path / "m.jsonl"
+    metrics.write_text('{"a": 1}\n')
+    result = run_cli("verify", str(card), "--metrics", str(metrics), "--cluster", "http://127.0.0.1:9")
+    assert result.code == 2 and "--cluster runs the card; with --metrics nothing runs" in result.err, result.text
 
 
 def test_toy_record_on_cluster_equals_local_record(cluster: str, tmp_path: Path) -> None:
