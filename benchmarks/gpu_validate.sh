@@ -3,6 +3,7 @@
 #   bash benchmarks/gpu_validate.sh A   # GPU standard (3 runs, 2 at a time) + seeded/unseeded pairs
 #   bash benchmarks/gpu_validate.sh B   # determinism overhead, cost at SD3.5-medium shapes, 100-rollout curve
 #   CURVE_ARGS="..." bash benchmarks/gpu_validate.sh C   # --attention any under determinism; cost; curve
+#   COMMIT=<sha> bash benchmarks/gpu_validate.sh D       # issue 16: attention probe + re-record (GPU 1), cost (GPU 0)
 # Results go to $OUT (or ./gpu-results) as <stage>.tar.gz plus <stage>.log.
 set -uo pipefail
 stage=${1:?stage A or B}
@@ -26,6 +27,18 @@ if [ "$stage" = A ]; then
     python3 -m detaudit diff "$work/$pair/run1/metrics.jsonl" "$work/$pair/run2/metrics.jsonl" --json > "$work/diff_$pair.json"
     python3 -m detaudit diff "$work/$pair/run1/metrics.jsonl" "$work/$pair/run2/metrics.jsonl" | tail -25
   done
+elif [ "$stage" = D ]; then
+  log "GPU 1: attention probe, then the 1-GPU standard (3 runs); GPU 0: benchmarks/gpu_cost.py (det, then not)"
+  ( CUDA_VISIBLE_DEVICES=1 timeout 120 python3 benchmarks/gpu_attention_probe.py --out "$out/probe.json" > "$work/probe.log" 2>&1
+    echo "probe exit $?" >> "$work/probe.log"
+    CUDA_VISIBLE_DEVICES=1 timeout 270 python3 -m detaudit record $card --runs 3 --workdir "$work/rec1" --out "$out/std_gpu.json" > "$work/rec1.log" 2>&1
+    echo "record exit $?" >> "$work/rec1.log" ) &
+  CUDA_VISIBLE_DEVICES=0 timeout 390 python3 benchmarks/gpu_cost.py --rollouts 3 --workdir "$work/cost" --out "$out/h200_cost.json" --commit "${COMMIT:-}" > "$work/cost.log" 2>&1
+  echo "cost exit $?"; wait
+  cat "$work/probe.log" "$work/cost.log"; tail -n 30 "$work/rec1.log"
+  log "the 2-GPU standard (3 runs)"
+  timeout ${GPU2_TIMEOUT:-200} python3 -m detaudit record recipes/sd3_pickscore_nft_gpu2.toml --runs 3 --workdir "$work/rec2" --out "$out/std_gpu2.json" > "$work/rec2.log" 2>&1
+  echo "record gpu2 exit $?"; tail -n 30 "$work/rec2.log"
 elif [ "$stage" = C ]; then
   log "--deterministic-mode with flash/mem-efficient attention allowed (--attention any): one run per GPU"
   common="--preset sd35m-shapes --rollouts 5 --prompts-per-rollout 2 --group-size 4 --precision bf16 --device cuda --deterministic-mode --attention any"

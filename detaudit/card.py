@@ -22,6 +22,7 @@ import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from detaudit.errors import InputError
 
@@ -50,6 +51,8 @@ class Card:
     description: str = ""
     pythonpath: tuple[str, ...] = ()
     standards_dir: str = "standards"
+    # runner class ("h100-1gpu") -> {"against": class, series glob -> {rtol, atol, max_ulps}}; see tolerance.py
+    approximate: dict[str, Any] = field(default_factory=dict)
 
     @property
     def card_dir(self) -> Path:
@@ -87,6 +90,7 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "description": ((str,), "a string"),
     "pythonpath": ((list,), "a list of paths"),
     "standards_dir": ((str,), "a path"),
+    "approximate": ((dict,), "a table of runner classes, each with tolerances per series glob"),
 }
 _REQUIRED = ("name", "command")
 
@@ -214,6 +218,7 @@ def load_card(path: str | Path) -> Card:
         description=data.get("description", ""),
         pythonpath=str_list("pythonpath"),
         standards_dir=data.get("standards_dir", "standards"),
+        approximate=dict(data.get("approximate", {})),
     )
 
 

@@ -175,6 +175,7 @@ def _print_jobs(console: Console, states: list[Any]) -> None:
 
 
 def _print_failed_run(console: Console, states: list[Any]) -> None:
+    from detaudit.report import stopped_jobs_message
     from detaudit.runner import log_tail
 
     for s in states:
@@ -182,10 +183,8 @@ def _print_failed_run(console: Console, states: list[Any]) -> None:
             why = f"exit code {s.returncode}" if s.status == "failed" else f"timed out after {s.spec.timeout_s:g}s"
             console.print(f"[red]\\[detaudit] run {s.spec.index + 1} {why}[/red]; log {escape(str(s.spec.log_path))}:")
             console.print(escape(log_tail(s.spec.log_path, 30)), markup=True)
-    from detaudit.report import stopped_jobs_message
-
     jobs = stopped_jobs_message(states)
-    if jobs is not None:
+    if jobs is not None:  # --cluster runs: the Ray jobs stopped, by id
         if jobs:
             console.print(f"\\[detaudit] {escape(jobs)}")
         return
@@ -213,13 +212,36 @@ def _workdir_note(console: Console, workdir: Path | None, removed: bool, ok: boo
 def _interrupted(console: Console, exc: KeyboardInterrupt, written: str) -> None:
     from detaudit.report import cluster_interrupted_message, interrupted_message
 
-    if getattr(exc, "stopped", None) is not None:
+    if getattr(exc, "stopped", None) is not None:  # a --cluster batch: the Ray jobs it stopped
         message = cluster_interrupted_message(getattr(exc, "signal_name", "SIGINT"), exc.stopped, written)  # type: ignore[attr-defined]
     else:
         message = interrupted_message(getattr(exc, "signal_name", "SIGINT"), getattr(exc, "states", []),
                                       getattr(exc, "repeated", False), written)
     console.print(f"[red]\\[detaudit] {escape(message)}[/red]")
     sys.exit(EXIT_FAIL)
+
+
+def _ci_reports(junit_xml: Path | None, title: str, cases: list[Any], headline: str) -> None:
+    """--junit-xml FILE, and the GitHub job summary when GITHUB_STEP_SUMMARY is set."""
+    from detaudit.ci import append_step_summary, summary_markdown, write_junit
+
+    if junit_xml is not None:
+        write_junit(junit_xml, title, cases)
+    append_step_summary(summary_markdown(title, cases, headline))
+
+
+def _warn_est_time(console: Console, card_path: Path | None, states: list[Any]) -> None:
+    """Warn when a run took longer than the card's est_time (suite plans read it)."""
+    if card_path is None:
+        return
+    from detaudit.card import load_card
+    from detaudit.report import est_time_warning
+    from detaudit.suite import over_estimate
+
+    card = load_card(card_path)
+    slowest = max((s.elapsed for s in states if s is not None and s.started is not None), default=None)
+    if slowest is not None and card.est_time is not None and over_estimate(card, slowest):
+        console.print(f"[yellow]\\[detaudit] warning: {escape(est_time_warning(card.name, card.est_time, slowest))}[/yellow]")
 
 
 @main.command(context_settings={"ignore_unknown_options": False})
@@ -231,15 +253,19 @@ def _interrupted(console: Console, exc: KeyboardInterrupt, written: str) -> None
 @click.option("--update", is_flag=True, help="Replace an existing standard, printing what changed.")
 @click.option("--no-write", is_flag=True, help="Compare the N runs and write nothing (no standard, no lock): a reproduction check.")
 @click.option("--allow-partial", is_flag=True, help="Record only the agreeing series; list the dropped ones in the file.")
-@click.option("--format", "fmt", type=click.Choice(["detaudit", "miles"]), default=None, help="Standard file format (default: the existing standard's, else detaudit).")
+@click.option("--format", "fmt", type=click.Choice(["detaudit", "miles", "megatron", "torchtitan", "nemo"]), default=None,
+              help="Standard file format (default: the existing standard's, else detaudit); exact, exit 2 where it cannot hold a value.")
+@click.option("--drop-nan-series", is_flag=True, help="With --format miles: leave out every series holding a NaN, naming each in meta.")
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Also exclude series matching GLOB.")
 @click.option("--include", multiple=True, metavar="GLOB", help="Compare series matching GLOB even if excluded.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Where run dirs go; its run dirs must be empty (default: a new temp dir, removed when every run passed).")
 @click.option("--cluster", metavar="ADDRESS", help="Run each run as a Ray job on this cluster (http://HEAD:8265, or auto).")
+@click.option("--junit-xml", type=click.Path(dir_okay=False, path_type=Path), help="Also write a JUnit XML report: one testcase per compared series.")
+@click.option("--no-doctor", is_flag=True, help="Skip the determinism preflight (detaudit doctor --no-ray) that runs first.")
 @handle_errors
 def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, out: Path | None, update: bool,
-           no_write: bool, allow_partial: bool, fmt: str | None, exclude: tuple[str, ...], include: tuple[str, ...],
-           workdir: Path | None, cluster: str | None) -> None:
+           no_write: bool, allow_partial: bool, fmt: str | None, drop_nan_series: bool, exclude: tuple[str, ...], include: tuple[str, ...],
+           workdir: Path | None, cluster: str | None, junit_xml: Path | None, no_doctor: bool) -> None:
     """Run CARD's command N times; write its standard only if all runs agree.
 
     CARD defaults to the embedded tiny CPU recipe (recipes/sd3_pickscore_nft.toml).
@@ -247,9 +273,9 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
     `detaudit record recipes/sd3_pickscore_nft.toml --no-write -- --no-seed-rollout-manager`.
     """
     from detaudit.record import record as run_record
-    from detaudit.report import change_lines, print_diff
+    from detaudit.report import print_diff, review_lines
 
-    if no_write and (update or out is not None or allow_partial or fmt is not None):
+    if no_write and (update or out is not None or allow_partial or fmt is not None or drop_nan_series):
         raise click.UsageError("--no-write writes nothing: it takes no --update, --out, --allow-partial or --format")
     card = card or default_card()
     out_console, err_console = _stdout(), _stderr()
@@ -257,6 +283,12 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
     nothing = "nothing written" if no_write else "no standard written"
 
     def on_start(base: Path, cls: list[str]) -> None:
+        if not no_doctor:  # the preflight, once the command is known to be valid: warnings, the runs decide
+            from detaudit.card import load_card
+            from detaudit.doctor import run_doctor
+            from detaudit.report import print_doctor
+
+            print_doctor(run_doctor(load_card(card), ray=False), err_console, only_failing=True)
         where = f" as Ray jobs on {cluster}" if cluster else ""
         err_console.print(f"\\[detaudit] runner class {'-'.join(cls)}; {runs} runs{escape(where)} in {base}")
 
@@ -264,12 +296,19 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
         with display:
             result = run_record(
                 card, runs=runs, parallel=parallel, out=out, update=update, allow_partial=allow_partial, fmt=fmt,
-                extra_args=extra_args, exclude=exclude, include=include, workdir=workdir, write=not no_write,
+                drop_nan_series=drop_nan_series, extra_args=extra_args, exclude=exclude, include=include, workdir=workdir, write=not no_write,
                 cluster=cluster, on_update=display.update, on_start=on_start,
             )
     except KeyboardInterrupt as exc:
         _interrupted(err_console, exc, nothing)
     _print_jobs(err_console, result.runs)
+    from detaudit.ci import cases_from_record
+
+    record_cases = cases_from_record(result, f"detaudit.record.{card.stem}")
+    failed = sum(1 for c in record_cases if not c.ok)
+    _ci_reports(junit_xml, f"detaudit record {card}", record_cases,
+                f"{result.status}: {len(record_cases) - failed} of {len(record_cases)} series identical across {runs} runs")
+    _warn_est_time(err_console, card, result.runs)
     if result.status == "run-failed":
         _print_failed_run(err_console, result.runs)
         err_console.print(f"[red]\\[detaudit] record failed: a run did not finish; {nothing}[/red]")
@@ -308,8 +347,10 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
         out_console.print(f"[yellow]\\[detaudit] --allow-partial: dropped {len(result.dropped)} disagreeing series:[/yellow]")
         for name, info in sorted(result.dropped.items()):
             out_console.print(f"  {escape(name)} ({info['kind']})")
-    if result.changes is not None:
-        for line in change_lines(result.changes):
+    for name in result.nan_dropped:
+        out_console.print(f"[yellow]\\[detaudit] --drop-nan-series: dropped {escape(name)} (holds NaN)[/yellow]")
+    if result.review is not None:  # what `detaudit standard diff OLD NEW` prints
+        for line in review_lines(result.review):
             out_console.print(f"\\[detaudit] update: {escape(line)}")
     out_console.print(
         f"[green]\\[detaudit] RECORDED: {n} metric series identical across {runs} runs -> {escape(str(result.standard_path))}[/green]"
@@ -322,21 +363,27 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
 @click.argument("card", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--metrics", type=click.Path(dir_okay=False, path_type=Path), help="Verify this metrics JSONL instead of running CARD.")
-@click.option("--standard", type=click.Path(dir_okay=False, path_type=Path), help="Standard file (default: from CARD and the runner class).")
+@click.option("--standard", type=click.Path(dir_okay=False, path_type=Path), help="Standard file, any format (detected); default: from CARD and the runner class.")
 @click.option("--allow-other-runner", is_flag=True, help="Exit 0 (SKIPPED), not 1 (NOT VERIFIED), when the only standard is for another runner class.")
 @click.option("--strict-runner", is_flag=True, help="Exit 1 when the runner class differs from the standard's (the default; kept for old scripts).")
 @click.option("--step-key", help="Step field for lines without a step_key.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Where the run dir goes; it must be empty (default: a new temp dir, removed when the run passed).")
 @click.option("--cluster", metavar="ADDRESS", help="Run the run as a Ray job on this cluster (http://HEAD:8265, or auto).")
+@click.option("--suite", metavar="NAME", help="Verify every card of suite NAME (cards in --cards): one table, one exit code.")
+@click.option("--cards", type=click.Path(file_okay=False, path_type=Path), default=Path("recipes"), show_default=True,
+              help="Folder of cards for --suite.")
+@click.option("--junit-xml", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write a JUnit XML report: one testcase per series (per card with --suite).")
 @handle_errors
 def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None, standard: Path | None,
            allow_other_runner: bool, strict_runner: bool, step_key: str | None, workdir: Path | None,
-           cluster: str | None) -> None:
+           cluster: str | None, suite: str | None, cards: Path, junit_xml: Path | None) -> None:
     """Check one run of CARD (or --metrics RUN.jsonl) against its standard, exactly.
 
     CARD defaults to the embedded tiny CPU recipe when neither CARD nor --metrics is given.
-    Reads detaudit and miles_diffusion standards. Exit 0 on PASSED (or SKIPPED with
-    --allow-other-runner), 1 on a mismatch, a failed run, or NOT VERIFIED (no standard for
+    Reads standards in any format, detected from the content (detaudit, miles, Megatron-LM,
+    TorchTitan, NeMo-RL). Exit 0 on PASSED (or PASSED (approximate) for a runner class the
+    card gives tolerances, or SKIPPED with --allow-other-runner), 1 on a mismatch, a failed run, or NOT VERIFIED (no standard for
     this runner class, or one with no series), 2 on bad input.
     """
     from detaudit.report import divergence_line
@@ -344,6 +391,11 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
 
     if strict_runner and allow_other_runner:
         raise click.UsageError("--strict-runner and --allow-other-runner contradict each other")
+    if suite is not None:
+        if card is not None or metrics is not None or standard is not None or extra_args or workdir is not None or cluster:
+            raise click.UsageError("--suite verifies the suite's cards: it takes no CARD, --metrics, --standard, --workdir, "
+                                   "--cluster or extra args")
+        _verify_suite(suite, cards, allow_other_runner, junit_xml)
     if card is None and metrics is None:
         card = default_card()
     out_console, err_console = _stdout(), _stderr()
@@ -355,6 +407,15 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
                                 on_update=display.update)
     except KeyboardInterrupt as exc:
         _interrupted(err_console, exc, "not verified")
+    from detaudit.ci import cases_from_verify
+    from detaudit.report import SUITE_STATUS, status_detail
+
+    label = card.stem if card is not None else Path(str(metrics)).stem
+    _ci_reports(junit_xml, f"detaudit verify {card or metrics}",
+                cases_from_verify(result, f"detaudit.verify.{label}", time_s=result.run.elapsed if result.run else 0.0),
+                f"{SUITE_STATUS.get(result.status, result.status)}: {status_detail(result.status, result)} ({result.standard_path})")
+    if metrics is None:
+        _warn_est_time(err_console, card, [result.run])
     path = escape(str(result.standard_path))
     here = "-".join(result.runner_here or [])
     if result.run is not None:
@@ -386,6 +447,13 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
         out_console.print("[red]\\[detaudit] FAILED: the run did not finish[/red]")
         _workdir_note(err_console, result.workdir, False, False)
         sys.exit(EXIT_FAIL)
+    if result.status == "approximate":
+        from detaudit.report import approximate_line
+
+        out_console.print(f"[yellow]\\[detaudit] PASSED (approximate, not identical): {escape(approximate_line(result))} "
+                          f"({path})[/yellow]")
+        _workdir_note(err_console, result.workdir, result.workdir_removed, True)
+        sys.exit(EXIT_OK)
     if result.status == "passed":
         out_console.print(f"[green]\\[detaudit] PASSED: {result.compared} metric series match {path}[/green]")
         if result.extra_series:
@@ -405,6 +473,168 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
             out_console.print("  " + escape(line))
     _workdir_note(err_console, result.workdir, result.workdir_removed, False)
     sys.exit(EXIT_FAIL)
+
+
+def _verify_suite(suite: str, cards_dir: Path, allow_other_runner: bool, junit_xml: Path | None) -> None:
+    from detaudit.ci import cases_from_suite
+    from detaudit.report import est_time_warning, print_suite
+    from detaudit.suite import find_cards, over_estimate, verify_suite
+
+    out_console, err_console = _stdout(), _stderr()
+    found = find_cards(cards_dir, suite)
+    total = len(found)
+
+    def on_card(card: Any) -> None:
+        index = found.index(card) + 1
+        err_console.print(f"\\[detaudit] suite {escape(suite)}: card {index}/{total} {escape(card.name)} ({escape(str(card.path))})")
+
+    display = RunDisplay(err_console, 1, f"detaudit verify --suite {suite}")
+    try:
+        with display:
+            result = verify_suite(found, suite=suite, allow_other_runner=allow_other_runner, on_card=on_card,
+                                  on_update=display.update)
+    except KeyboardInterrupt as exc:
+        _interrupted(err_console, exc, "not verified")
+    print_suite(result, out_console)
+    for o in result.outcomes:
+        run_time = o.run_elapsed
+        if run_time is not None and o.card.est_time is not None and over_estimate(o.card, run_time):
+            err_console.print(f"[yellow]\\[detaudit] warning: {escape(est_time_warning(o.card.name, o.card.est_time, run_time))}[/yellow]")
+    passed = sum(1 for o in result.outcomes if o.status == "passed")
+    _ci_reports(junit_xml, f"detaudit verify --suite {suite}", cases_from_suite(result),
+                f"{passed} of {len(result.outcomes)} cards passed")
+    sys.exit(result.exit_code)
+
+
+@main.command("plan")
+@click.option("--suite", metavar="NAME", help="Only the cards of this suite (default: every card).")
+@click.option("--cards", type=click.Path(file_okay=False, path_type=Path), default=Path("recipes"), show_default=True,
+              help="Folder of cards (*.toml).")
+@click.option("--budget", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="Exit 1 when the suite's total est_time exceeds SECONDS (or a card has no est_time).")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@handle_errors
+def plan(suite: str | None, cards: Path, budget: float | None, as_json: bool) -> None:
+    """List cards with est_time, GPUs and the suite total; check it against a CI time budget.
+
+    Exit 0 within the budget (or without one), 1 over it, 2 on bad input.
+    """
+    import json
+
+    from detaudit.report import plan_document, print_plan
+    from detaudit.suite import plan_suite
+
+    result = plan_suite(cards, suite, budget)
+    if as_json:
+        click.echo(json.dumps(plan_document(result), indent=2, sort_keys=True))
+    else:
+        print_plan(result, _stdout())
+    sys.exit(EXIT_FAIL if result.fits is False else EXIT_OK)
+
+
+@main.command()
+@click.argument("card", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--seed", default=1234, show_default=True, type=int, help="Seed the probe expects each process to be seeded with.")
+@click.option("--no-ray", is_flag=True, help="Skip the Ray worker probe.")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+@handle_errors
+def doctor(card: Path | None, seed: int, no_ray: bool, as_json: bool) -> None:
+    """Determinism preflight for each process of CARD's run, Ray workers included.
+
+    Checks deterministic algorithms, CUBLAS_WORKSPACE_CONFIG, cuDNN flags, TF32, NCCL_ALGO,
+    PYTHONHASHSEED, the allowed SDPA backends and per-process seeds, in the process as the
+    card's environment starts it, in the driver after determinism.enable(seed), and in a Ray
+    worker started through determinism.ray_runtime_env(seed). Exit 0 all pass, 1 any fails.
+    """
+    import json
+    from dataclasses import asdict
+
+    from detaudit.card import load_card
+    from detaudit.doctor import run_doctor
+    from detaudit.report import print_doctor
+
+    rows = run_doctor(load_card(card or default_card()), seed=seed, ray=not no_ray)
+    if as_json:
+        click.echo(json.dumps([asdict(r) for r in rows], indent=2, sort_keys=True))
+    else:
+        print_doctor(rows, _stdout())
+    sys.exit(EXIT_OK if all(r.ok for r in rows) else EXIT_FAIL)
+
+
+# --- standard: convert / diff / show ---------------------------------------------------------
+
+STANDARD_FORMATS = ("detaudit", "miles", "megatron", "torchtitan", "nemo")
+
+
+@main.group("standard")
+def standard_group() -> None:
+    """Review and convert standard files (detaudit, miles, Megatron-LM, TorchTitan, NeMo-RL)."""
+
+
+@standard_group.command("convert")
+@click.argument("source", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("dest", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(STANDARD_FORMATS), required=True, help="Format of DEST.")
+@click.option("--series", metavar="NAME", help="Write only this series (TorchTitan files hold one).")
+@click.option("--drop-nan-series", is_flag=True, help="Leave out every series holding a NaN, naming each (miles meta lists them).")
+@click.option("--overwrite", is_flag=True, help="Replace DEST if it exists.")
+@handle_errors
+def standard_convert(source: Path, dest: Path, fmt: str, series: str | None, drop_nan_series: bool, overwrite: bool) -> None:
+    """Convert a standard to another format, exactly (the source format is detected).
+
+    Exit 2, writing nothing, where the target format cannot hold a value bit for bit.
+    """
+    from detaudit.formats import drop_nan_series as drop_nan, load_any, write_as
+
+    std = load_any(source)
+    dropped = drop_nan(std) if drop_nan_series else []
+    for name in dropped:
+        click.echo(f"detaudit: dropped {name} (holds NaN)", err=True)
+    write_as(dest, std, fmt, overwrite=overwrite, series=series)
+    n = 1 if series or fmt == "torchtitan" else len(std.series)
+    click.echo(f"detaudit: converted {source} ({std.format}) -> {dest} ({fmt}), {n} series")
+
+
+@standard_group.command("diff")
+@click.argument("old", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("new", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the review as one JSON object.")
+@handle_errors
+def standard_diff(old: Path, new: Path, as_json: bool) -> None:
+    """Review a change to a standard: per series added/removed, first differing step, max abs/rel
+    difference, ULPs, and steps added or removed. Any two formats.
+
+    Exit 0 when every series is identical, 1 when any changed, 2 on bad input.
+    """
+    from detaudit.formats import load_any
+    from detaudit.report import print_review, review_json
+    from detaudit.review import diff_standards
+
+    result = diff_standards(load_any(old), load_any(new), old_label=str(old), new_label=str(new))
+    if as_json:
+        click.echo(review_json(result))
+    else:
+        print_review(result, _stdout())
+    sys.exit(EXIT_OK if result.identical else EXIT_FAIL)
+
+
+@standard_group.command("show")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@handle_errors
+def standard_show(path: Path, as_json: bool) -> None:
+    """Summarise a standard: format, runner class, how it was recorded, and per series its step key,
+    points, step range, value types and NaN count."""
+    import json
+
+    from detaudit.formats import load_any
+    from detaudit.report import print_standard_summary, standard_summary
+
+    std = load_any(path)
+    if as_json:
+        click.echo(json.dumps(standard_summary(std), indent=2, sort_keys=True, allow_nan=False, default=str))
+    else:
+        print_standard_summary(std, _stdout())
 
 
 # --- env -----------------------------------------------------------------------------------

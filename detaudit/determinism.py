@@ -28,6 +28,18 @@ from typing import Any
 SEED_ENV = "DETAUDIT_SEED"
 DETERMINISTIC_ENV = "DETAUDIT_DETERMINISTIC"
 SKIP_SEED_ENV = "DETAUDIT_SKIP_SEED"  # set on one actor to reproduce an unseeded process
+ATTENTION_ENV = "DETAUDIT_ATTENTION"  # the SDPA backend choice, for every worker process
+
+# SDPA backends per attention mode. "math": PyTorch's reference kernel, deterministic forward
+# and backward, slow. "flash": the fused flash kernel wherever it applies (under
+# use_deterministic_algorithms PyTorch runs its deterministic backward), math for inputs flash
+# cannot take (an attention mask, as in CLIP's text encoder; float32): which of the two runs
+# is a fixed function of the inputs' shapes and dtypes. "any": every backend, PyTorch picks.
+ATTENTION_BACKENDS = {
+    "math": ("math",),
+    "flash": ("flash", "math"),
+    "any": ("flash", "mem_efficient", "cudnn", "math"),
+}
 
 # cuBLAS needs a fixed workspace config for deterministic GEMMs (see the CUDA docs on
 # results reproducibility); PYTHONHASHSEED fixes set/dict-of-str iteration order.
@@ -55,11 +67,13 @@ def seed_everything(seed: int) -> None:
 
 
 def set_deterministic_flags(attention: str = "math") -> None:
-    """cuDNN and torch deterministic-algorithm switches, and a deterministic attention backend.
+    """cuDNN and torch deterministic-algorithm switches, and the SDPA backends of ``attention``.
 
-    ``attention``: "math" keeps only the math SDPA kernel (deterministic forward and
-    backward); "any" leaves the backends as they are.
+    ``attention`` is a key of ``ATTENTION_BACKENDS``; the switches are set both ways, so a
+    later call (an actor after its worker hook) gets exactly the backends it names.
     """
+    if attention not in ATTENTION_BACKENDS:
+        raise ValueError(f"attention must be one of {sorted(ATTENTION_BACKENDS)}, not {attention!r}")
     for key, value in DETERMINISTIC_ENV_VARS.items():
         os.environ.setdefault(key, value)
     try:
@@ -68,14 +82,34 @@ def set_deterministic_flags(attention: str = "math") -> None:
         return
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
+    # TF32 rounds fp32 matmul/conv inputs to 10 mantissa bits on Ampere and later: off, so a
+    # standard recorded in fp32 means fp32 (``detaudit doctor`` checks it).
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     torch.use_deterministic_algorithms(True, warn_only=False)
-    if attention == "math" and hasattr(torch.backends, "cuda"):
-        cuda = torch.backends.cuda
-        for name in ("enable_flash_sdp", "enable_mem_efficient_sdp", "enable_cudnn_sdp"):
-            switch = getattr(cuda, name, None)
-            if switch is not None:
-                switch(False)
-        cuda.enable_math_sdp(True)
+    set_attention_backends(attention)
+
+
+def set_attention_backends(attention: str) -> None:
+    """Enable exactly the SDPA backends of ``attention`` (process-wide switches)."""
+    import torch
+
+    cuda = getattr(torch.backends, "cuda", None)
+    if cuda is None:
+        return
+    wanted = ATTENTION_BACKENDS[attention]
+    for backend in ("flash", "mem_efficient", "cudnn", "math"):
+        switch = getattr(cuda, f"enable_{backend}_sdp", None)
+        if switch is not None:
+            switch(backend in wanted)
+
+
+def enabled_attention_backends() -> list[str]:
+    """The SDPA backends this process has switched on, in PyTorch's order of preference."""
+    import torch
+
+    cuda = torch.backends.cuda
+    return [b for b in ("flash", "mem_efficient", "cudnn", "math") if getattr(cuda, f"{b}_sdp_enabled")()]
 
 
 def enable(seed: int, *, deterministic: bool = True, seed_rngs: bool = True, attention: str = "math") -> None:
@@ -97,17 +131,22 @@ def ray_worker_setup() -> None:
     skip = os.environ.get(SKIP_SEED_ENV) == "1"
     if seed is None:
         return
-    enable(int(seed), deterministic=deterministic, seed_rngs=not skip)
+    enable(int(seed), deterministic=deterministic, seed_rngs=not skip,
+           attention=os.environ.get(ATTENTION_ENV, "math"))
 
 
 def ray_runtime_env(seed: int, *, deterministic: bool = True, env_vars: dict[str, str] | None = None,
-                    base: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A runtime env for ``ray.init`` that runs ``ray_worker_setup`` in every worker process."""
+                    base: dict[str, Any] | None = None, attention: str = "math") -> dict[str, Any]:
+    """A runtime env for ``ray.init`` that runs ``ray_worker_setup`` in every worker process
+    (with the SDPA backends of ``attention``)."""
+    if attention not in ATTENTION_BACKENDS:
+        raise ValueError(f"attention must be one of {sorted(ATTENTION_BACKENDS)}, not {attention!r}")
     runtime_env = dict(base or {})
     variables = dict(runtime_env.get("env_vars", {}))
     if deterministic:
         variables.update(DETERMINISTIC_ENV_VARS)
-    variables.update({SEED_ENV: str(seed), DETERMINISTIC_ENV: "1" if deterministic else "0"})
+    variables.update({SEED_ENV: str(seed), DETERMINISTIC_ENV: "1" if deterministic else "0",
+                      ATTENTION_ENV: attention})
     variables.update(env_vars or {})
     runtime_env["env_vars"] = variables
     runtime_env["worker_process_setup_hook"] = "detaudit.determinism.ray_worker_setup"

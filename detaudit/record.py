@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import datetime as _dt
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from detaudit import __version__
-from detaudit.card import Card, load_card, standard_path
+from detaudit.card import load_card, standard_path
 from detaudit.cluster import runner_mismatch
 from detaudit.compare import DiffReport, SeriesChanges, SeriesData, compare_standard_series, diff_runs
 from detaudit.errors import UsageError
@@ -27,7 +28,10 @@ from detaudit.plan import (
 )
 from detaudit.provenance import git_state, standard_runner
 from detaudit.runner import RunState, interrupts_as_exceptions
-from detaudit.standard import FORMATS, Standard, load_standard, render_standard, standard_lock, write_atomic
+from detaudit.formats import FORMATS, load_any, render_as
+from detaudit.formats import drop_nan_series as drop_nan
+from detaudit.review import StandardDiff, diff_standards
+from detaudit.standard import Standard, standard_lock, write_atomic
 
 
 @dataclass
@@ -48,6 +52,8 @@ class RecordResult:
     changes: SeriesChanges | None = None  # with update: how the series differ from the old file's
     dropped: dict[str, Any] = field(default_factory=dict)
     workdir_removed: bool = False
+    nan_dropped: list[str] = field(default_factory=list)  # --drop-nan-series: series left out for holding NaN
+    review: StandardDiff | None = None  # with update: the old standard against the new (``standard diff``)
     runner_class: list[str] | None = None  # with runner-mismatch: the class the probe found
 
     @property
@@ -64,6 +70,7 @@ def record(
     update: bool = False,
     allow_partial: bool = False,
     fmt: str | None = None,
+    drop_nan_series: bool = False,
     extra_args: tuple[str, ...] = (),
     exclude: tuple[str, ...] = (),
     include: tuple[str, ...] = (),
@@ -87,7 +94,9 @@ def record(
     if runs < 2:
         raise UsageError("--runs must be at least 2: a standard needs runs that agree")
     if fmt is not None and fmt not in FORMATS:
-        raise UsageError(f"unknown --format {fmt!r} (detaudit or miles)")
+        raise UsageError(f"unknown --format {fmt!r} (one of {', '.join(FORMATS)})")
+    if drop_nan_series and fmt != "miles":
+        raise UsageError("--drop-nan-series is for --format miles (verifiers that compare with ==)")
     card = load_card(card_path)
     if cluster is not None:
         from detaudit.cluster import ClusterExecutor
@@ -98,52 +107,49 @@ def record(
     else:
         info = environment_for(card, parallel)
         cls = resolve_runner(card, info)
-    if not write:
-        with interrupts_as_exceptions():
-            return _record_runs(card, None, None, cls, info, runs, parallel, False, allow_partial, fmt or "detaudit",
-                                extra_args, exclude, include, workdir, executor, env_hooks, on_update, on_start)
-    path = Path(out) if out is not None else standard_path(card, cls)
-    if path.exists() and not update:
-        raise UsageError("exists; pass --update to replace it", path)
-    old = load_standard(path) if path.exists() else None
+    path: Path | None = None
+    old: Standard | None = None
+    if write:
+        path = Path(out) if out is not None else standard_path(card, cls)
+        if path.exists() and not update:
+            raise UsageError("exists; pass --update to replace it", path)
+        old = load_any(path) if path.exists() else None
     fmt = fmt or (old.format if old is not None else "detaudit")
-    with interrupts_as_exceptions(), standard_lock(path):
-        return _record_runs(card, path, old, cls, info, runs, parallel, update, allow_partial, fmt,
-                            extra_args, exclude, include, workdir, executor, env_hooks, on_update, on_start)
+    with interrupts_as_exceptions(), (standard_lock(path) if path is not None else nullcontext()):
+        plan = make_plan(card, runs, environment=info, workdir=workdir, extra_args=extra_args, exclude=exclude,
+                         include=include, env_hooks=env_hooks, label="record")
+        if on_start:
+            on_start(plan.workdir, plan.runner_class)
+        states = execute(plan, parallel=parallel, executor=executor, on_update=on_update)
+        return _judge(plan, states, path, old, update=update, allow_partial=allow_partial, fmt=fmt,
+                      drop_nan_series=drop_nan_series)
 
 
-def _record_runs(
-    card: Card, path: Path | None, old: Standard | None, cls: list[str], info: dict[str, Any], runs: int,
-    parallel: int, update: bool, allow_partial: bool, fmt: str, extra_args: tuple[str, ...],
-    exclude: tuple[str, ...], include: tuple[str, ...], workdir: str | Path | None, executor: Executor | None,
-    env_hooks: Sequence[EnvHook], on_update: Callable[[list[RunState]], None] | None,
-    on_start: Callable[[Path, list[str]], None] | None,
-) -> RecordResult:
-    plan = make_plan(card, runs, environment=info, workdir=workdir, extra_args=extra_args, exclude=exclude,
-                     include=include, env_hooks=env_hooks, label="record")
-    if on_start:
-        on_start(plan.workdir, cls)
-    states = execute(plan, parallel=parallel, executor=executor, on_update=on_update)
+def _judge(plan: RunPlan, states: list[RunState], path: Path | None, old: Standard | None, *, update: bool,
+           allow_partial: bool, fmt: str, drop_nan_series: bool = False) -> RecordResult:
+    """Compare the finished runs; write the standard to ``path`` (None: write nothing) if they agree."""
     if not all(s.ok for s in states):
         return RecordResult("run-failed", path, states, plan.workdir)
-    if runner_mismatch(states, cls):  # cluster runs report where they ran
-        return RecordResult("runner-mismatch", path, states, plan.workdir, runner_class=cls)
+    if runner_mismatch(states, plan.runner_class):  # cluster runs report where they ran
+        return RecordResult("runner-mismatch", path, states, plan.workdir, runner_class=plan.runner_class)
     plan.environment = getattr(states[0], "environment", None) or plan.environment
     parsed = read_run_metrics(plan)
-    report = diff_runs(parsed, labels=[f"run{i + 1}" for i in range(runs)])
+    report = diff_runs(parsed, labels=[f"run{i + 1}" for i in range(len(plan.specs))])
     report.exclude_patterns = plan.exclusion.patterns()
     result = RecordResult("disagree", path, states, plan.workdir, report=report)
     if not report.ok and not allow_partial:
         return result
     if not report.identical:
-        result.status = "empty"
+        result.status = "empty"  # a standard of 0 series would pass any run
         return result
     if path is None:
         result.status = "agreed"
         result.workdir_removed = finish(plan, passed=True)
         return result
     standard = build_standard(plan, parsed[0], report, fmt)
-    write_atomic(path, render_standard(standard), overwrite=update)
+    result.nan_dropped = drop_nan(standard) if drop_nan_series else []
+    # Exact in every format, or an InputError (exit 2) before anything is written.
+    write_atomic(path, render_as(standard, fmt, target=path), overwrite=update)
     standard.path = path
     result.status = "written"
     result.standard = standard
@@ -151,6 +157,7 @@ def _record_runs(
     if old is not None:
         result.changes = compare_standard_series(old.series, standard.series,
                                                  lenient_steps="miles" in (old.format, standard.format))
+        result.review = diff_standards(old, standard, old_label=str(path), new_label="new")
     result.workdir_removed = finish(plan, passed=True)
     return result
 
@@ -168,7 +175,7 @@ def build_standard(plan: RunPlan, first: MetricsRun, report: DiffReport, fmt: st
     }
     git = git_state(card.path)
     command = list(card.command) + list(plan.extra_args)
-    if fmt == "miles":
+    if fmt != "detaudit":  # miles, and the formats converted from its shape (megatron, torchtitan, nemo)
         meta = {"commit": git["commit"], "source": f"detaudit record {card.path} ({len(report.runs)} agreeing runs)"}
         return Standard(series=series, format="miles", meta=meta, name=card.name, dropped=dropped)
     runner = standard_runner(plan.runner_class, plan.environment)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -24,6 +24,11 @@ from detaudit.compare import (
     SeriesMismatch,
 )
 from detaudit.floats import encode_value, format_value
+
+if TYPE_CHECKING:
+    from detaudit.review import SeriesChange, StandardDiff
+    from detaudit.standard import Standard
+    from detaudit.suite import CardOutcome, SuitePlan, SuiteResult
 
 _v = format_value  # every value that may be absent is shown by this one function
 
@@ -219,7 +224,7 @@ def interrupted_message(signal_name: str, states: list[Any], repeated: bool, wri
     started = [s for s in states if s.proc is not None]
     how = f"interrupted ({signal_name}{', again: SIGKILL at once' if repeated else ''})"
     if not started:
-        return f"{how} before any run started; {written}"
+        return f"{how}: no run was running; {written}"
     survived = [s.spec.index + 1 for s in started if s.group_survived]
     killed = [s.spec.index + 1 for s in started if not s.group_survived]
     parts = []
@@ -231,6 +236,269 @@ def interrupted_message(signal_name: str, states: list[Any], repeated: bool, wri
         parts.append(f"could NOT kill the process groups of runs {', '.join(map(str, survived))} (pgid {pids}); "
                      "they may still be running")
     return f"{how}: {'; '.join(parts)}; {written}"
+
+
+# --- standard review (``detaudit standard diff``, ``record --update``) and ``standard show`` ---
+
+
+def _steps_text(steps: list[Any], limit: int = 6) -> str:
+    shown = ", ".join(format_value(s) for s in steps[:limit])
+    return shown + (f", … (+{len(steps) - limit})" if len(steps) > limit else "")
+
+
+def change_line(change: "SeriesChange") -> str:
+    """One line per series change: what came, went, or where values first differ and by how much."""
+    if change.status in ("added", "removed"):
+        return f"{change.status}: {change.name} ({change.points_new or change.points_old} points)"
+    if change.status == "identical":
+        return f"identical: {change.name}"
+    parts = []
+    if change.differing:
+        parts.append(
+            f"{change.differing} of {min(change.points_old, change.points_new)} common points differ from step "
+            f"{format_value(change.first_step)} ({change.kind}): {format_value(change.first_old)} -> "
+            f"{format_value(change.first_new)}"
+        )
+        figures = [f"max abs diff {_num(change.max_abs)}", f"max rel diff {_num(change.max_rel)}"]
+        if change.max_ulps is not None:
+            figures.append(f"max {change.max_ulps} ULPs")
+        parts.append(", ".join(figures))
+    if change.steps_added:
+        parts.append(f"steps added: {_steps_text(change.steps_added)}")
+    if change.steps_removed:
+        parts.append(f"steps removed: {_steps_text(change.steps_removed)}")
+    return f"changed: {change.name}: " + "; ".join(parts)
+
+
+def review_lines(diff: "StandardDiff") -> list[str]:
+    """The changed, added and removed series, one line each, then a count line."""
+    lines = [change_line(c) for c in diff.series if c.status != "identical"]
+    counts = ", ".join(f"{diff.count(s)} {s}" for s in ("changed", "added", "removed", "identical"))
+    lines.append(f"series: {counts}")
+    return lines
+
+
+def review_json(diff: "StandardDiff") -> str:
+    return json.dumps(diff.to_json(), indent=2, sort_keys=True, allow_nan=False)
+
+
+def print_review(diff: "StandardDiff", console: Console) -> None:
+    console.print(f"[bold]detaudit standard diff[/bold]: {escape(diff.old)} ({diff.old_format}) -> "
+                  f"{escape(diff.new)} ({diff.new_format})")
+    changed = [c for c in diff.series if c.status != "identical"]
+    if changed:
+        table = Table(header_style="bold")
+        for col, justify in (("series", "left"), ("status", "left"), ("points", "right"), ("first diff step", "right"),
+                             ("old -> new", "left"), ("kind", "left"), ("differing", "right"), ("max abs", "right"),
+                             ("max rel", "right"), ("max ULPs", "right"), ("steps +/-", "right")):
+            table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+        for c in changed:
+            first = format_value(c.first_step) if c.differing else ""
+            values = f"{format_value(c.first_old)} -> {format_value(c.first_new)}" if c.differing else ""
+            table.add_row(escape(c.name), c.status, f"{c.points_old} -> {c.points_new}", escape(first), escape(values),
+                          c.kind or "", str(c.differing) if c.status == "changed" else "", _num(c.max_abs),
+                          _num(c.max_rel), _num(c.max_ulps, "d"),
+                          f"+{len(c.steps_added)} / -{len(c.steps_removed)}" if c.status == "changed" else "")
+        console.print(table)
+        for c in changed:
+            if c.steps_added or c.steps_removed:
+                console.print("  " + escape(change_line(c)))
+    style = "green" if diff.identical else "yellow"
+    console.print(f"[{style}]{escape(review_lines(diff)[-1])}[/{style}]")
+
+
+def standard_summary(standard: "Standard") -> dict[str, Any]:
+    """What ``detaudit standard show`` prints, as data (also its ``--json``)."""
+    rows = []
+    for name, data in sorted(standard.series.items()):
+        types = sorted({type(v).__name__ for v in data.values})
+        nan = sum(1 for v in data.values if type(v) is float and v != v)
+        rows.append({
+            "series": name,
+            "step_key": data.step_key,
+            "points": len(data),
+            "first_step": encode_value(data.steps[0]) if len(data) else None,
+            "last_step": encode_value(data.steps[-1]) if len(data) else None,
+            "types": types,
+            "nan": nan,
+        })
+    return {
+        "path": str(standard.path) if standard.path else None,
+        "format": standard.format,
+        "name": standard.name,
+        "runner_class": standard.runner_class,
+        "recorded": standard.recorded,
+        "meta": standard.meta,
+        "excluded": sorted((standard.excluded.get("series") or {}).keys()) if isinstance(standard.excluded, dict) else [],
+        "dropped": sorted(standard.dropped),
+        "series": rows,
+    }
+
+
+def print_standard_summary(standard: "Standard", console: Console) -> None:
+    info = standard_summary(standard)
+    console.print(f"[bold]{escape(str(info['path']))}[/bold]: {info['format']} standard"
+                  + (f" {escape(info['name'])!s}" if info["name"] else "")
+                  + f", {len(info['series'])} series, {sum(r['points'] for r in info['series'])} points")
+    if info["runner_class"]:
+        console.print(f"runner class: {escape('-'.join(info['runner_class']))}")
+    rec = info["recorded"]
+    if rec:
+        console.print("recorded: " + escape(", ".join(
+            f"{k} {rec[k]}" for k in ("runs", "agreeing", "commit", "dirty", "date", "detaudit") if k in rec)))
+    if info["excluded"]:
+        console.print(f"excluded ({len(info['excluded'])}): " + escape(_names(info["excluded"])))
+    if info["dropped"]:
+        console.print(f"dropped ({len(info['dropped'])}): " + escape(_names(info["dropped"])))
+    dropped_nan = standard.meta.get("dropped_nan_series") if isinstance(standard.meta, dict) else None
+    if dropped_nan:
+        console.print(f"dropped for holding NaN ({len(dropped_nan)}): " + escape(_names(list(dropped_nan))))
+    table = Table(header_style="bold")
+    for col, justify in (("series", "left"), ("step key", "left"), ("points", "right"), ("steps", "right"),
+                         ("types", "left"), ("NaN", "right")):
+        table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for r in info["series"]:
+        first = format_value(standard.series[r["series"]].steps[0]) if r["points"] else ""
+        last = format_value(standard.series[r["series"]].steps[-1]) if r["points"] else ""
+        table.add_row(escape(r["series"]), escape(r["step_key"] or "-"), str(r["points"]), escape(f"{first} .. {last}"),
+                      ", ".join(r["types"]), str(r["nan"]))
+    console.print(table)
+
+
+# --- suites: ``detaudit plan``, ``verify --suite``, est_time warnings -----------------------
+
+
+def _seconds(x: float | None) -> str:
+    return "?" if x is None else f"{x:.0f}s" if x >= 10 else f"{x:.1f}s"
+
+
+def est_time_warning(card_name: str, est_time: float, elapsed: float) -> str:
+    """The warning after a run that took longer than its card's ``est_time``."""
+    return (f"{card_name}: the run took {_seconds(elapsed)}, over the card's est_time of {_seconds(est_time)}; "
+            "raise est_time so suite plans stay true")
+
+
+def print_plan(plan: "SuitePlan", console: Console) -> None:
+    title = f"suite {plan.suite}" if plan.suite else "all cards"
+    table = Table(title=title, title_justify="left", header_style="bold")
+    for col, justify in (("card", "left"), ("file", "left"), ("suite", "left"), ("est_time", "right"),
+                         ("GPUs", "right"), ("timeout", "right")):
+        table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for card in plan.cards:
+        table.add_row(escape(card.name), escape(str(card.path)), escape(card.suite or "-"), _seconds(card.est_time),
+                      str(card.gpus_per_run), _seconds(card.timeout_s))
+    console.print(table)
+    line = f"total: {_seconds(plan.total)} for {len(plan.cards)} cards run one after another"
+    if plan.gpu_seconds:
+        line += f", {plan.gpu_seconds:.0f} GPU-seconds"
+    console.print(line)
+    if plan.unknown:
+        console.print(f"[yellow]no est_time (not in the total): {escape(', '.join(plan.unknown))}[/yellow]")
+    if plan.budget is not None:
+        if plan.fits:
+            console.print(f"[green]within the budget of {_seconds(plan.budget)} "
+                          f"({_seconds(plan.budget - plan.total)} to spare)[/green]")
+        elif plan.unknown:
+            console.print(f"[red]OVER BUDGET: cannot show the suite fits {_seconds(plan.budget)}: "
+                          f"{len(plan.unknown)} card(s) have no est_time[/red]")
+        else:
+            console.print(f"[red]OVER BUDGET: {_seconds(plan.total)} > {_seconds(plan.budget)} "
+                          f"(by {_seconds(plan.total - plan.budget)})[/red]")
+
+
+def plan_document(plan: "SuitePlan") -> dict[str, Any]:
+    return {
+        "suite": plan.suite,
+        "cards": [{"name": c.name, "path": str(c.path), "suite": c.suite, "est_time": c.est_time,
+                   "gpus_per_run": c.gpus_per_run} for c in plan.cards],
+        "total_s": plan.total,
+        "gpu_seconds": plan.gpu_seconds,
+        "unknown_est_time": plan.unknown,
+        "budget_s": plan.budget,
+        "fits": plan.fits,
+    }
+
+
+SUITE_STATUS = {
+    "passed": "PASSED", "failed": "FAILED", "run-failed": "RUN FAILED", "not-verified": "NOT VERIFIED",
+    "skipped": "SKIPPED", "approximate": "PASSED (approximate)", "empty-standard": "NOT VERIFIED (empty standard)", "error": "ERROR",
+}
+
+
+def status_detail(status: str, result: Any, error: str | None = None, limit: int = 3) -> str:
+    """One line for a verify outcome: what matched, the first divergences, or why it was not verified."""
+    if status == "error":
+        return error or ""
+    if status == "passed":
+        return f"{result.compared} series match"
+    if status == "approximate":
+        return approximate_line(result)
+    if status == "failed":
+        lines = [divergence_line(name, d) for name, d in result.failures[:limit]]
+        more = len(result.failures) - limit
+        return f"{len(result.failures)} of {result.compared} differ: " + "; ".join(lines) + (f"; +{more} more" if more > 0 else "")
+    if status in ("not-verified", "skipped"):
+        here = "-".join(result.runner_here or [])
+        others = ", ".join(sorted({"-".join(c) for c in result.other_classes})) or "-".join(result.runner_standard or [])
+        return f"no standard for runner class {here} (standards for {others})"
+    if status == "empty-standard":
+        return "the standard has no series"
+    if status == "run-failed":
+        run = result.run
+        return f"the run ended with {run.status} (exit code {run.returncode}); log {run.spec.log_path}"
+    if status == "runner-mismatch":
+        return runner_mismatch_message(result.runner_here or [], [result.run], "not verified")
+    return ""
+
+
+def approximate_line(result: Any) -> str:
+    """How an approximate verify passed: identical series, and those only within tolerance."""
+    within = ", ".join(f"{name} ({tol})" for name, tol in result.approximate)
+    identical = result.compared - len(result.approximate)
+    return (f"runner class {'-'.join(result.runner_here or [])} against the {result.approximate_against} standard: "
+            f"{identical} series identical, {len(result.approximate)} within tolerance (approximate)"
+            + (f": {within}" if within else ""))
+
+
+def outcome_detail(outcome: "CardOutcome", limit: int = 3) -> str:
+    """A suite row's detail (``status_detail`` of the card's verify)."""
+    return status_detail(outcome.status, outcome.result, outcome.error, limit)
+
+
+def print_suite(result: "SuiteResult", console: Console) -> None:
+    table = Table(title=f"detaudit verify --suite {result.suite}", title_justify="left", header_style="bold")
+    for col, justify in (("card", "left"), ("status", "left"), ("time", "right"), ("est_time", "right"),
+                         ("detail", "left")):
+        table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for o in result.outcomes:
+        style = "green" if o.status == "passed" else "yellow" if o.status in ("skipped", "approximate") else "red"
+        table.add_row(escape(o.card.name), f"[{style}]{SUITE_STATUS.get(o.status, o.status)}[/{style}]",
+                      _seconds(o.elapsed), _seconds(o.card.est_time), escape(outcome_detail(o)))
+    console.print(table)
+    passed = sum(1 for o in result.outcomes if o.status == "passed")
+    style = "green" if result.exit_code == 0 else "red"
+    console.print(f"[{style}]\\[detaudit] suite {escape(str(result.suite))}: {passed} of {len(result.outcomes)} "
+                  f"cards passed{'' if result.exit_code == 0 else ' — FAILED'}[/{style}]")
+
+
+# --- doctor ------------------------------------------------------------------------------
+
+
+def print_doctor(rows: list[Any], console: Console, *, only_failing: bool = False) -> None:
+    """The preflight table: per process and check, the value seen, and a fix for each failing row."""
+    shown = [r for r in rows if not r.ok] if only_failing else rows
+    table = Table(title="detaudit doctor", title_justify="left", header_style="bold")
+    for col in ("process", "check", "", "seen", "fix"):
+        table.add_column(col, overflow="fold")
+    for r in shown:
+        table.add_row(escape(r.process), escape(r.check), "[green]ok[/green]" if r.ok else "[red]FAIL[/red]",
+                      escape(r.value), escape(r.fix))
+    if shown:
+        console.print(table)
+    failing = sum(1 for r in rows if not r.ok)
+    style = "green" if not failing else "red"
+    console.print(f"[{style}]\\[detaudit] doctor: {len(rows) - failing} of {len(rows)} checks pass"
+                  + (f", {failing} fail" if failing else "") + f"[/{style}]")
 
 
 def environment_json(cls: list[str], info: dict[str, Any]) -> str:

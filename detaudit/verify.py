@@ -18,6 +18,8 @@ from detaudit.cluster import runner_mismatch
 from detaudit.compare import PairDivergence, SeriesData, compare_series
 from detaudit.errors import InputError, UsageError
 from detaudit.exclusion import Exclusion
+from detaudit.formats import align_run_series, load_any
+from detaudit.formats.registry import steps_are_lenient
 from detaudit.metrics import read_metrics
 from detaudit.plan import (
     EnvHook,
@@ -34,7 +36,8 @@ from detaudit.plan import (
 )
 from detaudit.provenance import detect_environment, package_differences, provenance_differences
 from detaudit.runner import RunState, interrupts_as_exceptions
-from detaudit.standard import Standard, load_standard
+from detaudit.standard import Standard
+from detaudit.tolerance import approximate_rule, compare_within
 
 
 @dataclass
@@ -60,9 +63,12 @@ class VerifyResult:
     workdir: Path | None = None
     workdir_removed: bool = False
 
+    approximate: list[tuple[str, str]] = field(default_factory=list)  # (series, tolerance) passed only within tolerance
+    approximate_against: str | None = None  # set when checked approximately: the standard's runner class
+
     @property
     def ok(self) -> bool:
-        return self.status in ("passed", "skipped")
+        return self.status in ("passed", "skipped", "approximate")
 
 
 def verify(
@@ -107,11 +113,15 @@ def verify(
     elif card is not None:
         info = environment_for(card)
         here = resolve_runner(card, info)
+    # Opt-in, kept apart: this runner class checked approximately against another's standard.
+    rule = approximate_rule(card, here) if card is not None and here is not None else None
     if standard is not None:
         path = Path(standard)
     else:
         assert card is not None and here is not None
         path = standard_path(card, here)
+        if not path.exists() and rule is not None:
+            path = card.standards_path / f"{card.name}.{rule.against}.json"
         if not path.exists():
             others = standards_of_card(card)
             if not others:
@@ -121,9 +131,14 @@ def verify(
                 "skipped" if allow_other_runner else "not-verified", first_path, first, runner_here=here,
                 runner_standard=first.runner_class, other_classes=[s.runner_class or [] for _, s in others],
             )
-    std = load_standard(path)
+    std = load_any(path)  # any format, detected from the content
     result = VerifyResult("passed", path, std, runner_here=here, runner_standard=std.runner_class)
-    if here is not None and std.runner_class is not None and here != std.runner_class:
+    approximate = None
+    if (rule is not None and std.runner_class is not None and here != std.runner_class
+            and "-".join(std.runner_class) == rule.against):
+        approximate = rule
+        result.approximate_against = rule.against
+    elif here is not None and std.runner_class is not None and here != std.runner_class:
         result.status = "skipped" if allow_other_runner else "not-verified"
         result.other_classes = [std.runner_class]
         return result
@@ -157,10 +172,17 @@ def verify(
     with warnings.catch_warnings():
         warnings.simplefilter("always")
         run = read_metrics(metrics, default_step_key=default_step_key, exclusion=exclusion)
-    lenient = std.format == "miles"
+    lenient = steps_are_lenient(std)
     for name, expected in sorted(std.series.items()):
         actual = SeriesData.from_run(run, run.series[name]) if name in run.series else None
+        if actual is not None:
+            actual = align_run_series(std, name, actual)
         divergence = compare_series(expected, actual, 1, lenient_steps=lenient)
+        tolerance = approximate.tolerance_for(name) if approximate is not None else None
+        if divergence is not None and tolerance is not None and actual is not None:
+            divergence = compare_within(expected, actual, tolerance)
+            if divergence is None:
+                result.approximate.append((name, tolerance.describe()))
         if divergence is not None:
             result.failures.append((name, divergence))
     result.compared = len(std.series)
@@ -171,6 +193,8 @@ def verify(
         result.status = "failed"
         current = info if info is not None else detect_environment()
         result.provenance = provenance_differences(std.runner, current) + package_differences(std.runner, current)
+    elif approximate is not None:
+        result.status = "approximate"  # never "passed": this class was not held to the exact standard
     if plan is not None:
         result.workdir_removed = finish(plan, passed=result.ok)
     return result

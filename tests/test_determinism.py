@@ -35,6 +35,7 @@ class Probe:
             "deterministic": torch.are_deterministic_algorithms_enabled(),
             "cublas": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
             "draw": torch.randperm(8).tolist(),
+            "sdp": determinism.enabled_attention_backends(),
         }
 
 
@@ -50,6 +51,42 @@ def test_ray_hook_seeds_every_worker_and_skip_leaves_one_unseeded() -> None:
         ray.shutdown()
     for state in states:
         assert state["seed"] == 77 and state["deterministic"] and state["cublas"] == ":4096:8"
+        assert state["sdp"] == ["math"]  # the default: math only
     assert states[0]["draw"] == states[1]["draw"]
     # The skipped actor still got the deterministic flags, but not the seed.
     assert skipped["deterministic"] and skipped["seed"] != 77
+
+
+def test_attention_choice_reaches_every_worker() -> None:
+    """The worker hook sets the SDPA backends the driver chose, not math regardless."""
+    ray.init(num_cpus=2, include_dashboard=False, runtime_env=determinism.ray_runtime_env(5, attention="flash"),
+             object_store_memory=100 * 1024**2)
+    try:
+        state = ray.get(Probe.remote().state.remote())
+    finally:
+        ray.shutdown()
+    assert state["deterministic"] and state["sdp"] == ["flash", "math"]
+
+
+SWITCHES = """
+import json, os, torch
+from detaudit import determinism
+os.environ.update({determinism.SEED_ENV: "1", determinism.ATTENTION_ENV: "math"})
+determinism.ray_worker_setup()          # the hook: math only
+determinism.enable(1, attention="any")  # then the actor asks for any backend
+print(json.dumps(determinism.enabled_attention_backends()))
+"""
+
+
+def test_a_later_enable_sets_exactly_its_backends() -> None:
+    # "any" after the hook's "math" must re-enable flash: it used to leave math only, so
+    # --attention any ran the math kernel in every actor.
+    out = subprocess.run([sys.executable, "-c", SWITCHES], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == '["flash", "mem_efficient", "cudnn", "math"]'
+
+
+def test_unknown_attention_mode_is_refused() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="attention must be one of"):
+        determinism.ray_runtime_env(1, attention="fast")

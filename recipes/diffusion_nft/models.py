@@ -129,7 +129,7 @@ def build_transformer(preset: str, init_seed: int, device: str | torch.device = 
 
 
 def build_pipeline(preset: str, init_seed: int, model_path: str | None = None, device: str | torch.device = "cpu",
-                   dtype: torch.dtype = torch.float32) -> Any:
+                   dtype: torch.dtype = torch.float32, scheduler_shift: float = 3.0) -> Any:
     """A StableDiffusion3Pipeline: from ``model_path`` (local files only) or a preset's shapes.
 
     The pipeline provides ``encode_prompt`` and the VAE; the sampling loop is ours
@@ -162,8 +162,8 @@ def build_pipeline(preset: str, init_seed: int, model_path: str | None = None, d
     with init_on(device, init_seed + 4):
         vae = AutoencoderKL(**shapes.vae)
     transformer = build_transformer(preset, init_seed, device)
-    # SD3.5's sampler: flow matching with a timestep shift of 3.0.
-    scheduler = FlowMatchEulerDiscreteScheduler(shift=3.0)
+    # SD3.5's sampler: flow matching with a timestep shift (3.0 for SD3.5).
+    scheduler = FlowMatchEulerDiscreteScheduler(shift=scheduler_shift)
     pipe = StableDiffusion3Pipeline(
         transformer=transformer,
         scheduler=scheduler,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from detaudit import determinism
-from recipes.diffusion_nft.config import parse_args
+from recipes.diffusion_nft.config import JobConfig, parse_args
 
 RECIPE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds `recipes/`
 
@@ -40,7 +40,7 @@ class MetricsLog:
             writer.close()
 
 
-def metrics_paths(args: Any) -> list[Path]:
+def metrics_paths(args: JobConfig) -> list[Path]:
     paths = [args.metrics_jsonl] if args.metrics_jsonl else []
     for var in ("DETAUDIT_METRICS_JSONL", "MILES_METRICS_JSONL"):
         if os.environ.get(var):
@@ -58,7 +58,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def resolve_device(args: Any) -> str:
+def resolve_device(args: JobConfig) -> str:
     if args.device != "auto":
         return args.device
     import torch
@@ -66,31 +66,32 @@ def resolve_device(args: Any) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def gpu_shares(args: Any, gpus: int) -> dict[str, float]:
+def gpu_shares(args: JobConfig, gpus: int) -> dict[str, float]:
     """GPUs per actor kind. Colocated: engine i shares train GPU i; reward on its own if free."""
     if args.device != "cuda" or gpus == 0:
         return {"train": 0, "engine": 0, "reward": 0}
     train_gpus = args.train_actors
     if args.colocate:
         used = train_gpus
-        shares = {"train": 0.5, "engine": 0.5 * train_gpus / args.rollout_engines}
+        share = args.colocated_share
+        shares = {"train": share, "engine": share * train_gpus / args.rollout_engines}
     else:
         used = train_gpus + args.rollout_engines
         shares = {"train": 1.0, "engine": 1.0}
     own_reward = args.reward_gpu if args.reward_gpu is not None else gpus > used
     if own_reward and gpus <= used:
         raise SystemExit("--reward-gpu needs a GPU beyond the train and engine GPUs")
-    shares["reward"] = 1.0 if own_reward else 0.01
+    shares["reward"] = 1.0 if own_reward else args.shared_reward_share
     if not own_reward and args.colocate:
         # Leave room on the shared GPU for the reward actor's small share.
-        shares["train"] = shares["engine"] = 0.49 * max(1, train_gpus // args.rollout_engines)
+        shares["train"] = shares["engine"] = args.shared_gpu_share * max(1, train_gpus // args.rollout_engines)
     return shares
 
 
 def run(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
-    args.device = resolve_device(args)
+    args = args.replace(device=resolve_device(args))
     import ray
     import torch
 
@@ -100,8 +101,8 @@ def run(argv: list[str] | None = None) -> int:
     metrics = MetricsLog(paths)
     env_vars = {"PYTHONPATH": os.pathsep.join(p for p in [RECIPE_ROOT, os.environ.get("PYTHONPATH", "")] if p)}
     if args.deterministic_mode:
-        determinism.enable(args.seed, attention=args.attention)
-        runtime_env = determinism.ray_runtime_env(args.seed, env_vars=env_vars)
+        determinism.enable(args.seed, attention=args.attention_backend)
+        runtime_env = determinism.ray_runtime_env(args.seed, env_vars=env_vars, attention=args.attention_backend)
     else:
         runtime_env = {"env_vars": env_vars}
     gpus = torch.cuda.device_count() if args.device == "cuda" else 0
@@ -114,10 +115,10 @@ def run(argv: list[str] | None = None) -> int:
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=True, configure_logging=False)
     else:
         ray.init(num_cpus=args.num_cpus, num_gpus=gpus, runtime_env=runtime_env, include_dashboard=False,
-                 log_to_driver=True, object_store_memory=(512 if args.device == "cpu" else 4096) * 1024**2,
+                 log_to_driver=True, object_store_memory=(args.object_store_mb_cpu if args.device == "cpu" else args.object_store_mb_gpu) * 1024**2,
                  configure_logging=False)
     try:
-        return _loop(args, ray, metrics, gpus, started, joined=bool(address))
+        return _loop(args, ray, metrics, gpus, started, ray_init_s=time.perf_counter() - started, joined=bool(address))
     finally:
         metrics.close()
         ray.shutdown()
@@ -131,7 +132,7 @@ class Actors:
     manager: Any
 
 
-def start_actors(args: Any, ray: Any, gpus: int, joined: bool = False) -> Actors:
+def start_actors(args: JobConfig, ray: Any, gpus: int, joined: bool = False) -> Actors:
     """Create the actors with their GPU shares; the manager gets the engines and the reward.
 
     ``joined``: the driver is a job on a shared cluster whose entrypoint already holds the
@@ -164,7 +165,8 @@ def start_actors(args: Any, ray: Any, gpus: int, joined: bool = False) -> Actors
     return Actors(trainers, engines, reward, Manager.remote(args, engines, reward))
 
 
-def _loop(args: Any, ray: Any, metrics: MetricsLog, gpus: int, started: float, joined: bool = False) -> int:
+def _loop(args: JobConfig, ray: Any, metrics: MetricsLog, gpus: int, started: float, ray_init_s: float = 0.0,
+          joined: bool = False) -> int:
     group = start_actors(args, ray, gpus, joined)
     trainers, engines, reward, manager = group.trainers, group.engines, group.reward, group.manager
     load_times = ray.get([a.ready.remote() for a in trainers + engines + [reward]])
@@ -172,6 +174,7 @@ def _loop(args: Any, ray: Any, metrics: MetricsLog, gpus: int, started: float, j
     sync_weights(ray, trainers, engines)
     startup = time.perf_counter() - started
     log(f"ready in {startup:.1f}s (slowest model load {max(load_times):.1f}s); device {args.device}, "
+        f"attention {args.attention_backend if args.deterministic_mode else 'any'}, "
         f"{args.train_actors} train actor(s), {args.rollout_engines} engine(s), reward {args.reward}")
     opt_step = 0
     first_rollout_done = None
@@ -182,6 +185,7 @@ def _loop(args: Any, ray: Any, metrics: MetricsLog, gpus: int, started: float, j
         if rollout == 0:
             rollout_metrics["perf/startup_time"] = startup
             rollout_metrics["perf/model_load_time"] = max(load_times)
+            rollout_metrics["perf/ray_init_time"] = ray_init_s
         metrics.write("rollout/step", rollout, rollout_metrics)
         results = ray.get([t.train.remote(batch_ref, rollout) for t in trainers])[0]
         for step_metrics in results:

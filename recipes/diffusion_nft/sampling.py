@@ -1,4 +1,4 @@
-"""The SD3 flow-matching ODE sampler (Euler, no CFG), keeping what DiffusionNFT trains on."""
+"""The SD3 flow-matching ODE sampler (Euler, no CFG), keeping what DiffusionNFT trains on; the VAE decode."""
 
 from __future__ import annotations
 
@@ -40,7 +40,12 @@ def sample(transformer, vae, prompt_embeds: torch.Tensor, pooled: torch.Tensor, 
             v = transformer(hidden_states=x.to(dtype), encoder_hidden_states=emb, pooled_projections=pool,
                             timestep=t * 1000, return_dict=False)[0]
         x = x + (sig[i + 1] - sig[i]) * v.float()
+    return Samples(x.cpu(), decode(vae, x).cpu())
+
+
+@torch.no_grad()
+def decode(vae, x: torch.Tensor) -> torch.Tensor:
+    """Final latents -> uint8 images [N, 3, H, W] (on the latents' device)."""
     latents = x / vae.config.scaling_factor + vae.config.shift_factor
     images = vae.decode(latents.to(vae.dtype), return_dict=False)[0]
-    images = ((images.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
-    return Samples(x.cpu(), images.cpu())
+    return ((images.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)

@@ -1,0 +1,177 @@
+"""What a rollout-and-train loop of the reference pipeline costs, deterministic and not, side by side.
+
+    python benchmarks/gpu_cost.py [--rollouts 3] [--parallel] [--out benchmarks/results/h200_cost.json] [-- RECIPE FLAGS]
+
+Runs `python -m recipes.diffusion_nft` twice from this process (SD3.5-medium shapes, 512x512,
+8 prompts x 8 samples, bf16 on CUDA by default): once with --deterministic-mode and once without,
+one after the other on the first visible GPU, or with --parallel at the same time on GPUs 0 and 1.
+Then it measures the GPU's dense bf16 matmul rate (benchmarks/matmul_peak.py), prints both runs
+side by side, and writes the JSON the pipeline-speed issue names.
+
+MFU = model FLOPs of a loop (perf/rollout_flops + perf/train_flops, recipes/diffusion_nft/flops.py)
+/ the loop's wall time (perf/rollout_wall_time) / the measured matmul rate; loops after the first
+(warm-up) are averaged. det_overhead = deterministic / non-deterministic loop wall time.
+first_rollout_s = seconds from start until the first rollout's images were generated
+(start-up + the first rollout's generation), of the deterministic run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPE_DEFAULTS = ["--preset", "sd35m-shapes", "--precision", "bf16", "--device", "cuda"]
+
+
+def loop_figures(metrics: Path, peak_tflops: float | None) -> dict[str, float | None]:
+    """Per-run figures from a recipe's metrics JSONL (loops after the first averaged)."""
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    rollouts = [r for r in rows if r["step_key"] == "rollout/step"]
+    trains = [r for r in rows if r["step_key"] == "train/step"]
+    loops = [r for r in rows if r["step_key"] == "perf/step"]
+    if not loops:
+        raise SystemExit(f"{metrics}: no finished rollout-and-train loop")
+    skip = 1 if len(loops) > 1 else 0
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values)
+
+    loop_s = mean([p["perf/rollout_wall_time"] for p in loops[skip:]])
+    rollout_s = mean([r["perf/rollout_time"] for r in rollouts[skip : len(loops)]])
+    train_s = mean([t["perf/train_step_time"] for t in trains[skip : len(loops)]])
+    flops = mean([r["perf/rollout_flops"] for r in rollouts[skip : len(loops)]]) + mean(
+        [t["perf/train_flops"] for t in trains[skip : len(loops)]])
+    images = rollouts[0]["rollout/reward/raw_num_samples"]
+    pairs = mean([t["perf/train_pairs"] for t in trains[skip : len(loops)]])
+    first = rollouts[0]
+    tflops = flops / loop_s / 1e12
+    return {
+        "loops_averaged": len(loops) - skip,
+        "startup_s": first["perf/startup_time"],
+        "first_rollout_s": first["perf/startup_time"] + first["perf/rollout_time"],
+        "first_loop_done_s": loops[0]["perf/time_since_start"],
+        "loop_s": loop_s,
+        "generation_s": rollout_s,
+        "reward_s": mean([r["perf/reward_time"] for r in rollouts[skip : len(loops)]]),
+        "train_s": train_s,
+        "images_per_s": images / rollout_s,
+        "train_pairs_per_s": pairs / train_s,
+        "pflop_per_loop": flops / 1e15,
+        "tflops": tflops,
+        "mfu": tflops / peak_tflops if peak_tflops else None,
+    }
+
+
+def start_run(work: Path, name: str, flags: list[str], gpu: str | None) -> tuple[subprocess.Popen, Path, Path]:
+    metrics, log = work / f"{name}.jsonl", work / f"{name}.log"
+    env = dict(os.environ, MILES_METRICS_JSONL=str(metrics), PYTHONPATH=os.pathsep.join(
+        p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p))
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "recipes.diffusion_nft", *flags], cwd=REPO, env=env,
+                                stdout=out, stderr=subprocess.STDOUT)
+    return proc, metrics, log
+
+
+def finish(proc: subprocess.Popen, log: Path, name: str, timeout: float) -> None:
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise SystemExit(f"{name} run: no result within {timeout:.0f} s; log {log}")
+    if code != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+        raise SystemExit(f"{name} run exited {code}; log {log}:\n{tail}")
+
+
+def matmul_peak_tflops() -> float:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import torch
+    from matmul_peak import rate
+
+    return rate(torch.bfloat16)
+
+
+def commit_of_checkout() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip() or None
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rollouts", type=int, default=3, help="Rollouts per run (the first is warm-up).")
+    parser.add_argument("--parallel", action="store_true", help="Both runs at once, on GPUs 0 and 1.")
+    parser.add_argument("--peak-tflops", type=float, help="Matmul rate for MFU (default: measured here, bf16 8192^3).")
+    parser.add_argument("--commit", help="Commit to record (default: git rev-parse HEAD of this checkout).")
+    parser.add_argument("--workdir", type=Path, help="Where the runs' metrics and logs go (default: a temp dir).")
+    parser.add_argument("--timeout", type=float, default=900, help="Seconds per run.")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "h200_cost.json")
+    parser.add_argument("recipe", nargs="*", help="Flags after -- go to every recipe run (after the defaults).")
+    args = parser.parse_args()
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="gpu-cost-"))
+    work.mkdir(parents=True, exist_ok=True)
+    common = [*RECIPE_DEFAULTS, "--rollouts", str(args.rollouts), *args.recipe]
+    runs = {"deterministic": [*common, "--deterministic-mode"], "nondeterministic": common}
+    started = time.perf_counter()
+    results: dict[str, tuple[Path, Path]] = {}
+    if args.parallel:
+        procs = {name: start_run(work, name, flags, str(i)) for i, (name, flags) in enumerate(runs.items())}
+        for name, (proc, metrics, log) in procs.items():
+            finish(proc, log, name, args.timeout)
+            results[name] = (metrics, log)
+    else:
+        for name, flags in runs.items():
+            proc, metrics, log = start_run(work, name, flags, None)
+            finish(proc, log, name, args.timeout)
+            results[name] = (metrics, log)
+    peak = args.peak_tflops or matmul_peak_tflops()
+    figures = {name: loop_figures(metrics, peak) for name, (metrics, _) in results.items()}
+    det, nondet = figures["deterministic"], figures["nondeterministic"]
+    import torch
+
+    report = {
+        "mfu_deterministic": det["mfu"],
+        "mfu_nondeterministic": nondet["mfu"],
+        "det_overhead": det["loop_s"] / nondet["loop_s"],
+        "first_rollout_s": det["first_rollout_s"],
+        "loop_s_deterministic": det["loop_s"],
+        "loop_s_nondeterministic": nondet["loop_s"],
+        "images_per_s": nondet["images_per_s"],
+        "train_pairs_per_s": nondet["train_pairs_per_s"],
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "commit": args.commit or commit_of_checkout(),
+        "peak_tflops": peak,
+        "parallel": args.parallel,
+        "recipe_flags": common,
+        "runs": figures,
+        "bench_wall_s": time.perf_counter() - started,
+    }
+    print(f"{'':22}{'deterministic':>16}{'not deterministic':>20}")
+    for key in ("startup_s", "first_rollout_s", "first_loop_done_s", "loop_s", "generation_s", "reward_s", "train_s",
+                "images_per_s", "train_pairs_per_s", "pflop_per_loop", "tflops", "mfu"):
+        a, b = det[key], nondet[key]
+        print(f"{key:22}{a if a is None else round(a, 4):>16}{b if b is None else round(b, 4):>20}")
+    print(f"det_overhead {report['det_overhead']:.3f}  (peak {peak:.0f} TFLOP/s bf16; runs in {work})")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    tmp.replace(args.out)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""CI rows (``Case``) from what record, verify and ``verify --suite`` return.
+
+One case per series for a single card (so a CI page lists each series), one per card for
+a suite. A failing case's text gives the first divergences, as the terminal report does.
+Results are read by attribute (duck typing): this module sits in the report layer and
+imports nothing from record or verify.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from detaudit.report import SUITE_STATUS, divergence_line, outcome_detail, status_detail
+
+FIRST_DIVERGENCES = 10  # failing series listed in a suite case's text
+
+
+@dataclass
+class Case:
+    """One test case. ``status``: passed, failed, skipped, error."""
+
+    classname: str
+    name: str
+    status: str
+    time_s: float = 0.0
+    message: str = ""  # one line
+    text: str = ""  # the failure's details: the first divergences
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("passed", "skipped")
+
+
+def _not_per_series(classname: str, result: Any, status_text: str, message: str, time_s: float) -> list[Case]:
+    status = "skipped" if result.status == "skipped" else "failed"
+    return [Case(classname, status_text, status, time_s, message, message)]
+
+
+def cases_from_verify(result: Any, classname: str, *, time_s: float = 0.0) -> list[Case]:
+    """Per series of the standard: passed, or failed with its first divergence."""
+    if result.status not in ("passed", "failed", "approximate"):
+        detail = status_detail(result.status, result)
+        return _not_per_series(classname, result, SUITE_STATUS.get(result.status, result.status), detail, time_s)
+    failing = dict(result.failures)
+    within = dict(result.approximate)
+    cases = []
+    for name in sorted(result.standard.series):
+        if name in within:
+            cases.append(Case(classname, name, "passed", 0.0, f"within tolerance (approximate): {within[name]}"))
+        elif name in failing:
+            line = divergence_line(name, failing[name])
+            cases.append(Case(classname, name, "failed", 0.0, line, line))
+        else:
+            cases.append(Case(classname, name, "passed"))
+    if cases:
+        cases[0].time_s = time_s
+    return cases
+
+
+def cases_from_suite(suite: Any) -> list[Case]:
+    """One case per card: passed, skipped, failed (first divergences in the text), error."""
+    cases = []
+    classname = f"detaudit.suite.{suite.suite}"
+    for o in suite.outcomes:
+        status = {"passed": "passed", "skipped": "skipped", "error": "error"}.get(o.status, "failed")
+        message = f"{SUITE_STATUS.get(o.status, o.status)}: {outcome_detail(o, limit=1)}"
+        text = ""
+        if o.status == "failed":
+            lines = [divergence_line(name, d) for name, d in o.result.failures[:FIRST_DIVERGENCES]]
+            more = len(o.result.failures) - FIRST_DIVERGENCES
+            text = "\n".join(lines + ([f"... and {more} more series"] if more > 0 else []))
+        elif status != "passed":
+            text = outcome_detail(o)
+        cases.append(Case(classname, o.card.name, status, o.elapsed, message if status != "passed" else "", text))
+    return cases
+
+
+def cases_from_record(result: Any, classname: str) -> list[Case]:
+    """Per compared series: identical across the runs, or failed with where runs first differ."""
+    report = result.report
+    if report is None:  # a run failed before anything was compared
+        bad = [s for s in result.runs if not s.ok]
+        message = "; ".join(f"run {s.spec.index + 1} {s.status} (log {s.spec.log_path})" for s in bad) or result.status
+        return [Case(classname, "runs", "failed", max((s.elapsed for s in result.runs), default=0.0), message, message)]
+    mismatched = {m.series: m for m in report.mismatched}
+    cases = []
+    for name in report.compared:
+        m = mismatched.get(name)
+        if m is None:
+            cases.append(Case(classname, name, "passed"))
+            continue
+        runs = ", ".join(f"run {r + 1}" for r in m.disagreeing_runs)
+        line = divergence_line(name, m.first, left="run 1", right=f"run {m.first.run + 1}")
+        cases.append(Case(classname, name, "failed", 0.0, line, f"{line}\ndiffers in: {runs}"))
+    if result.status == "empty":
+        cases.append(Case(classname, "standard", "failed", 0.0, "no metric series left to compare"))
+    return cases

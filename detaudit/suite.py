@@ -1,0 +1,134 @@
+"""Suites of cards: plan them against a CI time budget, and verify them all in one go.
+
+Cards carry ``est_time`` (seconds for one run), ``gpus_per_run`` and ``suite``. ``plan_suite``
+lists a suite's cards with those and the total; ``verify_suite`` runs ``verify`` on each card
+and keeps every outcome, so one table and one exit code cover the suite.
+
+Fail closed: a suite with no cards is an error (an empty gate proves nothing), and a budget
+check with a card that has no ``est_time`` cannot be proven to fit, so it does not.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from detaudit.card import Card, load_card
+from detaudit.errors import InputError, UsageError
+from detaudit.verify import verify
+
+DEFAULT_CARDS_DIR = "recipes"
+
+
+def find_cards(cards_dir: str | Path = DEFAULT_CARDS_DIR, suite: str | None = None) -> list[Card]:
+    """Every card (``*.toml``) in ``cards_dir``, sorted by path; only ``suite``'s when given.
+
+    A TOML file there that is not a valid card is an error (``InputError``), not skipped.
+    """
+    folder = Path(cards_dir)
+    if not folder.is_dir():
+        raise InputError(folder, "cards folder not found")
+    cards = [load_card(path) for path in sorted(folder.glob("*.toml"))]
+    if suite is not None:
+        cards = [c for c in cards if c.suite == suite]
+        if not cards:
+            known = sorted({c.suite for c in (load_card(p) for p in sorted(folder.glob("*.toml"))) if c.suite})
+            raise UsageError(f"no card in suite {suite!r} (suites here: {', '.join(known) or 'none'})", folder)
+    elif not cards:
+        raise UsageError("no cards (*.toml) here", folder)
+    return cards
+
+
+@dataclass
+class SuitePlan:
+    suite: str | None
+    cards: list[Card]
+    budget: float | None = None
+
+    @property
+    def unknown(self) -> list[str]:
+        """Cards without ``est_time``: their time cannot be planned."""
+        return [c.name for c in self.cards if c.est_time is None]
+
+    @property
+    def total(self) -> float:
+        """Sum of the known ``est_time`` (runs one after another)."""
+        return sum(c.est_time or 0.0 for c in self.cards)
+
+    @property
+    def gpu_seconds(self) -> float:
+        return sum((c.est_time or 0.0) * c.gpus_per_run for c in self.cards)
+
+    @property
+    def fits(self) -> bool | None:
+        """None without a budget; False over it, or when any card's time is unknown."""
+        if self.budget is None:
+            return None
+        return not self.unknown and self.total <= self.budget
+
+
+def plan_suite(cards_dir: str | Path = DEFAULT_CARDS_DIR, suite: str | None = None, budget: float | None = None) -> SuitePlan:
+    return SuitePlan(suite, find_cards(cards_dir, suite), budget)
+
+
+def over_estimate(card: Card, elapsed: float) -> bool:
+    """True when a run took longer than the card's ``est_time`` (plans built on it are wrong)."""
+    return card.est_time is not None and elapsed > card.est_time
+
+
+@dataclass
+class CardOutcome:
+    """One card of a suite verify: ``status`` is verify's, or ``error`` (bad input, message in ``error``)."""
+
+    card: Card
+    status: str
+    result: Any = None  # detaudit.verify.VerifyResult
+    error: str | None = None
+    elapsed: float = 0.0  # wall time of the card's verify, run included
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("passed", "skipped", "approximate")
+
+    @property
+    def run_elapsed(self) -> float | None:
+        run = getattr(self.result, "run", None)
+        return run.elapsed if run is not None and run.started is not None else None
+
+
+@dataclass
+class SuiteResult:
+    suite: str | None
+    outcomes: list[CardOutcome] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        """0 every card passed (or skipped), 2 a card had bad input, else 1."""
+        if any(o.status == "error" for o in self.outcomes):
+            return 2
+        return 0 if all(o.ok for o in self.outcomes) else 1
+
+
+def verify_suite(
+    cards: list[Card],
+    *,
+    suite: str | None = None,
+    allow_other_runner: bool = False,
+    on_card: Callable[[Card], None] | None = None,
+    on_update: Callable[[list[Any]], None] | None = None,
+) -> SuiteResult:
+    """Verify each card in turn, keeping going after a failure so the table covers the suite."""
+    result = SuiteResult(suite)
+    for card in cards:
+        if on_card:
+            on_card(card)
+        started = time.monotonic()
+        try:
+            outcome = verify(card.path, allow_other_runner=allow_other_runner, on_update=on_update)
+        except InputError as exc:
+            result.outcomes.append(CardOutcome(card, "error", error=str(exc), elapsed=time.monotonic() - started))
+            continue
+        result.outcomes.append(CardOutcome(card, outcome.status, outcome, elapsed=time.monotonic() - started))
+    return result

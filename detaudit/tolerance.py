@@ -1,0 +1,122 @@
+"""Approximate standards: opt-in tolerances for a named runner class, kept apart from exact.
+
+A standard is exact on the runner class it was recorded on. A card may declare that another
+class (a second GPU type, a new container) is checked against that standard approximately::
+
+    [approximate."h100-1gpu"]
+    against = "h200-1gpu"                        # the class whose standard is used
+    "train/loss" = { rtol = 0.05 }               # series glob -> rtol / atol / max_ulps
+    "rollout/reward/*" = { atol = 1e-6, max_ulps = 64 }
+
+Series that no glob names stay exact. A point is within tolerance when its type and step
+match and ``|run - standard| <= atol + rtol * |standard|`` (with rtol or atol given) or its
+ULP distance is at most ``max_ulps`` (with that given); NaN matches only NaN. ``verify``
+reports such series as "within tolerance (approximate)", never as identical.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from detaudit.card import Card
+from detaudit.compare import ABSENT, PairDivergence, SeriesData, classify
+from detaudit.errors import InputError
+from detaudit.floats import same_value, ulp_distance
+
+_KEYS = ("rtol", "atol", "max_ulps")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float | None = None
+    atol: float | None = None
+    max_ulps: int | None = None
+
+    def allows(self, expected: Any, actual: Any) -> bool:
+        if same_value(expected, actual):
+            return True
+        if type(expected) is not type(actual) or type(expected) not in (int, float):
+            return False
+        if type(expected) is float and (math.isnan(expected) or math.isnan(actual)):
+            return False
+        if self.rtol is not None or self.atol is not None:
+            bound = (self.atol or 0.0) + (self.rtol or 0.0) * abs(float(expected))
+            if abs(float(actual) - float(expected)) <= bound:
+                return True
+        if self.max_ulps is not None and type(expected) is float:
+            ulps = ulp_distance(expected, actual)
+            if ulps is not None and ulps <= self.max_ulps:
+                return True
+        return False
+
+    def describe(self) -> str:
+        return ", ".join(f"{k} {getattr(self, k):g}" for k in _KEYS if getattr(self, k) is not None)
+
+
+@dataclass(frozen=True)
+class ApproximateRule:
+    runner: str  # the class checked approximately, joined by "-"
+    against: str  # the class whose standard it is checked against
+    series: tuple[tuple[str, Tolerance], ...]  # (glob, tolerance), in card order
+
+    def tolerance_for(self, name: str) -> Tolerance | None:
+        for pattern, tolerance in self.series:
+            if fnmatch.fnmatchcase(name, pattern):
+                return tolerance
+        return None
+
+
+def approximate_rule(card: Card, runner_class: list[str] | tuple[str, ...]) -> ApproximateRule | None:
+    """The card's approximate rule for this runner class, validated; None when there is none."""
+    here = "-".join(runner_class)
+    entry = card.approximate.get(here)
+    if entry is None:
+        return None
+    where = f"approximate.{here}"
+    if not isinstance(entry, dict):
+        raise InputError(card.path, f"{where}: must be a table")
+    against = entry.get("against")
+    if not isinstance(against, str) or not against:
+        raise InputError(card.path, f"{where}: needs against = \"<runner class of the standard>\"")
+    if against == here:
+        raise InputError(card.path, f"{where}: against must name another runner class (a class's own standard is exact)")
+    series = []
+    for pattern, spec in entry.items():
+        if pattern == "against":
+            continue
+        if not isinstance(spec, dict) or not spec or set(spec) - set(_KEYS):
+            raise InputError(card.path, f"{where}.{pattern}: must be a table of {', '.join(_KEYS)}")
+        values: dict[str, Any] = {}
+        for key, value in spec.items():
+            ok = type(value) is int if key == "max_ulps" else type(value) in (int, float)
+            if not ok or value < 0 or (type(value) is float and not math.isfinite(value)):
+                raise InputError(card.path, f"{where}.{pattern}.{key}: must be a non-negative number, got {value!r}")
+            values[key] = value
+        series.append((pattern, Tolerance(**values)))
+    if not series:
+        raise InputError(card.path, f"{where}: names no series; without tolerances there is nothing approximate")
+    return ApproximateRule(here, against, tuple(series))
+
+
+def compare_within(expected: SeriesData, actual: SeriesData, tolerance: Tolerance) -> PairDivergence | None:
+    """The first point outside the tolerance (steps must match exactly), or None."""
+    n = min(len(expected), len(actual))
+    for i in range(n):
+        sa, sb = expected.steps[i], actual.steps[i]
+        va, vb = expected.values[i], actual.values[i]
+        if not same_value(sa, sb):
+            return PairDivergence(1, i, "steps", sa, va, vb, sa, sb, len(expected), len(actual))
+        if not tolerance.allows(va, vb):
+            return PairDivergence(1, i, classify(va, vb), sa, va, vb, sa, sb, len(expected), len(actual))
+    if len(expected) != len(actual):
+        longer = expected if len(expected) > len(actual) else actual
+        return PairDivergence(
+            1, n, "steps", longer.steps[n],
+            expected.values[n] if n < len(expected) else ABSENT, actual.values[n] if n < len(actual) else ABSENT,
+            expected.steps[n] if n < len(expected) else ABSENT, actual.steps[n] if n < len(actual) else ABSENT,
+            len(expected), len(actual),
+        )
+    return None

@@ -1,0 +1,31 @@
+"""benchmarks/gpu_cost.py's reading of a run: the figures docs/validation.md reports, from the committed metrics."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from gpu_cost import loop_figures  # noqa: E402
+
+
+def test_loop_figures_of_a_committed_run() -> None:
+    fig = loop_figures(REPO / "docs" / "validation" / "cost_flash_nondeterministic.jsonl", 787.3577014301909)
+    assert fig["loops_averaged"] == 2  # rollouts 2 and 3; the first is warm-up
+    assert fig["pflop_per_loop"] == pytest.approx(7.191063422828544)
+    assert fig["loop_s"] == pytest.approx(38.720001736)
+    assert fig["mfu"] == pytest.approx(0.23587704105624674)
+    assert fig["train_pairs_per_s"] == pytest.approx(22.26344258676959)
+    assert loop_figures(REPO / "docs" / "validation" / "cost_flash_nondeterministic.jsonl", None)["mfu"] is None
+
+
+def test_a_run_without_a_finished_loop_is_refused(tmp_path: Path) -> None:
+    lines = (REPO / "docs" / "validation" / "cost_flash_nondeterministic.jsonl").read_text().splitlines()
+    partial = tmp_path / "m.jsonl"
+    partial.write_text("\n".join(line for line in lines if '"perf/step"' not in line) + "\n")
+    with pytest.raises(SystemExit, match="no finished rollout-and-train loop"):
+        loop_figures(partial, 787.0)
