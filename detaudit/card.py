@@ -45,6 +45,7 @@ class Card:
     step_key: str | None = None
     runner: tuple[str, ...] | None = None  # None: detect ("auto")
     gpus_per_run: int = 0
+    cpus_per_run: float = 1  # what a cluster job asks Ray for (--cluster)
     est_time: float | None = None  # seconds, for CI planning
     suite: str | None = None
     description: str = ""
@@ -83,6 +84,7 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "step_key": ((str,), "a string"),
     "runner": ((list, str), 'a list of strings or "auto"'),
     "gpus_per_run": ((int,), "an integer"),
+    "cpus_per_run": ((int, float), "a number of CPUs"),
     "est_time": ((int, float), "a number of seconds"),
     "suite": ((str,), "a string"),
     "description": ((str,), "a string"),
@@ -186,6 +188,9 @@ def load_card(path: str | Path) -> Card:
     gpus = data.get("gpus_per_run", 0)
     if gpus < 0:
         raise fail("gpus_per_run", "must be 0 or more")
+    cpus = data.get("cpus_per_run", 1)
+    if not 0 < cpus <= 1_000_000:
+        raise fail("cpus_per_run", f"must be a positive number of CPUs, got {cpus!r}")
     try:
         timeout = float(data.get("timeout_s", 3600))
     except OverflowError:
@@ -207,6 +212,7 @@ def load_card(path: str | Path) -> Card:
         step_key=data.get("step_key"),
         runner=runner,
         gpus_per_run=gpus,
+        cpus_per_run=cpus,
         est_time=float(data["est_time"]) if "est_time" in data else None,
         suite=data.get("suite"),
         description=data.get("description", ""),

@@ -167,7 +167,15 @@ class RunDisplay:
                 self.console.print(f"\\[detaudit] run {s.spec.index + 1}/{self.total} {s.status}{extra}")
 
 
+def _print_jobs(console: Console, states: list[Any]) -> None:
+    from detaudit.report import job_lines
+
+    for line in job_lines(states):
+        console.print(f"\\[detaudit] {escape(line)}")
+
+
 def _print_failed_run(console: Console, states: list[Any]) -> None:
+    from detaudit.report import stopped_jobs_message
     from detaudit.runner import log_tail
 
     for s in states:
@@ -175,6 +183,11 @@ def _print_failed_run(console: Console, states: list[Any]) -> None:
             why = f"exit code {s.returncode}" if s.status == "failed" else f"timed out after {s.spec.timeout_s:g}s"
             console.print(f"[red]\\[detaudit] run {s.spec.index + 1} {why}[/red]; log {escape(str(s.spec.log_path))}:")
             console.print(escape(log_tail(s.spec.log_path, 30)), markup=True)
+    jobs = stopped_jobs_message(states)
+    if jobs is not None:  # --cluster runs: the Ray jobs stopped, by id
+        if jobs:
+            console.print(f"\\[detaudit] {escape(jobs)}")
+        return
     killed = [s.spec.index + 1 for s in states if s.status == "killed"]
     if killed:
         console.print(f"\\[detaudit] killed the process groups of runs {', '.join(map(str, killed))}")
@@ -207,10 +220,13 @@ def _workdir_note(console: Console, workdir: Path | None, removed: bool, ok: boo
 
 
 def _interrupted(console: Console, exc: KeyboardInterrupt, written: str) -> None:
-    from detaudit.report import interrupted_message
+    from detaudit.report import cluster_interrupted_message, interrupted_message
 
-    message = interrupted_message(getattr(exc, "signal_name", "SIGINT"), getattr(exc, "states", []),
-                                  getattr(exc, "repeated", False), written)
+    if getattr(exc, "stopped", None) is not None:  # a --cluster batch: the Ray jobs it stopped
+        message = cluster_interrupted_message(getattr(exc, "signal_name", "SIGINT"), exc.stopped, written)  # type: ignore[attr-defined]
+    else:
+        message = interrupted_message(getattr(exc, "signal_name", "SIGINT"), getattr(exc, "states", []),
+                                      getattr(exc, "repeated", False), written)
     console.print(f"[red]\\[detaudit] {escape(message)}[/red]")
     sys.exit(EXIT_FAIL)
 
@@ -253,6 +269,7 @@ def _warn_est_time(console: Console, card_path: Path | None, states: list[Any]) 
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Also exclude series matching GLOB.")
 @click.option("--include", multiple=True, metavar="GLOB", help="Compare series matching GLOB even if excluded.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Where run dirs go; its run dirs must be empty (default: a new temp dir, removed when every run passed).")
+@click.option("--cluster", metavar="ADDRESS", help="Run each run as a Ray job on this cluster (http://HEAD:8265, or auto).")
 @click.option("--junit-xml", type=click.Path(dir_okay=False, path_type=Path), help="Also write a JUnit XML report: one testcase per compared series.")
 @click.option("--no-doctor", is_flag=True, help="Skip the determinism preflight (detaudit doctor --no-ray) that runs first.")
 @click.option("--trace", type=click.Choice(["rng", "modules"]), is_flag=False, flag_value="rng", default=None,
@@ -260,7 +277,7 @@ def _warn_est_time(console: Console, card_path: Path | None, states: list[Any]) 
 @handle_errors
 def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, out: Path | None, update: bool,
            no_write: bool, allow_partial: bool, fmt: str | None, drop_nan_series: bool, exclude: tuple[str, ...], include: tuple[str, ...],
-           workdir: Path | None, junit_xml: Path | None, no_doctor: bool, trace: str | None) -> None:
+           workdir: Path | None, cluster: str | None, junit_xml: Path | None, no_doctor: bool, trace: str | None) -> None:
     """Run CARD's command N times; write its standard only if all runs agree.
 
     CARD defaults to the embedded tiny CPU recipe (recipes/sd3_pickscore_nft.toml).
@@ -284,17 +301,19 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
             from detaudit.report import print_doctor
 
             print_doctor(run_doctor(load_card(card), ray=False), err_console, only_failing=True)
-        err_console.print(f"\\[detaudit] runner class {'-'.join(cls)}; {runs} runs in {base}")
+        where = f" as Ray jobs on {cluster}" if cluster else ""
+        err_console.print(f"\\[detaudit] runner class {'-'.join(cls)}; {runs} runs{escape(where)} in {base}")
 
     try:
         with display:
             result = run_record(
                 card, runs=runs, parallel=parallel, out=out, update=update, allow_partial=allow_partial, fmt=fmt,
                 drop_nan_series=drop_nan_series, extra_args=extra_args, exclude=exclude, include=include, workdir=workdir, write=not no_write,
-                on_update=display.update, on_start=on_start, trace=trace,
+                cluster=cluster, on_update=display.update, on_start=on_start, trace=trace,
             )
     except KeyboardInterrupt as exc:
         _interrupted(err_console, exc, nothing)
+    _print_jobs(err_console, result.runs)
     from detaudit.ci import cases_from_record
 
     record_cases = cases_from_record(result, f"detaudit.record.{card.stem}")
@@ -305,6 +324,13 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
     if result.status == "run-failed":
         _print_failed_run(err_console, result.runs)
         err_console.print(f"[red]\\[detaudit] record failed: a run did not finish; {nothing}[/red]")
+        _workdir_note(err_console, result.workdir, False, False)
+        sys.exit(EXIT_FAIL)
+    if result.status == "runner-mismatch":
+        from detaudit.report import runner_mismatch_message
+
+        message = runner_mismatch_message(result.runner_class or [], result.runs, nothing)
+        err_console.print(f"[red]\\[detaudit] {escape(message)}[/red]")
         _workdir_note(err_console, result.workdir, False, False)
         sys.exit(EXIT_FAIL)
     assert result.report is not None
@@ -357,6 +383,7 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
 @click.option("--strict-runner", is_flag=True, help="Exit 1 when the runner class differs from the standard's (the default; kept for old scripts).")
 @click.option("--step-key", help="Step field for lines without a step_key.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Where the run dir goes; it must be empty (default: a new temp dir, removed when the run passed).")
+@click.option("--cluster", metavar="ADDRESS", help="Run the run as a Ray job on this cluster (http://HEAD:8265, or auto).")
 @click.option("--suite", metavar="NAME", help="Verify every card of suite NAME (cards in --cards): one table, one exit code.")
 @click.option("--cards", type=click.Path(file_okay=False, path_type=Path), default=Path("recipes"), show_default=True,
               help="Folder of cards for --suite.")
@@ -367,7 +394,7 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
 @handle_errors
 def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None, standard: Path | None,
            allow_other_runner: bool, strict_runner: bool, step_key: str | None, workdir: Path | None,
-           suite: str | None, cards: Path, junit_xml: Path | None, trace: str | None) -> None:
+           cluster: str | None, suite: str | None, cards: Path, junit_xml: Path | None, trace: str | None) -> None:
     """Check one run of CARD (or --metrics RUN.jsonl) against its standard, exactly.
 
     CARD defaults to the embedded tiny CPU recipe when neither CARD nor --metrics is given.
@@ -382,8 +409,9 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
     if strict_runner and allow_other_runner:
         raise click.UsageError("--strict-runner and --allow-other-runner contradict each other")
     if suite is not None:
-        if card is not None or metrics is not None or standard is not None or extra_args or workdir is not None or trace:
-            raise click.UsageError("--suite verifies the suite's cards: it takes no CARD, --metrics, --standard, --workdir, --trace or extra args")
+        if card is not None or metrics is not None or standard is not None or extra_args or workdir is not None or cluster or trace:
+            raise click.UsageError("--suite verifies the suite's cards: it takes no CARD, --metrics, --standard, --workdir, "
+                                   "--cluster, --trace or extra args")
         _verify_suite(suite, cards, allow_other_runner, junit_xml)
     if card is None and metrics is None:
         card = default_card()
@@ -392,8 +420,8 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
     try:
         with display:
             result = run_verify(card, metrics=metrics, standard=standard, allow_other_runner=allow_other_runner,
-                                step_key=step_key, extra_args=extra_args, workdir=workdir, on_update=display.update,
-                                trace=trace)
+                                step_key=step_key, extra_args=extra_args, workdir=workdir, cluster=cluster,
+                                on_update=display.update, trace=trace)
     except KeyboardInterrupt as exc:
         _interrupted(err_console, exc, "not verified")
     from detaudit.ci import cases_from_verify
@@ -407,6 +435,14 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
         _warn_est_time(err_console, card, [result.run])
     path = escape(str(result.standard_path))
     here = "-".join(result.runner_here or [])
+    if result.run is not None:
+        _print_jobs(err_console, [result.run])
+    if result.status == "runner-mismatch":
+        from detaudit.report import runner_mismatch_message
+
+        message = runner_mismatch_message(result.runner_here or [], [result.run], "not verified")
+        out_console.print(f"[red]\\[detaudit] NOT VERIFIED: {escape(message)}[/red]")
+        sys.exit(EXIT_FAIL)
     if result.status in ("skipped", "not-verified"):
         others = ", ".join(sorted({"-".join(c) for c in result.other_classes})) or "-".join(result.runner_standard or [])
         if result.status == "skipped":

@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 
 from detaudit import __version__
 from detaudit.card import load_card, standard_path
+from detaudit.cluster import runner_mismatch
 from detaudit.compare import DiffReport, SeriesData, diff_runs
 from detaudit.errors import UsageError
 from detaudit.floats import encode_value
@@ -41,7 +42,7 @@ class RecordResult:
 
     ``status``: written; agreed (``write=False``: the runs agree, nothing written);
     disagree; empty (no series left to compare: nothing a standard could hold);
-    run-failed.
+    run-failed; runner-mismatch (cluster runs on another runner class than the probe's).
     """
 
     status: str
@@ -55,6 +56,7 @@ class RecordResult:
     nan_dropped: list[str] = field(default_factory=list)  # --drop-nan-series: series left out for holding NaN
     review: StandardDiff | None = None  # with update: the old standard against the new (``standard diff``)
     trace: RunsTraceReport | None = None  # with ``trace``: the runs' traces compared
+    runner_class: list[str] | None = None  # with runner-mismatch: the class the probe found
 
     @property
     def ok(self) -> bool:
@@ -78,6 +80,7 @@ def record(
     write: bool = True,
     executor: Executor | None = None,
     env_hooks: Sequence[EnvHook] = (),
+    cluster: str | None = None,
     on_update: Callable[[list[RunState]], None] | None = None,
     on_start: Callable[[Path, list[str]], None] | None = None,
     trace: str | None = None,
@@ -90,6 +93,8 @@ def record(
 
     ``fmt`` None keeps an existing standard's format (else ``detaudit``). With ``write``
     false the runs are compared and nothing is written (no standard path, no lock).
+    ``cluster`` (a Ray job server address) runs them as Ray jobs (``detaudit.cluster``): a
+    probe job gives the runner class, and runs that report another class write nothing.
     Raises ``UsageError`` before running anything when the standard exists and ``update``
     is false, or when another record of the same standard holds its lock.
     """
@@ -100,8 +105,15 @@ def record(
     if drop_nan_series and fmt != "miles":
         raise UsageError("--drop-nan-series is for --format miles (verifiers that compare with ==)")
     card = load_card(card_path)
-    info = environment_for(card, parallel)
-    cls = resolve_runner(card, info)
+    if cluster is not None:
+        from detaudit.cluster import ClusterExecutor
+
+        executor = ClusterExecutor(card, card_path, cluster, extra_args)
+        with interrupts_as_exceptions():
+            info, cls = executor.probe()
+    else:
+        info = environment_for(card, parallel)
+        cls = resolve_runner(card, info)
     if trace:
         env_hooks = tuple(env_hooks) + (trace_hook(trace),)
     path: Path | None = None
@@ -127,6 +139,9 @@ def _judge(plan: RunPlan, states: list[RunState], path: Path | None, old: Standa
     """Compare the finished runs; write the standard to ``path`` (None: write nothing) if they agree."""
     if not all(s.ok for s in states):
         return RecordResult("run-failed", path, states, plan.workdir)
+    if runner_mismatch(states, plan.runner_class):  # cluster runs report where they ran
+        return RecordResult("runner-mismatch", path, states, plan.workdir, runner_class=plan.runner_class)
+    plan.environment = getattr(states[0], "environment", None) or plan.environment
     parsed = read_run_metrics(plan)
     report = diff_runs(parsed, labels=[f"run{i + 1}" for i in range(len(plan.specs))])
     report.exclude_patterns = plan.exclusion.patterns()

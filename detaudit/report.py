@@ -430,6 +430,8 @@ def status_detail(status: str, result: Any, error: str | None = None, limit: int
     if status == "run-failed":
         run = result.run
         return f"the run ended with {run.status} (exit code {run.returncode}); log {run.spec.log_path}"
+    if status == "runner-mismatch":
+        return runner_mismatch_message(result.runner_here or [], [result.run], "not verified")
     return ""
 
 
@@ -509,3 +511,35 @@ def print_environment(cls: list[str], info: dict[str, Any], console: Console) ->
     ]
     for key, value in rows:
         console.print(f"{key:>15}: {escape(value)}")
+
+
+def job_lines(states: list[Any]) -> list[str]:
+    """Where each cluster run ran: its Ray job id, node and runner class (local runs: none)."""
+    lines = []
+    for s in states:
+        if getattr(s, "job_id", None) and s.status not in ("waiting", "killed"):
+            cls = "-".join(s.runner_class) if s.runner_class else "unknown"
+            lines.append(f"run {s.spec.index + 1}: Ray job {s.job_id} on {s.node or 'an unknown node'}, runner class {cls}")
+    return lines
+
+
+def stopped_jobs_message(states: list[Any]) -> str | None:
+    """The cluster jobs a failed batch stopped ('' when it stopped none); None for local runs."""
+    if not any(getattr(s, "job_id", None) for s in states):
+        return None
+    stopped = [s.job_id for s in states if s.status == "killed" and getattr(s, "job_id", None)]
+    return f"stopped Ray jobs {', '.join(stopped)}" if stopped else ""
+
+
+def cluster_interrupted_message(signal_name: str, stopped: list[str], written: str) -> str:
+    """What an interrupted cluster record or verify did: the jobs it stopped, by id."""
+    jobs = f"stopped Ray jobs {', '.join(stopped)}" if stopped else "no job of this record was running"
+    return f"interrupted ({signal_name}): {jobs}; {written}"
+
+
+def runner_mismatch_message(expected: list[str], states: list[Any], written: str) -> str:
+    """Cluster runs that landed on another runner class than the one their standard is for."""
+    other = sorted({"-".join(s.runner_class) for s in states if getattr(s, "runner_class", None)
+                    and list(s.runner_class) != list(expected)})
+    return (f"runs ran on different runner classes ({'-'.join(expected)} and {', '.join(other)}); bitwise "
+            f"agreement is only promised within one class: {written}")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from detaudit.card import Card, load_card, standard_path
+from detaudit.cluster import runner_mismatch
 from detaudit.compare import PairDivergence, SeriesData, compare_series
 from detaudit.errors import InputError, UsageError
 from detaudit.exclusion import Exclusion
@@ -45,7 +46,8 @@ from detaudit.trace.compare import RunsTraceReport, audit_runs
 class VerifyResult:
     """``status``: passed; failed; run-failed; empty-standard (it has no series, so proves
     nothing); not-verified (the standard is for another runner class); skipped (the same,
-    with other runners allowed)."""
+    with other runners allowed); runner-mismatch (a --cluster run landed on another runner
+    class than the probe that chose the standard)."""
 
     status: str
     standard_path: Path
@@ -84,6 +86,7 @@ def verify(
     workdir: str | Path | None = None,
     executor: Executor | None = None,
     env_hooks: Sequence[EnvHook] = (),
+    cluster: str | None = None,
     on_update: Callable[[list[RunState]], None] | None = None,
     trace: str | None = None,
 ) -> VerifyResult:
@@ -102,12 +105,20 @@ def verify(
         raise UsageError("--metrics without a CARD needs --standard FILE")
     if trace and metrics is not None:
         raise UsageError("--trace traces a run: give a CARD, not --metrics")
+    if cluster is not None and metrics is not None:
+        raise UsageError("--cluster runs the card; with --metrics nothing runs")
     if trace:
         env_hooks = tuple(env_hooks) + (trace_hook(trace),)
     card: Card | None = load_card(card_path) if card_path is not None else None
     info: dict[str, Any] | None = None
     here: list[str] | None = None
-    if card is not None:
+    if card is not None and cluster is not None and metrics is None:
+        from detaudit.cluster import ClusterExecutor
+
+        executor = ClusterExecutor(card, card_path, cluster, extra_args)  # type: ignore[arg-type]
+        with interrupts_as_exceptions():
+            info, here = executor.probe()
+    elif card is not None:
         info = environment_for(card)
         here = resolve_runner(card, info)
     # Opt-in, kept apart: this runner class checked approximately against another's standard.
@@ -154,6 +165,10 @@ def verify(
         if not state.ok:
             result.status = "run-failed"
             return result
+        if here is not None and runner_mismatch([state], here):
+            result.status = "runner-mismatch"
+            return result
+        info = getattr(state, "environment", None) or info
         if missing_metrics(plan):
             raise no_metrics_error(plan, plan.specs[0])
         if trace:

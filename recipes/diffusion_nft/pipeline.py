@@ -106,11 +106,19 @@ def run(argv: list[str] | None = None) -> int:
     else:
         runtime_env = {"env_vars": env_vars}
     gpus = torch.cuda.device_count() if args.device == "cuda" else 0
-    ray.init(num_cpus=args.num_cpus, num_gpus=gpus, runtime_env=runtime_env, include_dashboard=False,
-             log_to_driver=True, object_store_memory=(args.object_store_mb_cpu if args.device == "cpu" else args.object_store_mb_gpu) * 1024**2,
-             configure_logging=False)
+    address = os.environ.get("RAY_ADDRESS")
+    if address:
+        # A Ray job (`detaudit record --cluster`): join that cluster. The job's entrypoint
+        # holds this run's CPUs and GPUs; the actors run in that reservation (see start_actors).
+        if gpus:
+            runtime_env["env_vars"]["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=True, configure_logging=False)
+    else:
+        ray.init(num_cpus=args.num_cpus, num_gpus=gpus, runtime_env=runtime_env, include_dashboard=False,
+                 log_to_driver=True, object_store_memory=(args.object_store_mb_cpu if args.device == "cpu" else args.object_store_mb_gpu) * 1024**2,
+                 configure_logging=False)
     try:
-        return _loop(args, ray, metrics, gpus, started, ray_init_s=time.perf_counter() - started)
+        return _loop(args, ray, metrics, gpus, started, ray_init_s=time.perf_counter() - started, joined=bool(address))
     finally:
         metrics.close()
         ray.shutdown()
@@ -124,20 +132,32 @@ class Actors:
     manager: Any
 
 
-def start_actors(args: JobConfig, ray: Any, gpus: int) -> Actors:
-    """Create the actors with their GPU shares; the manager gets the engines and the reward."""
+def start_actors(args: JobConfig, ray: Any, gpus: int, joined: bool = False) -> Actors:
+    """Create the actors with their GPU shares; the manager gets the engines and the reward.
+
+    ``joined``: the driver is a job on a shared cluster whose entrypoint already holds the
+    run's GPUs. Asking Ray for them again would need twice the GPUs, so the actors ask for
+    none, run on the driver's node and see the driver's GPUs (CUDA_VISIBLE_DEVICES in the
+    runtime env): the same layout as a local run.
+    """
     from recipes.diffusion_nft import actors
 
     shares = gpu_shares(args, gpus)
+    place: dict[str, Any] = {}
+    if joined:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        shares = {kind: 0 for kind in shares}
+        place = {"scheduling_strategy": NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)}
     # Spelled out per class (no helper) so that `detaudit scan-rng` sees every actor.
-    Engine = ray.remote(num_cpus=0, num_gpus=shares["engine"])(actors.RolloutEngine)
-    Reward = ray.remote(num_cpus=0, num_gpus=shares["reward"])(actors.RewardActor)
-    Train = ray.remote(num_cpus=0, num_gpus=shares["train"])(actors.TrainActor)
+    Engine = ray.remote(num_cpus=0, num_gpus=shares["engine"], **place)(actors.RolloutEngine)
+    Reward = ray.remote(num_cpus=0, num_gpus=shares["reward"], **place)(actors.RewardActor)
+    Train = ray.remote(num_cpus=0, num_gpus=shares["train"], **place)(actors.TrainActor)
     manager_env = None
     if args.no_seed_rollout_manager:
         # Reproduce the real bug: this actor's worker hook leaves its RNGs unseeded.
         manager_env = {"env_vars": {determinism.SKIP_SEED_ENV: "1"}}
-    Manager = ray.remote(num_cpus=0, runtime_env=manager_env)(actors.RolloutManager)
+    Manager = ray.remote(num_cpus=0, runtime_env=manager_env, **place)(actors.RolloutManager)
     port = free_port()
     trainers = [Train.remote(args, rank, args.train_actors, port) for rank in range(args.train_actors)]
     engines = [Engine.remote(args, i) for i in range(args.rollout_engines)]
@@ -145,8 +165,9 @@ def start_actors(args: JobConfig, ray: Any, gpus: int) -> Actors:
     return Actors(trainers, engines, reward, Manager.remote(args, engines, reward))
 
 
-def _loop(args: JobConfig, ray: Any, metrics: MetricsLog, gpus: int, started: float, ray_init_s: float = 0.0) -> int:
-    group = start_actors(args, ray, gpus)
+def _loop(args: JobConfig, ray: Any, metrics: MetricsLog, gpus: int, started: float, ray_init_s: float = 0.0,
+          joined: bool = False) -> int:
+    group = start_actors(args, ray, gpus, joined)
     trainers, engines, reward, manager = group.trainers, group.engines, group.reward, group.manager
     load_times = ray.get([a.ready.remote() for a in trainers + engines + [reward]])
     ray.get(manager.ready.remote())

@@ -4,6 +4,7 @@ Not a mock of anything we ship: it stands in for a user's training command. Flag
   --unseeded       draw the "data" from an unseeded global RNG (the bug detaudit catches)
   --reorder        sum the same numbers in a random order (a ~1e-16 ULP-kind difference)
   --fail           exit 3 after writing some lines
+  --fail-index I   the same, only in the run whose DETAUDIT_RUN_INDEX is I
   --sleep S        sleep S seconds before finishing (for timeouts and Ctrl-C)
   --spawn-child    leave a sleeping child process in the run's process group
   --steps N        rollouts (default 3)
@@ -25,6 +26,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--unseeded", action="store_true")
 parser.add_argument("--reorder", action="store_true")
 parser.add_argument("--fail", action="store_true")
+parser.add_argument("--fail-index", type=int)
 parser.add_argument("--sleep", type=float, default=0.0)
 parser.add_argument("--spawn-child", action="store_true")
 parser.add_argument("--steps", type=int, default=3)
@@ -32,6 +34,8 @@ parser.add_argument("--no-metrics", action="store_true")
 parser.add_argument("--ignore-term", action="store_true")
 parser.add_argument("--only-perf", action="store_true")
 args = parser.parse_args()
+if args.fail_index is not None and os.environ.get("DETAUDIT_RUN_INDEX") == str(args.fail_index):
+    args.fail, args.sleep = True, 0.0
 if args.ignore_term:
     import signal
 
