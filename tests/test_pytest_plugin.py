@@ -98,7 +98,7 @@ def test_update_is_refused_in_ci_unless_forced(pytester: pytest.Pytester, monkey
 def test_marker_runs_and_verifies_a_card(pytester: pytest.Pytester, monkeypatch) -> None:
     monkeypatch.delenv("CI", raising=False)
     card = write_card(pytester.path / "toy.toml")
-    pytester.makepyfile(test_card=f'''
+    pytester.makepyfile(test_marker_card=f'''
 import pytest
 
 @pytest.mark.detaudit(card={str(card)!r})
