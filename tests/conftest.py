@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -44,6 +45,14 @@ def write_card(path: Path, *, name: str = "toy", args: list[str] | None = None, 
         f'standards_dir = "{path.parent / "standards"}"\n{extra}'
     )
     return path
+
+
+def scan_tree_copy(source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of a scan fixture tree as the cwd, with its own scan cache: tests may edit it."""
+    shutil.copytree(source, tmp_path / "proj")
+    monkeypatch.chdir(tmp_path / "proj")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "proj"
 
 
 def write_jsonl(path: Path, lines: list[str]) -> Path:

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, run_cli, scan_tree_copy
 
 from detaudit.scan import ScanConfig, scan
 from detaudit.scan.cache import FactsCache
@@ -21,10 +21,7 @@ DRAW = "import torch\n\n\ndef f(n):\n    return torch.rand(n)\n"
 
 @pytest.fixture
 def proj(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    shutil.copytree(CORPUS, tmp_path / "proj")
-    monkeypatch.chdir(tmp_path / "proj")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    return tmp_path / "proj"
+    return scan_tree_copy(CORPUS, tmp_path, monkeypatch)
 
 
 def one_line_error(result, text: str) -> None:

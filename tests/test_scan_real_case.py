@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, run_cli, scan_tree_copy
 
 from detaudit.scan import ScanConfig, scan
 
@@ -16,10 +15,7 @@ REAL_CASE = REPO / "tests" / "fixtures" / "real_case"
 
 @pytest.fixture
 def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    shutil.copytree(REAL_CASE, tmp_path / "proj")
-    monkeypatch.chdir(tmp_path / "proj")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    return tmp_path / "proj"
+    return scan_tree_copy(REAL_CASE, tmp_path, monkeypatch)
 
 
 def findings(*paths: str, **config) -> dict[tuple[str, int], object]:

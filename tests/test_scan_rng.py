@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, run_cli, scan_tree_copy
 
 from detaudit.scan import ScanConfig, apply_baseline, scan, write_baseline
 
@@ -17,10 +16,7 @@ CORPUS = REPO / "tests" / "fixtures" / "scan_corpus"
 
 @pytest.fixture
 def corpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    shutil.copytree(CORPUS, tmp_path / "proj")
-    monkeypatch.chdir(tmp_path / "proj")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    return tmp_path / "proj"
+    return scan_tree_copy(CORPUS, tmp_path, monkeypatch)
 
 
 def run_scan(*paths: str, **kw):

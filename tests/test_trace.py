@@ -70,6 +70,10 @@ torch.rand(1)                                            # after: unseeded again
 torch.manual_seed(0); np.random.seed(0); random.seed(0)
 torch.randn(2); np.random.randn(); random.choice([1, 2])
 print(torch.cuda.is_initialized())
+s1 = random.getstate(); s2 = np.random.get_state(); random.seed(3); np.random.seed(3)
+random.randint(0, 9); np.random.randint(9)
+random.setstate(s1); np.random.set_state(s2)
+random.uniform(0, 1); np.random.uniform()
 """
 
 
@@ -91,6 +95,9 @@ def test_ledger_records_torch_numpy_random_with_sites_and_seeding(tmp_path: Path
     assert rands[0].seeded == "t.py:12 <module>" and rands[1].seeded is None  # fork_rng restored "unseeded"
     assert by_op["torch.randn"].seeded == by_op["np.random.randn"].seeded == "t.py:15 <module>"
     assert by_op["random.choice"].seeded == "t.py:15 <module>"
+    # A state saved and set back counts as seeded where the saved state was (numpy and random too).
+    assert by_op["random.randint"].seeded == by_op["np.random.randint"].seeded == "t.py:18 <module>"
+    assert by_op["random.uniform"].seeded == by_op["np.random.uniform"].seeded == "t.py:15 <module>"
     gens = {d.gen for d in draws}
     assert gens == {"torch.cpu", "numpy", "random"}
     uses = {u.generator: u for u in unseeded_uses(run)}

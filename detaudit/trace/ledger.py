@@ -234,11 +234,43 @@ def install_torch(rec: Recorder, torch: Any) -> None:
                 _replace(owner, name, lambda fn, how=how: _wrap_seed(rec, fn, cuda_gens, how))
 
 
+def _trace_state_calls(rec: Recorder, owner: Any, gen: str, state: Callable[[], str], get_name: str,
+                       set_name: str, how: str) -> None:
+    """Wrap ``owner.get_name``/``owner.set_name``: a state put back counts as where it came from.
+
+    ``fork_rng``-style code saves the state, draws, and sets it back; the ledger must then
+    treat the generator as seeded (or not) exactly as it was when the state was saved.
+    """
+    memory = _StateMemory()
+
+    def get(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def get_state(*args: Any, **kwargs: Any) -> Any:
+            result = fn(*args, **kwargs)
+            memory.remember(rec, gen, state())
+            return result
+
+        get_state.__detaudit_traced__ = True  # type: ignore[attr-defined]
+        return get_state
+
+    def put(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def set_state(*args: Any, **kwargs: Any) -> Any:
+            result = fn(*args, **kwargs)
+            memory.restore(rec, gen, state(), how)
+            return result
+
+        set_state.__detaudit_traced__ = True  # type: ignore[attr-defined]
+        return set_state
+
+    _replace(owner, get_name, get)
+    _replace(owner, set_name, put)
+
+
 # --- numpy -----------------------------------------------------------------------------------
 
 def install_numpy(rec: Recorder, nprandom: Any) -> None:
     mtrand = nprandom.mtrand
-    memory = _StateMemory()
 
     def state() -> str:
         name, keys, pos, has_gauss, cached = mtrand._rand.get_state(legacy=True)
@@ -254,35 +286,12 @@ def install_numpy(rec: Recorder, nprandom: Any) -> None:
         if callable(fn) and getattr(fn, "__self__", None) is mtrand._rand:
             _replace(nprandom, name, lambda fn, name=name: _wrap(rec, fn, f"np.random.{name}", target))
     _replace(nprandom, "seed", lambda fn: _wrap_seed(rec, fn, ("numpy",), "np.random.seed"))
-
-    def get(fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def get_state(*args: Any, **kwargs: Any) -> Any:
-            result = fn(*args, **kwargs)
-            memory.remember(rec, "numpy", state())
-            return result
-
-        get_state.__detaudit_traced__ = True  # type: ignore[attr-defined]
-        return get_state
-
-    def put(fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def set_state(*args: Any, **kwargs: Any) -> Any:
-            result = fn(*args, **kwargs)
-            memory.restore(rec, "numpy", state(), "np.random.set_state")
-            return result
-
-        set_state.__detaudit_traced__ = True  # type: ignore[attr-defined]
-        return set_state
-
-    _replace(nprandom, "get_state", get)
-    _replace(nprandom, "set_state", put)
+    _trace_state_calls(rec, nprandom, "numpy", state, "get_state", "set_state", "np.random.set_state")
 
 
 # --- random ----------------------------------------------------------------------------------
 
 def install_random(rec: Recorder, random: Any) -> None:
-    memory = _StateMemory()
     inst = random._inst
 
     def state() -> str:
@@ -298,28 +307,7 @@ def install_random(rec: Recorder, random: Any) -> None:
             _replace(random, name, lambda fn, name=name: _wrap(rec, fn, f"random.{name}", target))
     _replace(random, "seed", lambda fn: _wrap_seed(rec, fn, ("random",), "random.seed"))
 
-    def get(fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def getstate() -> Any:
-            result = fn()
-            memory.remember(rec, "random", state())
-            return result
-
-        getstate.__detaudit_traced__ = True  # type: ignore[attr-defined]
-        return getstate
-
-    def put(fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def setstate(value: Any) -> Any:
-            result = fn(value)
-            memory.restore(rec, "random", state(), "random.setstate")
-            return result
-
-        setstate.__detaudit_traced__ = True  # type: ignore[attr-defined]
-        return setstate
-
-    _replace(random, "getstate", get)
-    _replace(random, "setstate", put)
+    _trace_state_calls(rec, random, "random", state, "getstate", "setstate", "random.setstate")
 
 
 def install(rec: Recorder, finder: PostImportFinder) -> None:
