@@ -670,15 +670,13 @@ def env_command(card: Path | None, as_json: bool) -> None:
     The probe runs in the recipe's interpreter with the card's environment, exactly as
     record and verify do. CARD defaults to the embedded tiny CPU recipe.
     """
-    from detaudit.card import load_card, probe_env
-    from detaudit.provenance import detect_environment, runner_class
+    from detaudit.card import load_card
+    from detaudit.plan import environment_for, resolve_runner
     from detaudit.report import environment_json, print_environment
-    from detaudit.runner import gpu_slots
 
     loaded = load_card(card or default_card())
-    slots = gpu_slots(loaded.gpus_per_run, 1)
-    info = detect_environment(env=probe_env(loaded, slots[0] if slots else None))
-    cls = list(loaded.runner) if loaded.runner is not None else runner_class(info, loaded.gpus_per_run)
+    info = environment_for(loaded)
+    cls = resolve_runner(loaded, info)
     if as_json:
         click.echo(environment_json(cls, info))
     else:

@@ -126,12 +126,12 @@ class DetauditChecker:
 
     def _record(self, card: Path) -> None:
         from detaudit.card import load_card, standard_path
-        from detaudit.plan import resolve_runner
-        from detaudit.provenance import detect_environment
+        from detaudit.plan import environment_for, resolve_runner
         from detaudit.record import record
 
         loaded = load_card(card)
-        path = standard_path(loaded, resolve_runner(loaded, detect_environment()))
+        # The class record will use: probed with the card's environment, as record probes it.
+        path = standard_path(loaded, resolve_runner(loaded, environment_for(loaded)))
         result = record(card, runs=self.runs, update=path.exists())
         if not result.ok:
             pytest.fail(f"detaudit: re-recording {card} failed: {result.status} (the runs do not agree)", pytrace=False)
