@@ -59,7 +59,11 @@ def test_verify_on_another_class_within_tolerance_is_approximate_never_identical
     # A series the card gives no tolerance stays exact.
     card.write_text(card_text(tmp_path, '["cpu", "other"]',
                               '[approximate."cpu-other"]\nagainst = "cpu-ref"\n"rollout/reward/raw_mean" = { rtol = 1e-12 }\n'))
-    strict = run_cli("verify", str(card), "--", "--reorder")
+    # --reorder sums in a random order, which now and then is the standard's own: up to 3 tries.
+    for _ in range(3):
+        strict = run_cli("verify", str(card), "--", "--reorder")
+        if strict.code != 0:
+            break
     assert strict.code == 1 and "train/loss: step" in strict.out, strict.text
     # Without an approximate entry, another class is NOT VERIFIED (fail closed).
     card.write_text(card_text(tmp_path, '["cpu", "other"]'))
