@@ -164,9 +164,102 @@ def test_the_project_itself_has_no_unseeded_draw() -> None:
     assert shuffle["path"] == "recipes/diffusion_nft/nft.py" and shuffle["rule"] == "DA101"
     assert shuffle["processes"] == [{"entry": "RolloutManager (Ray actor)", "kind": "ray-actor",
                                      "target": "recipes.diffusion_nft.actors.RolloutManager", "seeded": True}]
+    # ...and only when the NFT loss is chosen: Flow-GRPO never reaches it (issue #14).
+    actors = (REPO / "recipes" / "diffusion_nft" / "actors.py").read_text().splitlines()
+    (line,) = [n for n, text in enumerate(actors, 1) if "nft.convert(" in text]
+    assert shuffle["reached_only_when"] == [{"condition": "algorithm == 'nft'", "line": line,
+                                             "caller": "recipes.diffusion_nft.actors.train_pairs",
+                                             "path": "recipes/diffusion_nft/actors.py"}]
 
 
 def test_pre_commit_hook_is_declared() -> None:
     text = (REPO / ".pre-commit-hooks.yaml").read_text()
     assert "id: detaudit-scan-rng" in text and "entry: detaudit scan-rng" in text
     assert os.path.exists(REPO / "tests" / "fixtures" / "scan_corpus" / "pkg" / "aliases.py")
+
+
+CALL_SITE_GUARDS = {
+    "pkg/__init__.py": "",
+    "pkg/conv.py": '''import torch
+
+
+def shuffle(n):
+    return torch.randperm(n)
+
+
+def both(n):
+    return torch.rand(n)
+
+
+def cycle(n, k):
+    if k:
+        return cycle(n, k - 1)
+    return torch.randn(n)
+''',
+    "pkg/run.py": '''import ray
+import torch
+
+from pkg import conv
+
+
+def pairs(algorithm, n):
+    if algorithm == "nft":
+        if n > 2:
+            return conv.shuffle(n)
+        conv.both(n)
+    else:
+        conv.both(n)
+    return None
+
+
+@ray.remote
+class Manager:
+    def __init__(self):
+        torch.manual_seed(0)
+
+    def step(self, algorithm):
+        if algorithm != "off":
+            pairs(algorithm, 4)
+        conv.cycle(3, 2)
+
+
+@ray.remote
+class Other:
+    def __init__(self):
+        torch.manual_seed(1)
+
+    def go(self, fast):
+        if fast:
+            conv.both(2)
+''',
+}
+
+
+def test_call_site_guards_say_when_a_draw_is_reached(tmp_path: Path) -> None:
+    """`if` conditions at the call sites on every path from a process to the draw (issue #14)."""
+    for name, text in CALL_SITE_GUARDS.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    result = run_cli("scan-rng", "pkg", "--format", "json", "--no-cache", cwd=tmp_path)
+    assert result.code == 0, result.text
+    reached = {f["function"].rpartition(".")[2]: [(g["condition"], g["caller"], g["line"], g["path"])
+                                                  for g in f["reached_only_when"]]
+               for f in json.loads(result.out)}
+    # Nested conditions in the caller, then the caller's own call site.
+    assert reached["shuffle"] == [("algorithm == 'nft'", "pkg.run.pairs", 10, "pkg/run.py"),
+                                  ("n > 2", "pkg.run.pairs", 10, "pkg/run.py"),
+                                  ("algorithm != 'off'", "pkg.run.Manager.step", 24, "pkg/run.py")]
+    # Called in both branches of one `if` and from another process under another condition:
+    # only what holds on every path remains (nothing).
+    assert reached["both"] == []
+    # A recursive call under `if k` does not hide the unconditional call from step().
+    assert reached["cycle"] == []
+    text = run_cli("scan-rng", "pkg", "--no-cache", cwd=tmp_path).out
+    assert ("reached only when `algorithm == 'nft'` (the call at pkg/run.py:10 in pairs) and `n > 2` "
+            "(the call at pkg/run.py:10 in pairs) and `algorithm != 'off'` (the call at pkg/run.py:24 in step)") \
+        in " ".join(text.split())
+    # Without the other process, `both` is reached only through pairs(), which step() calls under a condition.
+    (tmp_path / "pkg/run.py").write_text(CALL_SITE_GUARDS["pkg/run.py"].split("@ray.remote\nclass Other")[0])
+    again = {f["function"].rpartition(".")[2]: [g["condition"] for g in f["reached_only_when"]]
+             for f in json.loads(run_cli("scan-rng", "pkg", "--format", "json", "--no-cache", cwd=tmp_path).out)}
+    assert again["both"] == ["algorithm != 'off'"]

@@ -39,6 +39,8 @@ class Process:
     # Code that runs before the later seeding: an actor's __init__ (and what it calls), import-time code.
     early: dict[str, set[str]] = field(default_factory=dict)  # function -> families seeded by then
     via: dict[str, str] = field(default_factory=dict)  # function -> how dynamic dispatch reached it
+    callers_in: dict[str, list[str]] | None = None  # function -> its callers within this process (built on demand)
+    entry_guards: dict[str, list[tuple[str, str, int]]] = field(default_factory=dict)  # see Program.entry_guards
 
     def seeded_at(self, function: str, family: str) -> bool:
         early = self.early.get(function)
@@ -60,12 +62,15 @@ class Finding:
     note: str = ""
     end_line: int = 0
     via: list[str] = field(default_factory=list)
+    # `if` conditions at call sites on every path from the process's entry to the draw
+    reached_only_when: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "path": self.path, "line": self.line, "col": self.col, "rule": self.rule, "severity": self.severity,
             "message": self.message, "code": self.code, "function": self.function, "guards": self.guards,
             "processes": self.processes, "note": self.note, "via": self.via,
+            "reached_only_when": self.reached_only_when,
         }
 
 
@@ -97,6 +102,7 @@ class Program:
         self._candidates: dict[str, list[str]] = {}
         self._calls_by_short_name: dict[str, list[tuple[str, tuple[Any, ...]]]] | None = None
         self._callers: dict[str, list[tuple[str, tuple[Any, ...]]]] = {}
+        self._edge_guards: dict[tuple[str, str], tuple[list[str], int]] = {}  # (conditions, line of a call)
 
     def add(self, path: str, f: dict[str, Any]) -> None:
         self.paths[f["module"]] = path
@@ -232,33 +238,52 @@ class Program:
             return cached
         out: list[tuple[str, str]] = []
         info = self.functions.get(function)
-        for name in info["calls"] if info else ():
-            if SUPER in name:
-                cls, _, attr = name.partition(SUPER)
-                target = self.lookup_attr(cls, attr, skip_own=True)
-                if target is not None:
-                    out.append((target, ""))
-                continue
-            target = self.canonical(name) if LOCAL not in name and "@" not in name else None
-            if target is not None:
-                if target in self.classes:
-                    init = self.lookup_attr(target, "__init__")
-                    if init is not None:
-                        out.append((init, ""))
-                else:
-                    out.append((target, ""))
-                continue
-            if name in CALLING_LOADERS:
-                targets, code = self.candidates(), f"{name}(...)"
-            else:
-                targets, code = self._dispatch(name, function)
-            if targets:
-                shown = ", ".join(targets[:MAX_CANDIDATES_SHOWN]) + (", ..." if len(targets) > MAX_CANDIDATES_SHOWN else "")
-                via = f"reached via {code}: candidates {shown}"
-                for target in targets:
-                    out.append((self.lookup_attr(target, "__init__") or target if target in self.classes else target, via))
+        guarded = {index: (conditions, line) for index, conditions, line in info.get("guarded_calls", ())} if info else {}
+        for index, name in enumerate(info["calls"] if info else ()):
+            first = len(out)
+            self._edge(function, name, out)
+            conditions, line = guarded.get(index, ([], 0))
+            for callee, _ in out[first:]:
+                key = (function, callee)
+                # several calls of one callee: only conditions that hold at every one of them
+                known = self._edge_guards.get(key)
+                self._edge_guards[key] = (conditions, line) if known is None else (
+                    [c for c in known[0] if c in conditions], known[1])
         self._callees[function] = out
         return out
+
+    def edge_guards(self, caller: str, callee: str) -> tuple[list[str], int]:
+        """The `if` conditions in ``caller`` that hold at every call it makes to ``callee``, and the
+        line of such a call (0 when there is no condition)."""
+        self.callees(caller)
+        return self._edge_guards.get((caller, callee), ([], 0))
+
+    def _edge(self, function: str, name: str, out: list[tuple[str, str]]) -> None:
+        """Append the callees (and how dynamic dispatch reached them) of one call ``name``."""
+        if SUPER in name:
+            cls, _, attr = name.partition(SUPER)
+            target = self.lookup_attr(cls, attr, skip_own=True)
+            if target is not None:
+                out.append((target, ""))
+            return
+        target = self.canonical(name) if LOCAL not in name and "@" not in name else None
+        if target is not None:
+            if target in self.classes:
+                init = self.lookup_attr(target, "__init__")
+                if init is not None:
+                    out.append((init, ""))
+            else:
+                out.append((target, ""))
+            return
+        if name in CALLING_LOADERS:
+            targets, code = self.candidates(), f"{name}(...)"
+        else:
+            targets, code = self._dispatch(name, function)
+        if targets:
+            shown = ", ".join(targets[:MAX_CANDIDATES_SHOWN]) + (", ..." if len(targets) > MAX_CANDIDATES_SHOWN else "")
+            via = f"reached via {code}: candidates {shown}"
+            for target in targets:
+                out.append((self.lookup_attr(target, "__init__") or target if target in self.classes else target, via))
 
     def seeds(self, function: str) -> frozenset[str]:
         """RNG families a call of ``function`` seeds, directly or through callees."""
@@ -287,6 +312,45 @@ class Program:
                         via[callee] = how or via[current]
                     queue.append(callee)
         return seen, via
+
+    def entry_guards(self, process: Process, function: str) -> list[tuple[str, str, int]]:
+        """(condition, caller, line of the call) triples that hold on every call path from ``process``'s roots to ``function``.
+
+        E.g. ``[("algorithm == 'nft'", "pkg.actors.train_pairs", 185)]`` for a function that the process
+        calls only inside ``if algorithm == 'nft':``. A root, a function reached through a cycle
+        still being resolved, or a call made outside any `if` contributes no condition, so the
+        answer only ever under-states: a condition listed here is one the code really requires.
+        """
+        if process.callers_in is None:
+            callers: dict[str, list[str]] = {}
+            for caller in sorted(process.reach):
+                for callee, _ in self.callees(caller):
+                    if callee in process.reach and callee != caller:
+                        callers.setdefault(callee, []).append(caller)
+            process.callers_in = callers
+        return self._entry_guards(process, function, set())
+
+    def _entry_guards(self, process: Process, function: str, active: set[str]) -> list[tuple[str, str, int]]:
+        known = process.entry_guards.get(function)
+        if known is not None:
+            return known
+        callers = (process.callers_in or {}).get(function, [])
+        if function in process.roots or not callers or function in active:
+            return []
+        active.add(function)
+        common: list[tuple[str, str, int]] | None = None
+        for caller in callers:
+            conditions, line = self.edge_guards(caller, function)
+            path = [(c, caller, line) for c in conditions]
+            path += [g for g in self._entry_guards(process, caller, active) if g not in path]
+            common = path if common is None else [g for g in common if g in path]
+            if not common:
+                break
+        active.discard(function)
+        # Kept even when a cycle cut a path short: that only drops conditions, never adds one.
+        result = common or []
+        process.entry_guards[function] = result
+        return result
 
     def import_time(self, functions: set[str]) -> set[str]:
         """Module bodies and class bodies of the modules that hold ``functions`` (they ran at import)."""
@@ -477,6 +541,10 @@ def _finding(program: Program, processes: list[Process], draw: dict[str, Any], p
     if extra:
         note = f"{note}; {extra}"
     via = sorted({p.via[function] for p in mine if function in p.via})
+    reached_only_when: list[tuple[str, str, int]] = []
+    for index, process in enumerate(mine):  # conditions that hold in every process that runs it
+        guards = program.entry_guards(process, function)
+        reached_only_when = guards if index == 0 else [g for g in reached_only_when if g in guards]
     return Finding(
         path=path, line=draw["line"], col=draw["col"], rule=draw["rule"], severity=severity,
         message=draw["message"], code=draw["code"], function=function.replace(f".{MAIN_BLOCK}", ".__main__"),
@@ -484,4 +552,7 @@ def _finding(program: Program, processes: list[Process], draw: dict[str, Any], p
         processes=[{"entry": p.name, "kind": p.kind, "target": p.target, "seeded": seeded.get(p.name) if family else None}
                    for p in mine],
         note=note, end_line=draw["end_line"], via=via,
+        reached_only_when=[{"condition": condition, "caller": caller.replace(f".{MAIN_BLOCK}", ".__main__"), "line": line,
+                            "path": rel(program.paths[program.module_of[caller]]) if caller in program.module_of else ""}
+                           for condition, caller, line in reached_only_when],
     )

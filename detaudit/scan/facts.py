@@ -31,7 +31,7 @@ from detaudit.scan.rules import (
     TORCH_INPLACE,
 )
 
-FACTS_VERSION = 4
+FACTS_VERSION = 5
 MODULE_BODY = "<module>"
 MAIN_BLOCK = "<main>"
 _BUILTINS = frozenset({"id", "hash"})
@@ -311,6 +311,9 @@ class FileFacts:
             if resolved is not None:
                 function["calls"].append(
                     _call_site(call, resolved, function.get("none_params", {})) if self.sites else resolved)
+                if ctx.guards:  # a call under `if`: what it reaches runs only when the condition holds
+                    function.setdefault("guarded_calls", []).append(
+                        [len(function["calls"]) - 1, _guard_texts(ctx), call.lineno])
                 seeded = SEED_CALLS.get(resolved)
                 if seeded:
                     function["seeds"].extend(f for f in seeded if f not in function["seeds"])
@@ -438,12 +441,7 @@ class FileFacts:
             return ""
 
     def _draw(self, rule: str, message: str, call: ast.Call, ctx: _Ctx, param: str = "") -> dict[str, Any]:
-        guards = []
-        for test, taken in ctx.guards:
-            text = ast.unparse(test)
-            if len(text) > 100:
-                text = text[:97] + "..."
-            guards.append(text if taken else f"not ({text})")
+        guards = _guard_texts(ctx)
         line = call.lineno
         code = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
         return {"rule": rule, "message": message, "line": line, "end_line": getattr(call, "end_lineno", line) or line,
@@ -536,6 +534,17 @@ def _none_params(args: ast.arguments, is_method: bool) -> dict[str, int]:
         if isinstance(default, ast.Constant) and default.value is None:
             out[arg.arg] = -1
     return out
+
+
+def _guard_texts(ctx: _Ctx) -> list[str]:
+    """The `if` conditions around code, as source text ("not (...)" for an else branch)."""
+    guards = []
+    for test, taken in ctx.guards:
+        text = ast.unparse(test)
+        if len(text) > 100:
+            text = text[:97] + "..."
+        guards.append(text if taken else f"not ({text})")
+    return guards
 
 
 def _call_site(call: ast.Call, target: str, none_params: dict[str, int]) -> Any:

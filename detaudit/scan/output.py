@@ -25,6 +25,13 @@ def _processes_text(f: Finding) -> str:
     return "runs in: " + ", ".join(parts)
 
 
+def _reached_text(f: Finding) -> str:
+    """'reached only when `a == 1` (the call at pkg/m.py:12 in f)', or ''."""
+    parts = [f"`{g['condition']}` (the call at {g['path']}:{g['line']} in {g['caller'].rpartition('.')[2]})"
+             for g in f.reached_only_when]
+    return "reached only when " + " and ".join(parts) if parts else ""
+
+
 def print_text(result: ScanResult, console: Console) -> None:
     current = None
     for f in result.findings:
@@ -41,6 +48,8 @@ def print_text(result: ScanResult, console: Console) -> None:
             console.print(f"      {escape(via)}", style="dim")
         for guard in f.guards:
             console.print(f"      only when `{escape(guard)}`", style="dim")
+        if f.reached_only_when:
+            console.print(f"      {escape(_reached_text(f))}", style="dim")
     for s in result.skipped:
         console.print(f"[yellow]skipped {escape(s.path)}: {escape(s.reason)}[/yellow]")
     errors = sum(f.severity == "error" for f in result.findings)
@@ -68,7 +77,7 @@ def as_sarif(result: ScanResult) -> str:
             "results": [{
                 "ruleId": f.rule,
                 "level": "error" if f.severity == "error" else "warning",
-                "message": {"text": f"{f.message}. {_processes_text(f)}"},
+                "message": {"text": f"{f.message}. {_processes_text(f)}" + (f"; {_reached_text(f)}" if f.reached_only_when else "")},
                 "locations": [{"physicalLocation": {
                     "artifactLocation": {"uri": f.path},
                     "region": {"startLine": f.line, "startColumn": f.col},
@@ -114,5 +123,5 @@ def as_github(result: ScanResult) -> str:
     for f in result.findings:
         level = "error" if f.severity == "error" else "warning"
         lines.append(f"::{level} file={f.path},line={f.line},col={f.col},title={f.rule}::"
-                     f"{clean(f.message + '. ' + _processes_text(f))}")
+                     f"{clean(f.message + '. ' + _processes_text(f) + ('; ' + _reached_text(f) if f.reached_only_when else ''))}")
     return "\n".join(lines)
