@@ -90,3 +90,22 @@ def test_unknown_attention_mode_is_refused() -> None:
 
     with pytest.raises(ValueError, match="attention must be one of"):
         determinism.ray_runtime_env(1, attention="fast")
+
+
+FILL_PROBE = """
+import json, sys, torch
+from detaudit import determinism
+determinism.enable(1, fill_uninitialized_memory=sys.argv[1] == "1")
+print(json.dumps([torch.utils.deterministic.fill_uninitialized_memory,
+                  bool(torch.isnan(torch.empty(64)).all())]))
+"""
+
+
+def test_fill_uninitialized_memory_can_be_switched_off() -> None:
+    """Deterministic mode fills new tensors with NaN by default; the switch turns that kernel off."""
+    def probe(fill: str) -> str:
+        return subprocess.run([sys.executable, "-c", FILL_PROBE, fill], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    assert probe("1") == "[true, true]"  # torch's default under use_deterministic_algorithms
+    assert probe("0").startswith("[false, ")  # what the empty tensor holds is then whatever was there

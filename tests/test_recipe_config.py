@@ -52,3 +52,11 @@ def test_gpu_shares_come_from_the_config() -> None:
     own = gpu_shares(cfg.replace(shared_reward_share=0.02, shared_gpu_share=0.4), 1)
     assert own == {"train": 0.4, "engine": 0.4, "reward": 0.02}
     assert gpu_shares(cfg, 2) == {"train": 0.5, "engine": 0.5, "reward": 1.0}
+
+
+def test_fill_uninitialized_memory_flag_and_config_key(tmp_path: Path) -> None:
+    assert parse_args([]).fill_uninitialized_memory is True
+    assert parse_args(["--no-fill-uninitialized-memory"]).fill_uninitialized_memory is False
+    path = tmp_path / "job.toml"
+    path.write_text("fill_uninitialized_memory = false\n")
+    assert parse_args(["--config", str(path)]).fill_uninitialized_memory is False

@@ -38,7 +38,8 @@ def setup_process(args: JobConfig, role: str) -> torch.device:
         torch.set_num_threads(args.threads)
     if args.deterministic_mode:
         skip = role == "rollout_manager" and args.no_seed_rollout_manager
-        determinism.enable(args.seed, seed_rngs=not skip, attention=args.attention_backend)
+        determinism.enable(args.seed, seed_rngs=not skip, attention=args.attention_backend,
+                           fill_uninitialized_memory=args.fill_uninitialized_memory)
     if args.device == "cuda" and torch.cuda.is_available():
         return torch.device("cuda", 0)  # Ray sets CUDA_VISIBLE_DEVICES to the actor's GPU
     return torch.device("cpu")

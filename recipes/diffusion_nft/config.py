@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attention", choices=["auto", "flash", "math", "any"], default="auto",
                    help="SDPA backends under --deterministic-mode: flash only (deterministic backward), math "
                    "only, or any (PyTorch picks); auto = flash on CUDA, math on CPU.")
+    p.add_argument("--fill-uninitialized-memory", action=argparse.BooleanOptionalAction, default=True,
+                   help="Under --deterministic-mode, let torch fill new uninitialised tensors with NaN "
+                   "(its default; --no-fill-uninitialized-memory saves a kernel per allocation).")
     p.add_argument("--precision", choices=["fp16", "bf16", "fp32"], default="fp16")
     p.add_argument("--grad-scaler-init", type=float, default=2.0**16, help="fp16 grad scaler's initial scale.")
     p.add_argument("--grad-scaler-backoff", type=float, default=0.5,
@@ -135,6 +138,7 @@ class JobConfig:
     deterministic_mode: bool = False
     no_seed_rollout_manager: bool = False
     attention: str = "auto"
+    fill_uninitialized_memory: bool = True
     precision: str = "fp16"
     grad_scaler_init: float = 2.0**16
     grad_scaler_backoff: float = 0.5

@@ -101,7 +101,8 @@ def run(argv: list[str] | None = None) -> int:
     metrics = MetricsLog(paths)
     env_vars = {"PYTHONPATH": os.pathsep.join(p for p in [RECIPE_ROOT, os.environ.get("PYTHONPATH", "")] if p)}
     if args.deterministic_mode:
-        determinism.enable(args.seed, attention=args.attention_backend)
+        determinism.enable(args.seed, attention=args.attention_backend,
+                          fill_uninitialized_memory=args.fill_uninitialized_memory)
         runtime_env = determinism.ray_runtime_env(args.seed, env_vars=env_vars, attention=args.attention_backend)
     else:
         runtime_env = {"env_vars": env_vars}
