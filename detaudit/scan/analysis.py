@@ -79,8 +79,7 @@ class Program:
 
     def __init__(self, facts: dict[str, dict[str, Any]], load_module: Callable[[str], bool] | None = None,
                  extra_strings: set[str] | None = None,
-                 load_mentioning: Callable[[set[str]], None] | None = None,
-                 call_sites: Callable[[str], dict[str, list[tuple[Any, ...]]]] | None = None) -> None:
+                 load_mentioning: Callable[[set[str]], None] | None = None) -> None:
         self.paths: dict[str, str] = {}  # module -> path
         self.modules: dict[str, dict[str, Any]] = {}
         self.functions: dict[str, dict[str, Any]] = {}
@@ -91,16 +90,14 @@ class Program:
         self.load_module = load_module
         # Parses the skipped files whose text mentions one of these names (callers of a function).
         self.load_mentioning = load_mentioning
-        # A module's calls with their details (line, arguments), parsed again on demand.
-        self.call_sites = call_sites
-        self._sites: dict[str, dict[str, list[tuple[Any, ...]]]] = {}
         self._mro: dict[str, list[str]] = {}
+        # short name of a callee -> the functions that call it (built on first use, then kept up to date)
+        self._calls_by_short_name: dict[str, set[str]] | None = None
         for path, f in facts.items():
             self.add(path, f)
         self._seeds: dict[str, frozenset[str]] = {}
         self._callees: dict[str, list[tuple[str, str]]] = {}
         self._candidates: dict[str, list[str]] = {}
-        self._calls_by_short_name: dict[str, list[tuple[str, tuple[Any, ...]]]] | None = None
         self._callers: dict[str, list[tuple[str, tuple[Any, ...]]]] = {}
         self._edge_guards: dict[tuple[str, str], tuple[list[str], int]] = {}  # (conditions, line of a call)
 
@@ -116,8 +113,17 @@ class Program:
         self.strings.update(f["strings"])
         self._candidates = {}
         self._mro = {}
-        self._calls_by_short_name = None
+        if self._calls_by_short_name is not None:
+            self._index_calls(f["functions"])
         self._callers = {}
+
+    def _index_calls(self, functions: dict[str, dict[str, Any]]) -> None:
+        """Add ``functions`` to the index: the short name of each callee -> the functions that call it."""
+        index = self._calls_by_short_name
+        assert index is not None
+        for caller, info in functions.items():
+            for name in info["calls"]:
+                index.setdefault(name.rpartition(".")[2], set()).add(caller)
 
     # -- names ----------------------------------------------------------------------------
 
@@ -364,7 +370,8 @@ class Program:
 
     def callers(self, function: str) -> list[tuple[str, tuple[Any, ...]]]:
         """(caller, call site) for each call of ``function`` in the tree (skipped files that
-        mention its name are parsed first; callers' modules are parsed again for the details)."""
+        mention its name are parsed first); a call site is (callee as written, line, positional
+        count, keywords passed)."""
         cached = self._callers.get(function)
         if cached is not None:
             return cached
@@ -372,20 +379,14 @@ class Program:
         if self.load_mentioning is not None:
             self.load_mentioning({short})
         if self._calls_by_short_name is None:
-            index: dict[str, set[str]] = {}
-            for caller, info in self.functions.items():
-                for name in info["calls"]:
-                    index.setdefault(name.rpartition(".")[2], set()).add(caller)
-            self._calls_by_short_name = index
+            self._calls_by_short_name = {}
+            self._index_calls(self.functions)
         found = []
         for caller in sorted(self._calls_by_short_name.get(short, ())):
-            module = self.module_of.get(caller)
-            if module is None or self.call_sites is None:
+            info = self.functions.get(caller)
+            if info is None or caller not in self.module_of:
                 continue
-            if module not in self._sites:
-                self._sites[module] = self.call_sites(module)
-            for call in self._sites[module].get(caller, ()):
-                name = call[0]
+            for name, site in zip(info["calls"], info["sites"]):
                 if name.rpartition(".")[2] != short:
                     continue
                 if SUPER in name:
@@ -398,7 +399,7 @@ class Program:
                     if target in self.classes:
                         target = self.lookup_attr(target, "__init__")
                 if target == function:
-                    found.append((caller, call))
+                    found.append((caller, (name, *site)))
         self._callers[function] = found
         return found
 

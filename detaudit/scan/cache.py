@@ -1,7 +1,9 @@
-"""The scan-rng per-file facts cache, keyed by content hash (a stat check skips re-reading)."""
+"""The scan-rng caches: per-file facts keyed by content hash (a stat check skips re-reading), and
+whole results keyed by everything a scan reads (so a rescan of an unchanged tree does no analysis)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import tempfile
@@ -24,7 +26,9 @@ def _valid_outcome(value: Any) -> bool:
             isinstance(facts.get(key), kind) for key, kind in FACT_FIELDS.items())
     if value[0] == "skip":
         return isinstance(value[1], str)
-    return value[1] is None or isinstance(value[1], tuple)
+    # light: (dotted strings, the file's own facts or skip outcome)
+    return isinstance(value[1], tuple) and len(value[1]) == 2 and isinstance(value[1][0], tuple) \
+        and value[1][1][0] != "light" and _valid_outcome(value[1][1])
 
 
 class FactsCache:
@@ -40,7 +44,6 @@ class FactsCache:
         self.enabled = enabled
         self.stats: dict[str, tuple[int, int, str]] = {}
         self.facts: dict[str, Any] = {}
-        self.sites: dict[str, dict[str, list[tuple[Any, ...]]]] = {}  # digest -> a module's call-site details
         self.dirty = False
         if enabled:
             try:
@@ -52,10 +55,6 @@ class FactsCache:
                 self.stats = {k: v for k, v in data["stats"].items() if isinstance(k, str) and isinstance(v, tuple)
                               and len(v) == 3 and isinstance(v[0], int) and isinstance(v[1], int) and isinstance(v[2], str)}
                 self.facts = {k: v for k, v in data["facts"].items() if isinstance(k, str) and _valid_outcome(v)}
-                sites = data.get("sites")
-                if isinstance(sites, dict):
-                    self.sites = {k: v for k, v in sites.items() if isinstance(k, str) and isinstance(v, dict)
-                                  and all(isinstance(c, list) for c in v.values())}
 
     def lookup_stat(self, path: str, st: os.stat_result) -> str | None:
         entry = self.stats.get(path)
@@ -68,14 +67,6 @@ class FactsCache:
         self.facts[digest] = facts
         self.dirty = True
 
-    def digest_of(self, path: str) -> str | None:
-        entry = self.stats.get(path)
-        return entry[2] if entry else None
-
-    def remember_sites(self, digest: str, sites: dict[str, list[tuple[Any, ...]]]) -> None:
-        self.sites[digest] = sites
-        self.dirty = True
-
     def save(self) -> None:
         if not (self.enabled and self.dirty):
             return
@@ -85,8 +76,57 @@ class FactsCache:
             with os.fdopen(fd, "wb") as fh:
                 # pickle (not marshal or JSON): it memoises the many repeated name strings,
                 # which halves the load time of a warm rescan.
-                pickle.dump({"stats": self.stats, "facts": self.facts, "sites": self.sites}, fh,
+                pickle.dump({"stats": self.stats, "facts": self.facts}, fh,
                             protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(tmp, self.path)
+        except OSError:
+            pass  # a cache that cannot be written only costs time
+
+
+RESULT_VERSION = 1
+MAX_RESULTS = 8  # results kept (one per tree and settings scanned), the most recent first
+
+
+def result_key(config: Any, paths: list[str], cwd: str, skipped: list[Any],
+               files: list[tuple[Any, ...]]) -> str:
+    """A digest of everything a scan's result depends on besides file contents, which the files'
+    (path, size, mtime, module name, is package) stand for, as they do for the facts cache."""
+    parts = (RESULT_VERSION, FACTS_VERSION, config.select, config.ignore, config.scripts, config.unknown_process,
+             config.force_exclude, config.exclude, str(config.root), paths, cwd,
+             [(s.path, s.reason) for s in skipped], files)
+    return hashlib.sha1(repr(parts).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+class ResultCache:
+    """Whole scan results by ``result_key``, one small file each next to the facts cache (the
+    ``MAX_RESULTS`` most recent are kept). Like the facts cache, a file that cannot be read is ignored."""
+
+    def __init__(self, enabled: bool) -> None:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        self.folder = base / "detaudit" / f"scan-rng-results-v{RESULT_VERSION}-{FACTS_VERSION}"
+        self.enabled = enabled
+
+    def lookup(self, key: str) -> Any:
+        """The result stored under ``key`` (the caller checks its type), or None."""
+        if not self.enabled:
+            return None
+        try:
+            with open(self.folder / f"{key}.pickle", "rb") as fh:
+                return pickle.load(fh)
+        except Exception:  # noqa: BLE001 - any unpickling failure means "no cache"
+            return None
+
+    def store(self, key: str, result: Any) -> None:
+        if not self.enabled:
+            return
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".result.", suffix=".tmp")
+            with os.fdopen(fd, "wb") as fh:
+                pickle.dump(result, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, self.folder / f"{key}.pickle")
+            stored = sorted(self.folder.glob("*.pickle"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+            for old in stored[MAX_RESULTS:]:
+                old.unlink(missing_ok=True)
         except OSError:
             pass  # a cache that cannot be written only costs time

@@ -1,16 +1,20 @@
-"""scan-rng orchestration: files -> per-file facts (cached, in parallel) -> processes -> findings."""
+"""scan-rng orchestration: files -> per-file facts (cached, in parallel) -> processes -> findings.
+
+A scan whose files (paths, sizes, mtimes, module names), settings and working folder are all
+as in an earlier scan returns that scan's result from the result cache.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from detaudit.scan.analysis import Finding, Program, build_processes, findings_for
-from detaudit.scan.cache import FactsCache
+from detaudit.scan.cache import FactsCache, ResultCache, result_key
 from detaudit.scan.config import ScanConfig
 from detaudit.scan.facts import DOTTED_STRING, file_facts
 from detaudit.scan.files import MAX_FILE_BYTES, Skipped, collect_files, decode_source, module_name
@@ -42,14 +46,20 @@ class ScanResult:
     cache_hits: int = 0
 
 
-# Facts of one file: ("facts", dict) | ("light", dotted strings) | ("skip", reason)
-def _analyse_bytes(module: str, is_package: bool, data: bytes, force: bool) -> tuple[str, Any]:
+# Facts of one file: ("facts", dict) | ("light", (dotted strings, facts outcome)) | ("skip", reason).
+# A light file (its text holds no draw, seed or entry word) joins the analysis only when a call
+# path leads into it; its facts are made with everyone else's, in parallel, and kept aside until then.
+def _analyse_bytes(module: str, is_package: bool, data: bytes) -> tuple[str, Any]:
     if len(data) > MAX_FILE_BYTES:
         return "skip", f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MB"
     # `python -m pkg` runs pkg/__main__.py's body: always an entry point, so always parsed.
-    if not force and not module.endswith("__main__") and not _relevant(data):
+    if not module.endswith("__main__") and not _relevant(data):
         strings = tuple(sorted({m.decode("ascii") for m in _QUOTED_DOTTED.findall(data)}))
-        return "light", tuple(s for s in strings if DOTTED_STRING.fullmatch(s))
+        return "light", (tuple(s for s in strings if DOTTED_STRING.fullmatch(s)), _parse(module, is_package, data))
+    return _parse(module, is_package, data)
+
+
+def _parse(module: str, is_package: bool, data: bytes) -> tuple[str, Any]:
     try:
         source = decode_source(data)
     except UnicodeDecodeError as exc:
@@ -65,10 +75,10 @@ def _analyse_bytes(module: str, is_package: bool, data: bytes, force: bool) -> t
         return "skip", f"cannot parse: {exc}"
 
 
-def _analyse_path(job: tuple[str, str, bool, bool]) -> tuple[str, str, tuple[str, Any]]:
-    path, module, is_package, force = job
+def _analyse_path(job: tuple[str, str, bool]) -> tuple[str, str, tuple[str, Any]]:
+    path, module, is_package = job
     data = Path(path).read_bytes()
-    return path, hashlib.sha1(data).hexdigest(), _analyse_bytes(module, is_package, data, force)
+    return path, hashlib.sha1(data).hexdigest(), _analyse_bytes(module, is_package, data)
 
 
 def scan(paths: list[str | Path], config: ScanConfig | None = None, *, use_cache: bool = True,
@@ -76,26 +86,9 @@ def scan(paths: list[str | Path], config: ScanConfig | None = None, *, use_cache
     """Scan files and folders; see the package doc."""
     config = config or ScanConfig.load()
     files, skipped = collect_files(paths, config)
-    cache = FactsCache(use_cache)
-    facts: dict[str, dict[str, Any]] = {}
-    light: dict[str, tuple[str, bool, os.stat_result]] = {}  # module -> (path, is_package, stat)
-    light_strings: set[str] = set()
-    todo: list[tuple[str, str, bool, bool]] = []
+    todo: list[tuple[str, str, bool]] = []
     stats: dict[str, os.stat_result] = {}
     modules: dict[str, tuple[str, bool]] = {}
-    hits = 0
-
-    def take(path: str, outcome: tuple[str, Any]) -> None:
-        kind, value = outcome
-        module, is_package = modules[path]
-        if kind == "facts":
-            facts[path] = value
-        elif kind == "light":
-            light[module] = (path, is_package, stats[path])
-            light_strings.update(value or ())
-        else:
-            skipped.append(Skipped(os.path.relpath(path), value))
-
     for file in files:
         path = str(file) if file.is_absolute() else os.path.realpath(file)
         try:
@@ -105,28 +98,48 @@ def scan(paths: list[str | Path], config: ScanConfig | None = None, *, use_cache
             continue
         modules[path] = module_name(file)
         stats[path] = st
+    results = ResultCache(use_cache)
+    key = result_key(config, [str(p) for p in paths], os.getcwd(), skipped,
+                     [(path, st.st_size, st.st_mtime_ns, *modules[path]) for path, st in stats.items()])
+    known = results.lookup(key)
+    if isinstance(known, ScanResult):  # no file, setting or folder changed since this very scan ran
+        return known
+    cache = FactsCache(use_cache)
+    facts: dict[str, dict[str, Any]] = {}
+    light: dict[str, tuple[str, tuple[str, Any]]] = {}  # module -> (path, its facts outcome)
+    light_strings: set[str] = set()
+    hits = 0
+
+    def take(path: str, outcome: tuple[str, Any]) -> None:
+        kind, value = outcome
+        module, is_package = modules[path]
+        if kind == "facts":
+            facts[path] = value
+        elif kind == "light":
+            strings, parsed = value
+            light[module] = (path, parsed)
+            light_strings.update(strings)
+        else:
+            skipped.append(Skipped(os.path.relpath(path), value))
+
+    for path, st in stats.items():
         digest = cache.lookup_stat(path, st) if use_cache else None
         if digest is not None and digest in cache.facts:
             hits += 1
             take(path, cache.facts[digest])
         else:
-            todo.append((path, *modules[path], False))
+            todo.append((path, *modules[path]))
     for path, digest, outcome in _run_jobs(todo, jobs):
         if digest:
             cache.remember(path, stats[path], digest, outcome)
         take(path, outcome)
 
     def load_module(module: str) -> bool:
-        """Parse a file the prefilter skipped, because a call path leads into it."""
+        """Add a file the prefilter set aside to the analysis, because a call path leads into it."""
         entry = light.pop(module, None)
         if entry is None:
             return False
-        path, is_package, st = entry
-        try:
-            _, digest, outcome = _analyse_path((path, module, is_package, True))
-        except OSError:
-            return False
-        cache.remember(path, st, digest, outcome)
+        path, outcome = entry
         if outcome[0] == "facts":
             program.add(path, outcome[1])
             return True
@@ -137,7 +150,7 @@ def scan(paths: list[str | Path], config: ScanConfig | None = None, *, use_cache
         mentioned.update(names)
         if not words:
             return
-        for module, (path, _, _) in list(light.items()):
+        for module, (path, _) in list(light.items()):
             try:
                 data = Path(path).read_bytes()
             except OSError:
@@ -145,23 +158,8 @@ def scan(paths: list[str | Path], config: ScanConfig | None = None, *, use_cache
             if any(word in data for word in words):
                 load_module(module)
 
-    def call_sites(module: str) -> dict[str, list[tuple[Any, ...]]]:
-        path = program.paths[module]
-        digest = cache.digest_of(path)
-        if digest is not None and digest in cache.sites:
-            return cache.sites[digest]
-        try:
-            data = Path(path).read_bytes()
-            details = file_facts(module, decode_source(data), path.endswith("__init__.py"), sites=True)
-        except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
-            return {}
-        sites = {name: info["calls"] for name, info in details["functions"].items()}
-        if hashlib.sha1(data).hexdigest() == digest:  # the file is still what its facts came from
-            cache.remember_sites(digest, sites)
-        return sites
-
     mentioned: set[str] = set()
-    program = Program(facts, load_module, light_strings, load_mentioning, call_sites)
+    program = Program(facts, load_module, light_strings, load_mentioning)
     scripts = [s.replace(":", ".") for s in config.scripts]
     processes = build_processes(program, scripts)
     cwd = os.getcwd() + os.sep
@@ -172,11 +170,13 @@ def scan(paths: list[str | Path], config: ScanConfig | None = None, *, use_cache
     findings = [f for f in findings_for(program, processes, rel, config.unknown_process) if config.wants(f.rule)]
     cache.save()
     skipped.sort(key=lambda s: s.path)
-    return ScanResult(findings, skipped, len(files), len(program.modules),
-                      [{"entry": p.name, "kind": p.kind, "seeded": sorted(p.seeded)} for p in processes], hits)
+    result = ScanResult(findings, skipped, len(files), len(program.modules),
+                        [{"entry": p.name, "kind": p.kind, "seeded": sorted(p.seeded)} for p in processes], hits)
+    results.store(key, replace(result, cache_hits=len(files)))
+    return result
 
 
-def _run_jobs(todo: list[tuple[str, str, bool, bool]], jobs: int | None) -> list[tuple[str, str, tuple[str, Any]]]:
+def _run_jobs(todo: list[tuple[str, str, bool]], jobs: int | None) -> list[tuple[str, str, tuple[str, Any]]]:
     workers = jobs if jobs is not None else (os.cpu_count() or 1)
     if workers <= 1 or len(todo) < PARALLEL_MIN_FILES:
         return [_safe(job) for job in todo]
@@ -187,7 +187,7 @@ def _run_jobs(todo: list[tuple[str, str, bool, bool]], jobs: int | None) -> list
         return list(pool.map(_safe, todo, chunksize=32))
 
 
-def _safe(job: tuple[str, str, bool, bool]) -> tuple[str, str, tuple[str, Any]]:
+def _safe(job: tuple[str, str, bool]) -> tuple[str, str, tuple[str, Any]]:
     try:
         return _analyse_path(job)
     except OSError as exc:
