@@ -47,6 +47,10 @@ _NUMPY_UNSEEDED = frozenset({
     "numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.PCG64", "numpy.random.PCG64DXSM",
     "numpy.random.SeedSequence", "numpy.random.MT19937", "numpy.random.Philox", "numpy.random.SFC64",
 })
+# The last part of every callee name or attribute that _draw_rules_plain can report.
+_DRAW_NAMES = (TORCH_DRAWS | TORCH_INIT | TORCH_INPLACE | NUMPY_LEGACY | STDLIB_DRAWS | {"manual_seed", "seed"}
+               | {n.rpartition(".")[2] for n in TORCH_DROPOUT | _NUMPY_UNSEEDED | SEED_TAKERS}
+               | {"Random", "SystemRandom"})
 _MP_SPAWN = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"})
 
 
@@ -91,6 +95,7 @@ class FileFacts:
         self.returns: list[tuple[ast.Call, _Ctx]] = []
         self.loaders: set[str] = set()  # local qualnames of functions that load by dotted path
         self.stmt_of: dict[int, ast.stmt] = {}  # id(call) -> its statement (for impact)
+        self._unparsed: dict[int, str] = {}  # id(an if's test) -> its text
         self._stmt: ast.stmt | None = None
         self._function(MODULE_BODY, None, 0)
 
@@ -331,7 +336,7 @@ class FileFacts:
                 function["sites"].append(_call_site(call, function.get("none_params", {})))
                 if ctx.guards:  # a call under `if`: what it reaches runs only when the condition holds
                     function.setdefault("guarded_calls", []).append(
-                        [len(function["calls"]) - 1, _guard_texts(ctx), call.lineno])
+                        [len(function["calls"]) - 1, self._guard_texts(ctx), call.lineno])
                 seeded = SEED_CALLS.get(resolved)
                 if seeded:
                     function["seeds"].extend(f for f in seeded if f not in function["seeds"])
@@ -458,8 +463,22 @@ class FileFacts:
                 return f"it is only returned by {last}()" if _sink_name(last) else ""
             return ""
 
+    def _guard_texts(self, ctx: _Ctx) -> list[str]:
+        """The `if` conditions around code, as source text ("not (...)" for an else branch)."""
+        guards = []
+        for test, taken in ctx.guards:
+            # Every call under one `if` shares its test: unparse each test once (the tree outlives this).
+            text = self._unparsed.get(id(test))
+            if text is None:
+                text = ast.unparse(test)
+                if len(text) > 100:
+                    text = text[:97] + "..."
+                self._unparsed[id(test)] = text
+            guards.append(text if taken else f"not ({text})")
+        return guards
+
     def _draw(self, rule: str, message: str, call: ast.Call, ctx: _Ctx, param: str = "") -> dict[str, Any]:
-        guards = _guard_texts(ctx)
+        guards = self._guard_texts(ctx)
         line = call.lineno
         code = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
         return {"rule": rule, "message": message, "line": line, "end_line": getattr(call, "end_lineno", line) or line,
@@ -469,6 +488,10 @@ class FileFacts:
     def _draw_rules(self, call: ast.Call, name: str | None, resolved: str | None,
                     none_params: dict[str, int]) -> list[tuple[str, str, str]]:
         """(rule, message, the None-default parameter that guards it or '') for each draw ``call`` makes."""
+        func = call.func
+        if (resolved is None or resolved.rpartition(".")[2] not in _DRAW_NAMES) and not (
+                type(func) is ast.Attribute and func.attr in _DRAW_NAMES):  # type: ignore[attr-defined]
+            return []  # every rule below needs one of these names as the callee's last part
         generator = next((k.value for k in call.keywords if k.arg == "generator"), None)
         # generator=generator where the enclosing function's `generator` defaults to None:
         # a guard only at the call sites that pass one (checked across modules).
@@ -552,17 +575,6 @@ def _none_params(args: ast.arguments, is_method: bool) -> dict[str, int]:
         if isinstance(default, ast.Constant) and default.value is None:
             out[arg.arg] = -1
     return out
-
-
-def _guard_texts(ctx: _Ctx) -> list[str]:
-    """The `if` conditions around code, as source text ("not (...)" for an else branch)."""
-    guards = []
-    for test, taken in ctx.guards:
-        text = ast.unparse(test)
-        if len(text) > 100:
-            text = text[:97] + "..."
-        guards.append(text if taken else f"not ({text})")
-    return guards
 
 
 def _call_site(call: ast.Call, none_params: dict[str, int]) -> tuple[int, int, tuple[str, ...]]:
