@@ -1,18 +1,24 @@
-"""scan-rng on the installed torch, diffusers and transformers, against ruff and a grep.
+"""scan-rng on the installed torch, diffusers and transformers, against ruff, a grep and the previous scanner.
 
-Prints: lines scanned; detaudit's cold time (no cache) and warm rescan time (cache, files
-unchanged); `ruff check --select NPY002,S311` on the same tree and the cold/ruff ratio;
-how many torch draws without generator= detaudit finds (DA101) against the grep
-`torch\\.(rand|randn|randint|randperm|normal)\\(` on lines without `generator=`; a profile of
-the cold path by phase (file walk, read + word prefilter, ast.parse + facts, analysis); and
-whether the finding sets of the cold, rescan and single-process (`--jobs 1`) paths are
-identical (any difference is printed). Goals on a 2-core machine: cold <= 5x ruff, rescan <= 1.0 s.
+Prints: lines scanned; detaudit's cold time (no cache), rescan time (cache, files unchanged:
+the result cache answers), rescan time from the per-file facts cache alone (result cache
+cleared: what a rescan after an edit costs, minus the edited files), `--jobs 1` cold time;
+`ruff check --select NPY002,S311` on the same tree and the cold/ruff ratio; how many torch
+draws without generator= detaudit finds (DA101) against the grep
+`torch\\.(rand|randn|randint|randperm|normal)\\(` on lines without `generator=`; the previous
+implementation's cold time and finding-set difference (run from a `git worktree` of
+``--reference``, default the commit this scanner was rebuilt from; full JSON records compared);
+whether the cold, rescan, facts-cache and `--jobs 1` finding sets are identical; and a one-core
+profile of the cold path by phase (file walk, read, ast.parse, facts, analysis).
+Goals on a 2-core machine: cold <= 5x ruff, rescan <= 1.0 s, no finding-set difference.
 
-    python benchmarks/scan_bench.py
+    python benchmarks/scan_bench.py [--reference REV | --no-reference]
 """
 
 from __future__ import annotations
 
+import argparse
+import gc
 import importlib.util
 import json
 import os
@@ -24,6 +30,9 @@ import tempfile
 import time
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parent.parent
+# main at the time scan-rng was rebuilt for speed (issue #15): the implementation it replaced
+REFERENCE = "5b00383"
 PACKAGES = ("torch", "diffusers", "transformers")
 GREP = re.compile(r"torch\.(rand|randn|randint|randperm|normal)\(")
 
@@ -53,23 +62,32 @@ def count(dirs: list[Path]) -> tuple[int, int, int]:
 
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
     started = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     return time.perf_counter() - started, proc
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reference", default=REFERENCE, help="git revision of the previous scanner to compare with")
+    parser.add_argument("--no-reference", action="store_true", help="do not run the previous scanner")
+    args = parser.parse_args()
     dirs = package_dirs()
     files, lines, grep = count(dirs)
     print(f"tree: {', '.join(str(d) for d in dirs)}")
     print(f"      {files} files, {lines:,} lines")
     cache = tempfile.mkdtemp(prefix="detaudit-scan-bench-")
-    env = {**os.environ, "XDG_CACHE_HOME": cache}
-    scan = [sys.executable, "-m", "detaudit", "scan-rng", *map(str, dirs), "--format", "json", "--fail-on", "never"]
+    env = {**os.environ, "XDG_CACHE_HOME": cache, "PYTHONPATH": str(REPO)}
+    # -P: the scanner comes from PYTHONPATH, not from the working folder (which names the tree the paths are relative to)
+    scan = [sys.executable, "-P", "-m", "detaudit", "scan-rng", *map(str, dirs), "--format", "json", "--fail-on", "never"]
     cold, proc = timed(scan, env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     findings = json.loads(proc.stdout)
     warm, proc2 = timed(scan, env)
     assert proc2.returncode == 0, proc2.stderr[-2000:]
+    for results in Path(cache, "detaudit").glob("scan-rng-results-*"):
+        shutil.rmtree(results)
+    facts_only, proc4 = timed(scan, env)
+    assert proc4.returncode == 0, proc4.stderr[-2000:]
     single, proc3 = timed([*scan, "--no-cache", "--jobs", "1"], env)
     assert proc3.returncode == 0, proc3.stderr[-2000:]
     ruff = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
@@ -77,6 +95,7 @@ def main() -> None:
         sys.exit("ruff is not installed (pip install ruff)")
     ruff_time, _ = timed([ruff, "check", "--select", "NPY002,S311", "--no-cache", "--quiet", "--exit-zero",
                           *map(str, dirs)], env)
+    reference = None if args.no_reference else run_reference(args.reference, scan, cache)
     shutil.rmtree(cache, ignore_errors=True)
     by_rule: dict[str, int] = {}
     for f in findings:
@@ -84,15 +103,39 @@ def main() -> None:
     errors = sum(f["severity"] == "error" for f in findings)
     print(f"detaudit scan-rng cold (no cache): {cold:.2f} s")
     print(f"detaudit scan-rng rescan (cache):  {warm:.2f} s   (goal <= 1.0 s)")
+    print(f"detaudit scan-rng rescan, facts cache only (result cache cleared): {facts_only:.2f} s")
     print(f"detaudit scan-rng --jobs 1 cold:   {single:.2f} s")
     print(f"ruff check --select NPY002,S311:   {ruff_time:.2f} s")
     print(f"cold / ruff: {cold / ruff_time:.1f}x   (goal <= 5x)")
     print(f"findings: {len(findings)} ({errors} errors); by rule: "
           + ", ".join(f"{r} {n}" for r, n in sorted(by_rule.items())))
     print(f"torch draws without generator=: detaudit DA101 {by_rule.get('DA101', 0)}, grep {grep}")
-    for label, other in (("rescan", json.loads(proc2.stdout)), ("--jobs 1", json.loads(proc3.stdout))):
+    if reference is not None:
+        ref_time, ref_findings = reference
+        print(f"previous implementation ({args.reference}) cold: {ref_time:.2f} s ({ref_time / cold:.1f}x this one's)")
+        print_difference("previous implementation vs cold", ref_findings, findings)
+    for label, other in (("rescan", json.loads(proc2.stdout)), ("facts-cache rescan", json.loads(proc4.stdout)),
+                         ("--jobs 1", json.loads(proc3.stdout))):
         print_difference(f"cold vs {label}", findings, other)
     profile(dirs)
+
+
+def run_reference(revision: str, scan: list[str], cache: str) -> tuple[float, list[dict]] | None:
+    """The previous scanner's cold time and findings, run from a temporary git worktree of ``revision``."""
+    tree = Path(tempfile.mkdtemp(prefix="detaudit-scan-reference-")) / "tree"
+    added = subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), revision],
+                           capture_output=True, text=True, check=False)
+    if added.returncode != 0:
+        print(f"previous implementation ({revision}): not run ({added.stderr.strip()[-300:]})")
+        return None
+    try:
+        env = {**os.environ, "XDG_CACHE_HOME": str(Path(cache, "reference")), "PYTHONPATH": str(tree)}
+        seconds, proc = timed(scan, env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return seconds, json.loads(proc.stdout)
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], capture_output=True, check=False)
+        shutil.rmtree(tree.parent, ignore_errors=True)
 
 
 def key(f: dict) -> str:
@@ -112,34 +155,43 @@ def print_difference(label: str, first: list[dict], second: list[dict]) -> None:
 
 
 def profile(dirs: list[Path]) -> None:
-    """Where a cold scan's time goes, by phase, in this process (one core)."""
+    """Where a cold scan's time goes, by phase, in this process (one core, collector off as in a scan)."""
     import ast
 
+    sys.path.insert(0, str(REPO))  # this tree's scanner, as the timed runs use
     from detaudit.scan import ScanConfig, scan
-    from detaudit.scan.files import collect_files, decode_source
-    from detaudit.scan.scanner import _relevant
+    from detaudit.scan.facts import FileFacts
+    from detaudit.scan.files import collect_files, decode_source, module_name
 
     config = ScanConfig.load()
     started = time.perf_counter()
     files, _ = collect_files(list(dirs), config)
     walk = time.perf_counter() - started
     started = time.perf_counter()
-    relevant = [data for data in (f.read_bytes() for f in files) if _relevant(data)]
+    texts = [f.read_bytes() for f in files]
     read = time.perf_counter() - started
-    started = time.perf_counter()
-    for data in relevant:
+    parse = facts = 0.0
+    gc.disable()
+    for file, data in zip(files, texts):
+        module, is_package = module_name(file)
         try:
-            ast.parse(decode_source(data))
+            source = decode_source(data)
+            started = time.perf_counter()
+            tree = ast.parse(source)
         except (SyntaxError, ValueError, UnicodeDecodeError):
-            pass
-    parse = time.perf_counter() - started
+            continue
+        parse += time.perf_counter() - started
+        started = time.perf_counter()
+        FileFacts(module, source, is_package).run(tree).facts()
+        facts += time.perf_counter() - started
+    gc.enable()
     started = time.perf_counter()
     scan(list(dirs), config, use_cache=False, jobs=1)
     total = time.perf_counter() - started
-    lines = sum(data.count(b"\n") for data in relevant)
-    print(f"profile (one core): walk {walk:.2f} s; read + prefilter {read:.2f} s ({len(relevant)} of {len(files)} files, "
-          f"{lines:,} lines pass); ast.parse alone {parse:.2f} s; whole scan {total:.2f} s, so facts + analysis "
-          f"{max(total - walk - read - parse, 0):.2f} s")
+    size = sum(len(data) for data in texts)
+    print(f"profile (one core): walk {walk:.2f} s; read {read:.2f} s ({size / 1e6:.1f} MB); ast.parse {parse:.2f} s "
+          f"(every file: set-aside ones are parsed in the pool too); facts {facts:.2f} s; whole scan "
+          f"{total:.2f} s, so analysis and the rest {max(total - walk - read - parse - facts, 0):.2f} s")
 
 
 if __name__ == "__main__":

@@ -59,6 +59,9 @@ def test_config_of_the_wrong_shape_is_a_one_line_error(proj: Path, toml: str, te
     [], 5, {"stats": 5, "facts": {}}, {"stats": {}, "facts": []},
     {"stats": {"x": 5}, "facts": {"d": 5}},
     {"stats": {"x": (1, 2, "d")}, "facts": {"d": ("facts", {"version": 4})}},
+    {"stats": {}, "facts": {"d": b"not a pickle"}},
+    {"stats": {}, "facts": {"d": pickle.dumps(("facts", {"version": 4}))}},
+    {"stats": {}, "facts": {"d": pickle.dumps(("light", (("a.b",), ("light", ((), None)))))}},
 ])
 def test_a_cache_of_the_wrong_shape_is_ignored(proj: Path, content: object) -> None:
     reference = scan(["pkg"], ScanConfig(), use_cache=False).findings

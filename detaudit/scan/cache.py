@@ -34,6 +34,9 @@ def _valid_outcome(value: Any) -> bool:
 class FactsCache:
     """Per-file facts keyed by content hash; a stat (size, mtime) check skips re-reading.
 
+    Each file's outcome is stored as its own pickle, the bytes the parser process sent: saving
+    writes them as they are (no second pickling of ~100 MB of facts at the end of a cold scan),
+    and a rescan unpickles only what it looks up.
     A cache file that cannot be read, or holds anything but what this version writes, is
     ignored (and rebuilt): a cache only ever costs or saves time.
     """
@@ -43,7 +46,7 @@ class FactsCache:
         self.path = base / "detaudit" / f"scan-rng-v{FACTS_VERSION}.pickle"
         self.enabled = enabled
         self.stats: dict[str, tuple[int, int, str]] = {}
-        self.facts: dict[str, Any] = {}
+        self.blobs: dict[str, bytes] = {}  # digest -> the pickled outcome
         self.dirty = False
         if enabled:
             try:
@@ -54,7 +57,7 @@ class FactsCache:
             if isinstance(data, dict) and isinstance(data.get("stats"), dict) and isinstance(data.get("facts"), dict):
                 self.stats = {k: v for k, v in data["stats"].items() if isinstance(k, str) and isinstance(v, tuple)
                               and len(v) == 3 and isinstance(v[0], int) and isinstance(v[1], int) and isinstance(v[2], str)}
-                self.facts = {k: v for k, v in data["facts"].items() if isinstance(k, str) and _valid_outcome(v)}
+                self.blobs = {k: v for k, v in data["facts"].items() if isinstance(k, str) and isinstance(v, bytes)}
 
     def lookup_stat(self, path: str, st: os.stat_result) -> str | None:
         entry = self.stats.get(path)
@@ -62,9 +65,20 @@ class FactsCache:
             return entry[2]
         return None
 
-    def remember(self, path: str, st: os.stat_result, digest: str, facts: Any) -> None:
+    def outcome(self, digest: str) -> Any:
+        """The stored outcome of the file with this content, or None (none stored, or not one this version writes)."""
+        blob = self.blobs.get(digest)
+        if blob is None:
+            return None
+        try:
+            value = pickle.loads(blob)
+        except Exception:  # noqa: BLE001 - any unpickling failure means "not cached"
+            return None
+        return value if _valid_outcome(value) else None
+
+    def remember(self, path: str, st: os.stat_result, digest: str, blob: bytes) -> None:
         self.stats[path] = (st.st_size, st.st_mtime_ns, digest)
-        self.facts[digest] = facts
+        self.blobs[digest] = blob
         self.dirty = True
 
     def save(self) -> None:
@@ -74,10 +88,7 @@ class FactsCache:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".scan-rng.", suffix=".tmp")
             with os.fdopen(fd, "wb") as fh:
-                # pickle (not marshal or JSON): it memoises the many repeated name strings,
-                # which halves the load time of a warm rescan.
-                pickle.dump({"stats": self.stats, "facts": self.facts}, fh,
-                            protocol=pickle.HIGHEST_PROTOCOL)
+                pickle.dump({"stats": self.stats, "facts": self.blobs}, fh, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(tmp, self.path)
         except OSError:
             pass  # a cache that cannot be written only costs time

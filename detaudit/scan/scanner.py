@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
+import pickle
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -125,7 +126,7 @@ def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: in
 
     def take(path: str, outcome: tuple[str, Any]) -> None:
         kind, value = outcome
-        module, is_package = modules[path]
+        module = modules[path][0]
         if kind == "facts":
             facts[path] = value
         elif kind == "light":
@@ -137,15 +138,16 @@ def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: in
 
     for path, st in stats.items():
         digest = cache.lookup_stat(path, st) if use_cache else None
-        if digest is not None and digest in cache.facts:
+        known = cache.outcome(digest) if digest is not None else None
+        if known is not None:
             hits += 1
-            take(path, cache.facts[digest])
+            take(path, known)
         else:
             todo.append((path, *modules[path]))
-    for path, digest, outcome in _run_jobs(todo, jobs):
+    for path, digest, blob in _run_jobs(todo, jobs):
         if digest:
-            cache.remember(path, stats[path], digest, outcome)
-        take(path, outcome)
+            cache.remember(path, stats[path], digest, blob)
+        take(path, pickle.loads(blob))
 
     def load_module(module: str) -> bool:
         """Add a file the prefilter set aside to the analysis, because a call path leads into it."""
@@ -189,7 +191,8 @@ def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: in
     return result
 
 
-def _run_jobs(todo: list[tuple[str, str, bool]], jobs: int | None) -> list[tuple[str, str, tuple[str, Any]]]:
+def _run_jobs(todo: list[tuple[str, str, bool]], jobs: int | None) -> list[tuple[str, str, bytes]]:
+    """(path, content digest, the pickled outcome) of each job, in order: the bytes go to the cache as they are."""
     workers = jobs if jobs is not None else (os.cpu_count() or 1)
     if workers <= 1 or len(todo) < PARALLEL_MIN_FILES:
         return [_safe(job) for job in todo]
@@ -200,8 +203,9 @@ def _run_jobs(todo: list[tuple[str, str, bool]], jobs: int | None) -> list[tuple
         return list(pool.map(_safe, todo, chunksize=32))
 
 
-def _safe(job: tuple[str, str, bool]) -> tuple[str, str, tuple[str, Any]]:
+def _safe(job: tuple[str, str, bool]) -> tuple[str, str, bytes]:
     try:
-        return _analyse_path(job)
+        path, digest, outcome = _analyse_path(job)
     except OSError as exc:
-        return job[0], "", ("skip", f"cannot read: {exc.strerror}")
+        path, digest, outcome = job[0], "", ("skip", f"cannot read: {exc.strerror}")
+    return path, digest, pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)
