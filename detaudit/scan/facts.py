@@ -35,9 +35,18 @@ FACTS_VERSION = 6
 MODULE_BODY = "<module>"
 MAIN_BLOCK = "<main>"
 _BUILTINS = frozenset({"id", "hash"})
-# Fields whose nodes (contexts, operators) hold no call, string or dict: exprs() skips them.
-_LEAF_FIELDS = frozenset({"ctx", "op", "ops"})
-_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}  # node type -> its fields that may hold such nodes
+# Fields that never hold a call, a string or a dict (contexts, operators, identifiers, flags):
+# the walks skip them.
+_LEAF_FIELDS = frozenset({"ctx", "op", "ops", "id", "arg", "attr", "kind", "conversion", "type_comment", "level",
+                          "module", "is_async", "simple", "names", "name", "asname"})
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}  # node type -> its other fields, in _fields order
+
+
+def _child_fields(kind: type) -> tuple[str, ...]:
+    fields = _CHILD_FIELDS.get(kind)
+    if fields is None:
+        fields = _CHILD_FIELDS[kind] = tuple(f for f in kind._fields if f not in _LEAF_FIELDS)  # type: ignore[attr-defined]
+    return fields
 # A string literal that names a module attribute by dotted path ("pkg.mod.fn" or "pkg.mod:fn").
 DOTTED_STRING = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?::[A-Za-z_][A-Za-z0-9_.]*)?")
 LOCAL = ".<local>."  # key part of a function-local name: "mod.f.<local>.fn"
@@ -51,6 +60,7 @@ _NUMPY_UNSEEDED = frozenset({
 _DRAW_NAMES = (TORCH_DRAWS | TORCH_INIT | TORCH_INPLACE | NUMPY_LEGACY | STDLIB_DRAWS | {"manual_seed", "seed"}
                | {n.rpartition(".")[2] for n in TORCH_DROPOUT | _NUMPY_UNSEEDED | SEED_TAKERS}
                | {"Random", "SystemRandom"})
+_ENTRY_NAMES = frozenset({"remote", "Process", "spawn", "start_processes"})
 _MP_SPAWN = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"})
 
 
@@ -96,6 +106,7 @@ class FileFacts:
         self.loaders: set[str] = set()  # local qualnames of functions that load by dotted path
         self.stmt_of: dict[int, ast.stmt] = {}  # id(call) -> its statement (for impact)
         self._unparsed: dict[int, str] = {}  # id(an if's test) -> its text
+        self._shared_guards: dict[int, tuple[_Ctx, list[str]]] = {}  # id(ctx) -> (ctx, its guard texts)
         self._stmt: ast.stmt | None = None
         self._function(MODULE_BODY, None, 0)
 
@@ -161,9 +172,9 @@ class FileFacts:
                 if alias.name != "*":
                     self.imports[alias.asname or alias.name] = f"{base}.{alias.name}" if base else alias.name
         else:
-            for value in ast.iter_fields(node):
-                field = value[1]
-                if isinstance(field, list):
+            for name in _CHILD_FIELDS.get(kind) or _child_fields(kind):
+                field = getattr(node, name, None)
+                if type(field) is list:
                     if field and isinstance(field[0], ast.stmt):
                         self.body(field, ctx)
                     else:
@@ -244,10 +255,7 @@ class FileFacts:
                 for key, value in zip(sub.keys, sub.values):  # type: ignore[attr-defined]
                     if isinstance(key, ast.Constant) and key.value == "worker_process_setup_hook":
                         self.hooks.append(value)
-            fields = _CHILD_FIELDS.get(kind)
-            if fields is None:
-                fields = _CHILD_FIELDS[kind] = tuple(f for f in kind._fields if f not in _LEAF_FIELDS)
-            for name in fields:
+            for name in _CHILD_FIELDS.get(kind) or _child_fields(kind):
                 child = getattr(sub, name, None)
                 if isinstance(child, ast.AST):
                     todo.append(child)
@@ -335,8 +343,10 @@ class FileFacts:
                 function["calls"].append(resolved)
                 function["sites"].append(_call_site(call, function.get("none_params", {})))
                 if ctx.guards:  # a call under `if`: what it reaches runs only when the condition holds
-                    function.setdefault("guarded_calls", []).append(
-                        [len(function["calls"]) - 1, self._guard_texts(ctx), call.lineno])
+                    shared = self._shared_guards.get(id(ctx))
+                    if shared is None:  # one list per `if` body (pickled once), kept with its ctx alive
+                        shared = self._shared_guards[id(ctx)] = (ctx, self._guard_texts(ctx))
+                    function.setdefault("guarded_calls", []).append([len(function["calls"]) - 1, shared[1], call.lineno])
                 seeded = SEED_CALLS.get(resolved)
                 if seeded:
                     function["seeds"].extend(f for f in seeded if f not in function["seeds"])
@@ -345,7 +355,9 @@ class FileFacts:
                     loads.setdefault(ctx.function, set()).add(resolved)
             for rule, message, param in self._draw_rules(call, name, resolved, function.get("none_params", {})):
                 draws.append(self._draw(rule, message, call, ctx, param))
-            entry = self._entry(call, resolved, ctx)
+            # every entry form needs keywords, a call of a call's result, or one of these callee names
+            entry = self._entry(call, resolved, ctx) if call.keywords or type(call.func) is ast.Call or (
+                resolved is not None and resolved.rpartition(".")[2] in _ENTRY_NAMES) else None
             if entry is not None:
                 entries.append(entry)
         for qual, used in loads.items():
