@@ -117,3 +117,95 @@ def test_the_collector_is_off_during_a_scan_and_restored_after(corpus: Path, mon
         assert seen == [False] and gc.isenabled() is collecting
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def write_tree(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+def test_every_name_of_every_rule_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # facts skips calls whose last name no rule knows: each name a rule knows must still be found.
+    from detaudit.scan.facts import _NUMPY_UNSEEDED
+    from detaudit.scan.rules import NUMPY_LEGACY, STDLIB_DRAWS, TORCH_DRAWS, TORCH_DROPOUT, TORCH_INIT, TORCH_INPLACE
+
+    calls = [(f"torch.{n}(3)", "DA101") for n in sorted(TORCH_DRAWS)]
+    calls += [(f"torch.nn.init.{n}(w)", "DA103") for n in sorted(TORCH_INIT)]
+    calls += [(f"w.{n}()", "DA102") for n in sorted(TORCH_INPLACE)]
+    calls += [(f"{n}(x)", "DA104") for n in sorted(TORCH_DROPOUT)]
+    calls += [(f"numpy.random.{n}()", "DA201") for n in sorted(NUMPY_LEGACY)]
+    calls += [(f"{n}()", "DA202") for n in sorted(_NUMPY_UNSEEDED)]
+    calls += [(f"random.{n}()", "DA301") for n in sorted(STDLIB_DRAWS)]
+    calls += [("random.Random()", "DA302"), ("random.SystemRandom()", "DA302")]
+    calls += [(f"{n}(int(time.time()))", "DA303") for n in ("torch.manual_seed", "numpy.random.seed", "random.seed",
+                                                            "torch.cuda.manual_seed_all", "g.manual_seed", "g.seed")]
+    head = "import numpy\nimport random\nimport time\nimport torch\n\n\ndef f(w, x, g):\n"
+    write_tree(tmp_path, {"lib/draws.py": head + "".join(f"    {code}\n" for code, _ in calls)})
+    monkeypatch.chdir(tmp_path)
+    found: dict[int, set[str]] = {}
+    for f in scan(["lib"], ScanConfig(), use_cache=False).findings:
+        found.setdefault(f.line, set()).add(f.rule)
+    missing = [(code, rule) for line, (code, rule) in enumerate(calls, 8) if rule not in found.get(line, set())]
+    assert not missing
+
+
+ENTRIES = {
+    "pkg/__init__.py": "",
+    "pkg/entries.py": (
+        "import ray\nimport torch.multiprocessing as mp\n\n\n"
+        "class Actor:\n    def go(self):\n        return 1\n\n\n"
+        "def work(rank):\n    return rank\n\n\n"
+        "def other(rank):\n    return rank\n\n\n"
+        "def start():\n    ray.remote(Actor)\n    mp.spawn(work)\n    mp.start_processes(other)\n"
+    ),
+}
+
+
+def test_entry_points_without_keywords_are_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_tree(tmp_path, ENTRIES)
+    monkeypatch.chdir(tmp_path)
+    entries = {p["entry"] for p in scan(["pkg"], ScanConfig(), use_cache=False).processes}
+    assert entries == {"Actor (Ray actor)", "work (multiprocessing target)", "other (multiprocessing target)"}
+
+
+GUARDED = {
+    "pkg/__init__.py": "",
+    "pkg/run.py": (
+        "import torch\n\n\n"
+        "def first():\n    return torch.randn(2)\n\n\n"
+        "def second():\n    return torch.rand(2)\n\n\n"
+        "def main(mode, fast):\n"
+        "    if mode == 'a':\n        first()\n    else:\n        second()\n"
+        "    if fast:\n        torch.randperm(3)\n\n\n"
+        "if __name__ == '__main__':\n    main('a', True)\n"
+    ),
+}
+
+
+def test_each_if_keeps_its_own_condition_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_tree(tmp_path, GUARDED)
+    monkeypatch.chdir(tmp_path)
+    by_function = {f.function.rpartition(".")[2]: f for f in scan(["pkg"], ScanConfig(), use_cache=False).findings}
+    assert by_function["main"].guards == ["fast"]
+    assert [g["condition"] for g in by_function["first"].reached_only_when] == ["mode == 'a'"]
+    assert [g["condition"] for g in by_function["second"].reached_only_when] == ["not (mode == 'a')"]
+
+
+WRAPPED = {
+    "pkg/__init__.py": "",
+    "pkg/noise.py": "import torch\n\n\ndef add_noise(x, generator=None):\n    return torch.randn(x, generator=generator)\n",
+    "pkg/wrap.py": ("from pkg.noise import add_noise\n\n\n"
+                    "def wrapped(x, generator=None):\n    return add_noise(x, generator=generator)\n"),
+    # no word of a draw, seed or entry: set aside until the search for wrapped()'s callers reads it
+    "pkg/user.py": "from pkg.wrap import wrapped\n\n\ndef go(x):\n    return wrapped(x)\n",
+}
+
+
+def test_a_caller_found_late_through_a_wrapper_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_tree(tmp_path, WRAPPED)
+    monkeypatch.chdir(tmp_path)
+    assert not detaudit.scan.scanner._relevant((tmp_path / "pkg/user.py").read_bytes())
+    findings = scan(["pkg"], ScanConfig(), use_cache=False).findings
+    assert [f.path for f in findings] == ["pkg/noise.py"]
+    assert "not passed at: pkg/user.py:5 (no known process)" in findings[0].note

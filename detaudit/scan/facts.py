@@ -60,7 +60,7 @@ _NUMPY_UNSEEDED = frozenset({
 _DRAW_NAMES = (TORCH_DRAWS | TORCH_INIT | TORCH_INPLACE | NUMPY_LEGACY | STDLIB_DRAWS | {"manual_seed", "seed"}
                | {n.rpartition(".")[2] for n in TORCH_DROPOUT | _NUMPY_UNSEEDED | SEED_TAKERS}
                | {"Random", "SystemRandom"})
-_ENTRY_NAMES = frozenset({"remote", "Process", "spawn", "start_processes"})
+_ENTRY_NAMES = frozenset({"remote", "spawn", "start_processes"})
 _MP_SPAWN = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"})
 
 
@@ -355,7 +355,8 @@ class FileFacts:
                     loads.setdefault(ctx.function, set()).add(resolved)
             for rule, message, param in self._draw_rules(call, name, resolved, function.get("none_params", {})):
                 draws.append(self._draw(rule, message, call, ctx, param))
-            # every entry form needs keywords, a call of a call's result, or one of these callee names
+            # every entry form needs keywords (Process(target=...), worker_init_fn=), a call of a
+            # call's result (ray.remote(num_gpus=1)(Cls)), or one of these callee names
             entry = self._entry(call, resolved, ctx) if call.keywords or type(call.func) is ast.Call or (
                 resolved is not None and resolved.rpartition(".")[2] in _ENTRY_NAMES) else None
             if entry is not None:
