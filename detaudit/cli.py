@@ -753,7 +753,7 @@ SEVERITY_RANK = {"warning": 1, "error": 2, "never": 3}
 @click.option("--select", multiple=True, metavar="RULE", help="Only these rules (prefixes, e.g. DA1).")
 @click.option("--ignore", multiple=True, metavar="RULE", help="Leave out these rules (prefixes).")
 @click.option("--config", type=click.Path(dir_okay=False, path_type=Path), help="pyproject.toml with [tool.detaudit] (default: found upward).")
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the per-file cache.")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the caches (per-file facts, whole results).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Parser processes (default: CPU count).")
 @click.option("--unknown-process", type=click.Choice(["error", "warning"]), default="error", show_default=True,
               help="Severity of a draw that no entry point in the tree can be shown to run (warning: library trees).")

@@ -5,8 +5,9 @@
     for finding in result.findings: ...
 
 Files are parsed with ``ast`` and never imported. Per-file facts are cached by content
-hash under ``$XDG_CACHE_HOME/detaudit``; a file whose text holds none of the words a draw,
-seed, entry point or loader needs is not parsed unless a call path leads into it.
+hash under ``$XDG_CACHE_HOME/detaudit``, whole results by the files' stats and the settings;
+a file whose text holds none of the words a draw, seed, entry point or loader needs joins the
+analysis only when a call path leads into it.
 
 Modules, one job each: ``config`` (settings), ``files`` (which files, their text),
 ``facts`` (one file's facts), ``cache``, ``analysis`` (processes and findings),
