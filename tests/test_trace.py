@@ -255,3 +255,15 @@ def test_record_and_verify_trace_a_seeded_recipe(tmp_path: Path) -> None:
     assert verify.code == 0, verify.text
     assert "no draw from a global generator that its process never seeded" in verify.out and "PASSED" in verify.out
     assert (tmp_path / "verify" / "run1" / "trace").is_dir()  # kept for the trace
+
+
+def test_tracing_keeps_the_default_device_of_a_device_context(tmp_path: Path) -> None:
+    """`with torch.device(d):` must still place traced factories on d (a GPU run once built PickScore's
+    `torch.randn` parameters on the CPU under the tracer; "meta" shows it on a machine without CUDA)."""
+    source = ("import torch\n"
+              "with torch.device('meta'):\n"
+              "    made = [torch.randn(3), torch.rand(2), torch.randint(0, 5, (2,)), torch.randperm(4),\n"
+              "            torch.nn.Linear(2, 2).weight, torch.zeros(1)]\n"
+              "print(','.join(t.device.type for t in made))\n")
+    _, out = run_traced(tmp_path, source)
+    assert out.strip() == ",".join(["meta"] * 6)
