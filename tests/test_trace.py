@@ -218,6 +218,18 @@ def test_modules_save_and_against_name_the_first_differing_module(tmp_path: Path
                                  f"(saved {saved} vs this run): this module computed different bits")
     text = run_cli("trace", str(card), "--against", str(saved), env={"TRACE_RECIPE_PERTURB": "1"})
     assert text.code == 1 and "first differing module: main process: module Sequential.3 (Scale)" in text.out
+    # A call after the kept records (DETAUDIT_TRACE_KEEP=2; the model runs 4 times): only the hash
+    # chain differs, and the report says so instead of showing two identical kept calls as different.
+    kept = tmp_path / "machine-a-keep2"
+    assert run_cli("trace", str(card), "--modules", "--save", str(kept), env={"DETAUDIT_TRACE_KEEP": "2"}).code == 0
+    late = run_cli("trace", str(card), "--against", str(kept), "--json",
+                   env={"DETAUDIT_TRACE_KEEP": "2", "TRACE_RECIPE_PERTURB": "after:3"})
+    assert late.code == 1, late.text
+    module = json.loads(late.out)["comparison"]["first_module"]
+    assert module["after_kept"] and not module["inputs_match"] and module["a"]["module"] == "Sequential.3"
+    assert module["summary"] == (f"main process: module Sequential.3 (Scale): its first 2 calls match, a later call "
+                                 f"differs (saved {kept} vs this run) (after the first 2 calls only a hash chain is "
+                                 "kept: set DETAUDIT_TRACE_KEEP higher to name the call)")
 
 
 def test_bad_trace_input_is_one_line_exit_2(tmp_path: Path) -> None:
