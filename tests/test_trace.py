@@ -279,3 +279,47 @@ def test_tracing_keeps_the_default_device_of_a_device_context(tmp_path: Path) ->
               "print(','.join(t.device.type for t in made))\n")
     _, out = run_traced(tmp_path, source)
     assert out.strip() == ",".join(["meta"] * 6)
+
+
+DATALOADER_SCRIPT = """
+import random, numpy as np, torch
+from torch.utils.data import DataLoader, Dataset
+
+class Noisy(Dataset):
+    def __len__(self):
+        return 4
+    def __getitem__(self, i):
+        return torch.rand(1).item() + np.random.rand() + random.random()
+
+if __name__ == "__main__":
+    torch.manual_seed(0); np.random.seed(0); random.seed(0)
+    loader = DataLoader(Noisy(), batch_size=1, num_workers=2, multiprocessing_context="{method}")
+    print(len([b for b in loader]))
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_dataloader_workers_are_traced_as_such_and_seeded_apart(tmp_path: Path, method: str) -> None:
+    """DataLoader workers are named by worker id (they seed before they publish it), and their
+    draws from torch, numpy and random count as seeded (DataLoader seeds all three per worker),
+    with different streams per worker: no collision, nothing unseeded."""
+    trace_dir, out = run_traced(tmp_path, DATALOADER_SCRIPT.replace("{method}", method))
+    assert out.strip() == "4"
+    run = read_trace(trace_dir)
+    workers = sorted((p for p in run.processes if p.kind == "DataLoader worker"), key=lambda p: p.label)
+    assert [p.label for p in workers] == ["DataLoader-worker-0", "DataLoader-worker-1"]
+    assert not [p for p in run.processes if p.kind == "multiprocessing child"]
+    for worker in workers:
+        draws = {d.op: d for d in worker.draws}
+        assert {"torch.rand", "np.random.rand", "random.random"} <= set(draws), draws
+        assert draws["torch.rand"].site.startswith("t.py:9 ")
+        assert all(draws[op].seeded for op in ("torch.rand", "np.random.rand", "random.random"))
+    assert not seed_collisions(run)
+    assert not [u for u in unseeded_uses(run) if u.process in {w.display for w in workers}]
+    # The same workers seeded alike (worker_init_fn re-seeding every worker with one constant) collide.
+    same = DATALOADER_SCRIPT.replace("{method}", method).replace(
+        "num_workers=2,", "num_workers=2, worker_init_fn=lambda i: (torch.manual_seed(1), np.random.seed(1), random.seed(1)),")
+    if method == "fork":
+        trace_dir, _ = run_traced(tmp_path, same, name="same")
+        collided = {c.generator for c in seed_collisions(read_trace(trace_dir))}
+        assert collided == {"torch.cpu", "numpy", "random"}, collided

@@ -238,7 +238,8 @@ def seed_collisions(run: RunTrace) -> list[Collision]:
     groups: dict[tuple[str, str], list[ProcessTrace]] = {}
     for p in run.processes:
         if p.kind in ("Ray actor", "multiprocessing child", "DataLoader worker", "subprocess"):
-            label = p.label if p.kind != "multiprocessing child" else "multiprocessing child"
+            # siblings: children and DataLoader workers carry their index in the label
+            label = p.kind if p.kind in ("multiprocessing child", "DataLoader worker") else p.label
             groups.setdefault((p.kind, label), []).append(p)
     out = []
     for (_, label), members in sorted(groups.items()):
