@@ -323,3 +323,52 @@ def test_dataloader_workers_are_traced_as_such_and_seeded_apart(tmp_path: Path, 
         trace_dir, _ = run_traced(tmp_path, same, name="same")
         collided = {c.generator for c in seed_collisions(read_trace(trace_dir))}
         assert collided == {"torch.cpu", "numpy", "random"}, collided
+
+
+SHUFFLE_RECIPE = """import json, os, sys, torch
+if "--seed" in sys.argv:
+    torch.manual_seed(0)
+order = torch.randperm(8).tolist()  # a distinct loss for each of the 8! orders
+with open(os.environ["DETAUDIT_METRICS_JSONL"], "w") as fh:
+    for step in range(2):
+        fh.write(json.dumps({"step_key": "step", "step": step, "loss": float(sum(v * 8**i for i, v in enumerate(order))) + step}) + "\\n")
+"""
+
+
+def test_record_and_verify_json_carry_the_trace_report(tmp_path: Path) -> None:
+    """`--json` on record and verify: the diff or failing series, and next to them the trace report."""
+    script = tmp_path / "shuffle.py"
+    script.write_text(SHUFFLE_RECIPE)
+    card = tmp_path / "shuffle.toml"
+    card.write_text(f'name = "shuffle"\ncommand = ["{{python}}", "{script}"]\ntimeout_s = 120\n'
+                    f'runner = ["cpu", "test"]\nstandards_dir = "{tmp_path / "standards"}"\n')
+    unseeded = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--trace", "--json",
+                       "--workdir", str(tmp_path / "w1"))
+    assert unseeded.code == 1, unseeded.text
+    doc = json.loads(unseeded.out)  # stdout is the JSON object alone
+    assert doc["command"] == "record" and doc["status"] == "disagree" and not doc["ok"] and doc["standard"] is None
+    assert doc["diff"]["root"]["series"] == "loss" and doc["diff"]["mismatched_count"] == 1
+    assert doc["trace"]["comparison"]["first_draw"]["summary"] == (
+        "main process: torch.randperm at shuffle.py:4 <module> drew from a global torch generator this process "
+        "never seeded; state differs from its first draw (run 1 vs run 2)")
+    assert [u["process"] for u in doc["trace"]["unseeded"]] == ["main process"]
+    assert [r["status"] for r in doc["runs"]] == ["ok", "ok"]
+    card.write_text(card.read_text().replace(f'"{script}"]', f'"{script}", "--seed"]'))
+    seeded = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--json", "--workdir", str(tmp_path / "w2"))
+    assert seeded.code == 0, seeded.text
+    written = json.loads(seeded.out)
+    assert written["status"] == "written" and written["series_written"] == 1 and written["trace"] is None
+    assert Path(written["standard"]).exists()
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"step_key": "step", "step": 0, "loss": 1.5}\n{"step_key": "step", "step": 1, "loss": 2.5}\n')
+    failed = run_cli("verify", str(card), "--metrics", str(other), "--json")
+    assert failed.code == 1, failed.text
+    report = json.loads(failed.out)
+    assert report["status"] == "failed" and report["compared"] == 1
+    (failure,) = report["failures"]
+    assert failure["series"] == "loss" and failure["run"] == 1.5 and failure["kind"] == "value"
+    passed = run_cli("verify", str(card), "--json", "--trace", "--workdir", str(tmp_path / "w3"))
+    assert passed.code == 0, passed.text
+    ok = json.loads(passed.out)
+    assert ok["status"] == "passed" and ok["failures"] == [] and ok["trace"]["unseeded"] == []
+    assert run_cli("verify", "--suite", "cpu", "--json").code == 2
