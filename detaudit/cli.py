@@ -377,6 +377,12 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
         for line in review_lines(result.review):
             out_console.print(f"\\[detaudit] update: {escape(line)}")
     _print_trace(out_console, result.trace)
+    if result.standard_trace is not None:
+        out_console.print(f"\\[detaudit] run 1's trace saved with the standard: {escape(str(result.standard_trace))} "
+                          "(verify traces its run and compares it with this one)")
+    if result.stale_trace_removed is not None:
+        out_console.print(f"\\[detaudit] removed {escape(str(result.stale_trace_removed))}: the replaced standard's "
+                          "trace (record with --trace to keep one)")
     out_console.print(
         f"[green]\\[detaudit] RECORDED: {n} metric series identical across {runs} runs -> {escape(str(result.standard_path))}[/green]"
         + (f" ({excluded} excluded series listed in the file)" if excluded else "")
@@ -450,6 +456,9 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
     here = "-".join(result.runner_here or [])
     if result.run is not None:
         _print_jobs(err_console, [result.run])
+    if result.standard_trace is not None:
+        err_console.print(f"\\[detaudit] the standard carries a trace ({escape(str(result.standard_trace))}): this run "
+                          "was traced and compared with it")
     if as_json:
         from detaudit.report import dump_json, verify_document
 

@@ -583,6 +583,7 @@ def record_document(result: Any, card: str, runs: int) -> dict[str, Any]:
         "review": result.review.to_json() if result.review is not None else None,
         "diff": diff_document(result.report) if result.report is not None else None,
         "trace": _trace_document(result.trace),
+        "standard_trace": str(result.standard_trace) if result.standard_trace else None,
         "runs": _runs_document(result.runs),
         "workdir": str(result.workdir) if result.workdir else None, "workdir_removed": result.workdir_removed,
     }
@@ -601,6 +602,7 @@ def verify_document(result: Any, card: str | None) -> dict[str, Any]:
         "other_classes": [list(c) for c in result.other_classes],
         "provenance": list(result.provenance), "package_changes": list(result.package_changes),
         "trace": _trace_document(result.trace),
+        "standard_trace": str(result.standard_trace) if result.standard_trace else None,
         "runs": _runs_document([result.run]) if result.run is not None else [],
         "metrics": str(result.metrics_path) if result.metrics_path else None,
         "workdir": str(result.workdir) if result.workdir else None, "workdir_removed": result.workdir_removed,

@@ -372,3 +372,34 @@ def test_record_and_verify_json_carry_the_trace_report(tmp_path: Path) -> None:
     ok = json.loads(passed.out)
     assert ok["status"] == "passed" and ok["failures"] == [] and ok["trace"]["unseeded"] == []
     assert run_cli("verify", "--suite", "cpu", "--json").code == 2
+
+
+def test_a_standard_carries_a_trace_and_a_failing_verify_names_the_module(tmp_path: Path) -> None:
+    """record --trace keeps run 1's trace next to the standard; verify then traces its run and,
+    when the bits differ, names the first module whose inputs match and outputs differ."""
+    card = trace_card(tmp_path)
+    recorded = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--trace=modules")
+    assert recorded.code == 0, recorded.text
+    (standard,) = (tmp_path / "standards").glob("tracetoy.*.json")
+    carried = standard.with_name(standard.stem + ".trace")
+    assert f"run 1's trace saved with the standard: {carried}" in " ".join(recorded.out.split())
+    assert json.loads((carried / "meta.json").read_text())["mode"] == "modules" and list(carried.glob("trace/main.*"))
+    passed = run_cli("verify", str(card), "--json")
+    assert passed.code == 0, passed.text
+    doc = json.loads(passed.out)
+    assert doc["standard_trace"] == str(carried) and doc["trace"]["comparison"]["identical"]
+    assert "the standard carries a trace" in passed.err and doc["workdir_removed"]
+    failed = run_cli("verify", str(card), "--json", env={"TRACE_RECIPE_PERTURB": "1"})
+    assert failed.code == 1, failed.text
+    doc = json.loads(failed.out)
+    assert doc["status"] == "failed" and [f["series"] for f in doc["failures"]] == ["main/out"]
+    assert doc["trace"]["comparison"]["first_module"]["summary"] == (
+        "main process: module Sequential.3 (Scale), call 1: same inputs, different outputs "
+        "(the standard's run vs this run): this module computed different bits")
+    text = run_cli("verify", str(card), env={"TRACE_RECIPE_PERTURB": "1"})
+    assert text.code == 1 and "first differing module: main process: module Sequential.3 (Scale)" in text.out
+    # Re-recorded without --trace, the old trace no longer describes the standard: it goes.
+    again = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--update")
+    assert again.code == 0, again.text
+    assert not carried.exists() and "the replaced standard's trace" in " ".join(again.out.split())
+    assert "the standard carries a trace" not in run_cli("verify", str(card)).err
