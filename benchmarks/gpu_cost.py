@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-RECIPE_DEFAULTS = ["--preset", "sd35m-shapes", "--precision", "bf16", "--device", "cuda"]
+RECIPE_DEFAULTS = ["--preset", "sd35m-shapes", "--precision", "bf16", "--device", "cuda", "--no-fill-uninitialized-memory"]
 
 
 def loop_figures(metrics: Path, peak_tflops: float | None) -> dict[str, float | None]:

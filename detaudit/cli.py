@@ -272,12 +272,14 @@ def _warn_est_time(console: Console, card_path: Path | None, states: list[Any]) 
 @click.option("--cluster", metavar="ADDRESS", help="Run each run as a Ray job on this cluster (http://HEAD:8265, or auto).")
 @click.option("--junit-xml", type=click.Path(dir_okay=False, path_type=Path), help="Also write a JUnit XML report: one testcase per compared series.")
 @click.option("--no-doctor", is_flag=True, help="Skip the determinism preflight (detaudit doctor --no-ray) that runs first.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as one JSON object on stdout (the runs' diff, the trace report).")
 @click.option("--trace", type=click.Choice(["rng", "modules"]), is_flag=False, flag_value="rng", default=None,
               help="Trace every global-RNG draw in every process of the run(s) (--trace=modules: and every nn.Module call); name the first that differs.")
 @handle_errors
 def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, out: Path | None, update: bool,
            no_write: bool, allow_partial: bool, fmt: str | None, drop_nan_series: bool, exclude: tuple[str, ...], include: tuple[str, ...],
-           workdir: Path | None, cluster: str | None, junit_xml: Path | None, no_doctor: bool, trace: str | None) -> None:
+           workdir: Path | None, cluster: str | None, junit_xml: Path | None, no_doctor: bool, trace: str | None,
+           as_json: bool) -> None:
     """Run CARD's command N times; write its standard only if all runs agree.
 
     CARD defaults to the embedded tiny CPU recipe (recipes/sd3_pickscore_nft.toml).
@@ -321,6 +323,14 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
     _ci_reports(junit_xml, f"detaudit record {card}", record_cases,
                 f"{result.status}: {len(record_cases) - failed} of {len(record_cases)} series identical across {runs} runs")
     _warn_est_time(err_console, card, result.runs)
+    if as_json:
+        from detaudit.report import dump_json, record_document
+
+        if result.status == "run-failed":
+            _print_failed_run(err_console, result.runs)
+        click.echo(dump_json(record_document(result, str(card), runs)))
+        _workdir_note(err_console, result.workdir, result.workdir_removed, result.ok)
+        sys.exit(EXIT_OK if result.ok else EXIT_FAIL)
     if result.status == "run-failed":
         _print_failed_run(err_console, result.runs)
         err_console.print(f"[red]\\[detaudit] record failed: a run did not finish; {nothing}[/red]")
@@ -367,6 +377,12 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
         for line in review_lines(result.review):
             out_console.print(f"\\[detaudit] update: {escape(line)}")
     _print_trace(out_console, result.trace)
+    if result.standard_trace is not None:
+        out_console.print(f"\\[detaudit] run 1's trace saved with the standard: {escape(str(result.standard_trace))} "
+                          "(verify traces its run and compares it with this one)")
+    if result.stale_trace_removed is not None:
+        out_console.print(f"\\[detaudit] removed {escape(str(result.stale_trace_removed))}: the replaced standard's "
+                          "trace (record with --trace to keep one)")
     out_console.print(
         f"[green]\\[detaudit] RECORDED: {n} metric series identical across {runs} runs -> {escape(str(result.standard_path))}[/green]"
         + (f" ({excluded} excluded series listed in the file)" if excluded else "")
@@ -391,10 +407,12 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
               help="Also write a JUnit XML report: one testcase per series (per card with --suite).")
 @click.option("--trace", type=click.Choice(["rng", "modules"]), is_flag=False, flag_value="rng", default=None,
               help="Trace every global-RNG draw in every process of the run(s) (--trace=modules: and every nn.Module call); name the first that differs.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as one JSON object on stdout (failing series, environment differences, the trace report).")
 @handle_errors
 def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None, standard: Path | None,
            allow_other_runner: bool, strict_runner: bool, step_key: str | None, workdir: Path | None,
-           cluster: str | None, suite: str | None, cards: Path, junit_xml: Path | None, trace: str | None) -> None:
+           cluster: str | None, suite: str | None, cards: Path, junit_xml: Path | None, trace: str | None,
+           as_json: bool) -> None:
     """Check one run of CARD (or --metrics RUN.jsonl) against its standard, exactly.
 
     CARD defaults to the embedded tiny CPU recipe when neither CARD nor --metrics is given.
@@ -409,9 +427,10 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
     if strict_runner and allow_other_runner:
         raise click.UsageError("--strict-runner and --allow-other-runner contradict each other")
     if suite is not None:
-        if card is not None or metrics is not None or standard is not None or extra_args or workdir is not None or cluster or trace:
+        if card is not None or metrics is not None or standard is not None or extra_args or workdir is not None or cluster \
+                or trace or as_json:
             raise click.UsageError("--suite verifies the suite's cards: it takes no CARD, --metrics, --standard, --workdir, "
-                                   "--cluster, --trace or extra args")
+                                   "--cluster, --trace, --json or extra args (--junit-xml gives one report)")
         _verify_suite(suite, cards, allow_other_runner, junit_xml)
     if card is None and metrics is None:
         card = default_card()
@@ -437,6 +456,18 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
     here = "-".join(result.runner_here or [])
     if result.run is not None:
         _print_jobs(err_console, [result.run])
+    if result.standard_trace is not None:
+        err_console.print(f"\\[detaudit] the standard carries a trace ({escape(str(result.standard_trace))}): this run "
+                          "was traced and compared with it")
+    if as_json:
+        from detaudit.report import dump_json, verify_document
+
+        if result.status == "run-failed" and result.run is not None:
+            _print_failed_run(err_console, [result.run])
+        click.echo(dump_json(verify_document(result, str(card) if card is not None else None)))
+        if result.workdir is not None:
+            _workdir_note(err_console, result.workdir, result.workdir_removed, result.ok)
+        sys.exit(EXIT_OK if result.ok else EXIT_FAIL)
     if result.status == "runner-mismatch":
         from detaudit.report import runner_mismatch_message
 

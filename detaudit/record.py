@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import shutil
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,8 @@ class RecordResult:
     review: StandardDiff | None = None  # with update: the old standard against the new (``standard diff``)
     trace: RunsTraceReport | None = None  # with ``trace``: the runs' traces compared
     runner_class: list[str] | None = None  # with runner-mismatch: the class the probe found
+    standard_trace: Path | None = None  # traced and written: run 1's trace, saved next to the standard
+    stale_trace_removed: Path | None = None  # --update without --trace: the old standard's trace, removed
 
     @property
     def ok(self) -> bool:
@@ -164,12 +167,29 @@ def _judge(plan: RunPlan, states: list[RunState], path: Path | None, old: Standa
     write_atomic(path, render_as(standard, fmt, target=path), overwrite=update)
     standard.path = path
     result.status = "written"
+    _keep_standard_trace(result, plan, path, traced)
     result.standard = standard
     result.dropped = standard.dropped
     if old is not None:
         result.review = diff_standards(old, standard, old_label=str(path), new_label="new")
     result.workdir_removed = finish(plan, passed=not traced)  # traced: keep the traces
     return result
+
+
+def _keep_standard_trace(result: RecordResult, plan: RunPlan, path: Path, traced: bool) -> None:
+    """A traced record saves run 1's trace next to the standard (``verify`` compares its run with
+    it); an untraced one removes a trace left from the standard it replaced (it no longer matches)."""
+    from detaudit.trace.saved import SAVED_SCHEMA, machine, replace_saved_trace, standard_trace_dir
+
+    destination = standard_trace_dir(path)
+    if traced:
+        spec = plan.specs[0]
+        meta = {"schema": SAVED_SCHEMA, "card": plan.card.name, "mode": spec.env.get(MODE_ENV, "rng"),
+                "command": spec.argv, "machine": machine(), "standard": path.name}
+        result.standard_trace = replace_saved_trace(run_trace_dir(spec.workdir), destination, meta)
+    elif (destination / "meta.json").is_file():
+        shutil.rmtree(destination)
+        result.stale_trace_removed = destination
 
 
 def build_standard(plan: RunPlan, first: MetricsRun, report: DiffReport, fmt: str) -> Standard:

@@ -543,3 +543,67 @@ def runner_mismatch_message(expected: list[str], states: list[Any], written: str
                     and list(s.runner_class) != list(expected)})
     return (f"runs ran on different runner classes ({'-'.join(expected)} and {', '.join(other)}); bitwise "
             f"agreement is only promised within one class: {written}")
+
+
+# --- record / verify --json -------------------------------------------------------------------
+
+def _runs_document(states: list[Any]) -> list[dict[str, Any]]:
+    """Each run's outcome (no timings: a report of the same runs is byte-identical)."""
+    return [{"run": s.spec.index + 1, "status": s.status, "returncode": s.returncode,
+             "log": str(s.spec.log_path), "metrics": str(s.spec.metrics_path),
+             "gpus": s.spec.gpus} for s in states if s is not None]
+
+
+def _trace_document(trace: Any) -> dict[str, Any] | None:
+    if trace is None:
+        return None
+    from detaudit.trace.report import runs_trace_json
+
+    return runs_trace_json(trace)
+
+
+def divergence_document(name: str, d: PairDivergence) -> dict[str, Any]:
+    """One failing series of a verify: where it first departs from the standard."""
+    return {"series": name, "kind": d.kind, "step": _json_value(d.step),
+            "step_standard": _json_value(d.step_a), "step_run": _json_value(d.step_b),
+            "standard": _json_value(d.value_a), "run": _json_value(d.value_b),
+            "points": [d.len_a, d.len_b], "abs_diff": _finite_or_none(d.abs_diff),
+            "rel_diff": _finite_or_none(d.rel_diff), "ulps": d.ulps,
+            "summary": divergence_line(name, d)}
+
+
+def record_document(result: Any, card: str, runs: int) -> dict[str, Any]:
+    """``detaudit record --json``: the outcome, the runs' diff, and the trace report."""
+    return {
+        "command": "record", "card": card, "status": result.status, "ok": result.ok, "runs_requested": runs,
+        "runner_class": result.runner_class or (result.standard.runner_class if result.standard else None),
+        "standard": str(result.standard_path) if result.standard_path and result.status == "written" else None,
+        "series_written": len(result.standard.series) if result.standard is not None and result.status == "written" else 0,
+        "dropped": sorted(result.dropped), "nan_dropped": list(result.nan_dropped),
+        "review": result.review.to_json() if result.review is not None else None,
+        "diff": diff_document(result.report) if result.report is not None else None,
+        "trace": _trace_document(result.trace),
+        "standard_trace": str(result.standard_trace) if result.standard_trace else None,
+        "runs": _runs_document(result.runs),
+        "workdir": str(result.workdir) if result.workdir else None, "workdir_removed": result.workdir_removed,
+    }
+
+
+def verify_document(result: Any, card: str | None) -> dict[str, Any]:
+    """``detaudit verify --json``: the outcome, each failing series, the environment's
+    differences from the standard's, and the trace report."""
+    return {
+        "command": "verify", "card": card, "status": result.status, "ok": result.ok,
+        "standard": str(result.standard_path), "compared": result.compared,
+        "failures": [divergence_document(name, d) for name, d in result.failures],
+        "extra_series": list(result.extra_series),
+        "approximate": [{"series": s, "tolerance": t} for s, t in result.approximate],
+        "runner_class": result.runner_here, "standard_runner_class": result.runner_standard,
+        "other_classes": [list(c) for c in result.other_classes],
+        "provenance": list(result.provenance), "package_changes": list(result.package_changes),
+        "trace": _trace_document(result.trace),
+        "standard_trace": str(result.standard_trace) if result.standard_trace else None,
+        "runs": _runs_document([result.run]) if result.run is not None else [],
+        "metrics": str(result.metrics_path) if result.metrics_path else None,
+        "workdir": str(result.workdir) if result.workdir else None, "workdir_removed": result.workdir_removed,
+    }

@@ -65,6 +65,7 @@ class VerifyResult:
     workdir: Path | None = None
     workdir_removed: bool = False
     trace: RunsTraceReport | None = None  # with ``trace``: the run's unseeded draws and collisions
+    standard_trace: Path | None = None  # the trace the standard carries, compared with this run's
 
     approximate: list[tuple[str, str]] = field(default_factory=list)  # (series, tolerance) passed only within tolerance
     approximate_against: str | None = None  # set when checked approximately: the standard's runner class
@@ -107,8 +108,6 @@ def verify(
         raise UsageError("--trace traces a run: give a CARD, not --metrics")
     if cluster is not None and metrics is not None:
         raise UsageError("--cluster runs the card; with --metrics nothing runs")
-    if trace:
-        env_hooks = tuple(env_hooks) + (trace_hook(trace),)
     card: Card | None = load_card(card_path) if card_path is not None else None
     info: dict[str, Any] | None = None
     here: list[str] | None = None
@@ -154,8 +153,19 @@ def verify(
         result.status = "empty-standard"
         return result
     plan = None
+    explicit_trace = bool(trace)
+    saved_trace = None
     if metrics is None:
         assert card is not None and info is not None
+        from detaudit.trace.saved import read_saved, standard_trace_dir
+
+        carried = standard_trace_dir(path)
+        if (carried / "meta.json").is_file():  # the standard carries its run's trace: trace this run too
+            saved_meta, saved_trace = read_saved(carried)
+            result.standard_trace = carried
+            trace = "modules" if "modules" in (trace, saved_meta.get("mode")) else "rng"
+        if trace:
+            env_hooks = tuple(env_hooks) + (trace_hook(trace),)
         with interrupts_as_exceptions():
             plan = make_plan(card, 1, environment=info, workdir=workdir, extra_args=extra_args,
                              env_hooks=env_hooks, label="verify")
@@ -173,6 +183,12 @@ def verify(
             raise no_metrics_error(plan, plan.specs[0])
         if trace:
             result.trace = audit_runs([run_trace_dir(plan.specs[0].workdir)])
+            if saved_trace is not None and not result.trace.missing:
+                from detaudit.trace.compare import compare_traces
+                from detaudit.trace.files import read_trace
+
+                result.trace.comparison = compare_traces(saved_trace, read_trace(run_trace_dir(plan.specs[0].workdir)),
+                                                         labels=("the standard's run", "this run"))
         metrics = plan.specs[0].metrics_path
     result.metrics_path = Path(metrics)
     default_step_key = step_key or (card.step_key if card else None)
@@ -206,5 +222,6 @@ def verify(
     elif approximate is not None:
         result.status = "approximate"  # never "passed": this class was not held to the exact standard
     if plan is not None:
-        result.workdir_removed = finish(plan, passed=result.ok and not trace)  # traced: keep the trace
+        # --trace: keep the trace; a trace taken only because the standard carries one goes on a pass
+        result.workdir_removed = finish(plan, passed=result.ok and not explicit_trace)
     return result

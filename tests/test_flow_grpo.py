@@ -180,7 +180,8 @@ def test_gpu_card_mirrors_the_nft_gpu_card() -> None:
     nft_args = parse_args(_card_argv(REPO / "recipes" / "sd3_pickscore_nft_gpu.toml")[3:])
     assert args.algorithm == "flow-grpo" and nft_args.algorithm == "nft"
     for key in ("preset", "device", "precision", "deterministic_mode", "resolution", "steps", "prompts_per_rollout",
-                "group_size", "rollouts", "micro_batch", "sample_batch", "attention", "colocate"):
+                "group_size", "rollouts", "micro_batch", "sample_batch", "attention", "colocate",
+                "fill_uninitialized_memory"):
         assert getattr(args, key) == getattr(nft_args, key), key
     assert args.precision == "bf16" and args.kl_weight == 0.04 and nft_args.kl_weight == 1e-4
     cpu = parse_args(_card_argv(CARD)[3:])

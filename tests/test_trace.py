@@ -218,6 +218,18 @@ def test_modules_save_and_against_name_the_first_differing_module(tmp_path: Path
                                  f"(saved {saved} vs this run): this module computed different bits")
     text = run_cli("trace", str(card), "--against", str(saved), env={"TRACE_RECIPE_PERTURB": "1"})
     assert text.code == 1 and "first differing module: main process: module Sequential.3 (Scale)" in text.out
+    # A call after the kept records (DETAUDIT_TRACE_KEEP=2; the model runs 4 times): only the hash
+    # chain differs, and the report says so instead of showing two identical kept calls as different.
+    kept = tmp_path / "machine-a-keep2"
+    assert run_cli("trace", str(card), "--modules", "--save", str(kept), env={"DETAUDIT_TRACE_KEEP": "2"}).code == 0
+    late = run_cli("trace", str(card), "--against", str(kept), "--json",
+                   env={"DETAUDIT_TRACE_KEEP": "2", "TRACE_RECIPE_PERTURB": "after:3"})
+    assert late.code == 1, late.text
+    module = json.loads(late.out)["comparison"]["first_module"]
+    assert module["after_kept"] and not module["inputs_match"] and module["a"]["module"] == "Sequential.3"
+    assert module["summary"] == (f"main process: module Sequential.3 (Scale): its first 2 calls match, a later call "
+                                 f"differs (saved {kept} vs this run) (after the first 2 calls only a hash chain is "
+                                 "kept: set DETAUDIT_TRACE_KEEP higher to name the call)")
 
 
 def test_bad_trace_input_is_one_line_exit_2(tmp_path: Path) -> None:
@@ -255,3 +267,139 @@ def test_record_and_verify_trace_a_seeded_recipe(tmp_path: Path) -> None:
     assert verify.code == 0, verify.text
     assert "no draw from a global generator that its process never seeded" in verify.out and "PASSED" in verify.out
     assert (tmp_path / "verify" / "run1" / "trace").is_dir()  # kept for the trace
+
+
+def test_tracing_keeps_the_default_device_of_a_device_context(tmp_path: Path) -> None:
+    """`with torch.device(d):` must still place traced factories on d (a GPU run once built PickScore's
+    `torch.randn` parameters on the CPU under the tracer; "meta" shows it on a machine without CUDA)."""
+    source = ("import torch\n"
+              "with torch.device('meta'):\n"
+              "    made = [torch.randn(3), torch.rand(2), torch.randint(0, 5, (2,)), torch.randperm(4),\n"
+              "            torch.nn.Linear(2, 2).weight, torch.zeros(1)]\n"
+              "print(','.join(t.device.type for t in made))\n")
+    _, out = run_traced(tmp_path, source)
+    assert out.strip() == ",".join(["meta"] * 6)
+
+
+DATALOADER_SCRIPT = """
+import random, numpy as np, torch
+from torch.utils.data import DataLoader, Dataset
+
+class Noisy(Dataset):
+    def __len__(self):
+        return 4
+    def __getitem__(self, i):
+        return torch.rand(1).item() + np.random.rand() + random.random()
+
+if __name__ == "__main__":
+    torch.manual_seed(0); np.random.seed(0); random.seed(0)
+    loader = DataLoader(Noisy(), batch_size=1, num_workers=2, multiprocessing_context="{method}")
+    print(len([b for b in loader]))
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_dataloader_workers_are_traced_as_such_and_seeded_apart(tmp_path: Path, method: str) -> None:
+    """DataLoader workers are named by worker id (they seed before they publish it), and their
+    draws from torch, numpy and random count as seeded (DataLoader seeds all three per worker),
+    with different streams per worker: no collision, nothing unseeded."""
+    trace_dir, out = run_traced(tmp_path, DATALOADER_SCRIPT.replace("{method}", method))
+    assert out.strip() == "4"
+    run = read_trace(trace_dir)
+    workers = sorted((p for p in run.processes if p.kind == "DataLoader worker"), key=lambda p: p.label)
+    assert [p.label for p in workers] == ["DataLoader-worker-0", "DataLoader-worker-1"]
+    assert not [p for p in run.processes if p.kind == "multiprocessing child"]
+    for worker in workers:
+        draws = {d.op: d for d in worker.draws}
+        assert {"torch.rand", "np.random.rand", "random.random"} <= set(draws), draws
+        assert draws["torch.rand"].site.startswith("t.py:9 ")
+        assert all(draws[op].seeded for op in ("torch.rand", "np.random.rand", "random.random"))
+    assert not seed_collisions(run)
+    assert not [u for u in unseeded_uses(run) if u.process in {w.display for w in workers}]
+    # The same workers seeded alike (worker_init_fn re-seeding every worker with one constant) collide.
+    same = DATALOADER_SCRIPT.replace("{method}", method).replace(
+        "num_workers=2,", "num_workers=2, worker_init_fn=lambda i: (torch.manual_seed(1), np.random.seed(1), random.seed(1)),")
+    if method == "fork":
+        trace_dir, _ = run_traced(tmp_path, same, name="same")
+        collided = {c.generator for c in seed_collisions(read_trace(trace_dir))}
+        assert collided == {"torch.cpu", "numpy", "random"}, collided
+
+
+SHUFFLE_RECIPE = """import json, os, sys, torch
+if "--seed" in sys.argv:
+    torch.manual_seed(0)
+order = torch.randperm(8).tolist()  # a distinct loss for each of the 8! orders
+with open(os.environ["DETAUDIT_METRICS_JSONL"], "w") as fh:
+    for step in range(2):
+        fh.write(json.dumps({"step_key": "step", "step": step, "loss": float(sum(v * 8**i for i, v in enumerate(order))) + step}) + "\\n")
+"""
+
+
+def test_record_and_verify_json_carry_the_trace_report(tmp_path: Path) -> None:
+    """`--json` on record and verify: the diff or failing series, and next to them the trace report."""
+    script = tmp_path / "shuffle.py"
+    script.write_text(SHUFFLE_RECIPE)
+    card = tmp_path / "shuffle.toml"
+    card.write_text(f'name = "shuffle"\ncommand = ["{{python}}", "{script}"]\ntimeout_s = 120\n'
+                    f'runner = ["cpu", "test"]\nstandards_dir = "{tmp_path / "standards"}"\n')
+    unseeded = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--trace", "--json",
+                       "--workdir", str(tmp_path / "w1"))
+    assert unseeded.code == 1, unseeded.text
+    doc = json.loads(unseeded.out)  # stdout is the JSON object alone
+    assert doc["command"] == "record" and doc["status"] == "disagree" and not doc["ok"] and doc["standard"] is None
+    assert doc["diff"]["root"]["series"] == "loss" and doc["diff"]["mismatched_count"] == 1
+    assert doc["trace"]["comparison"]["first_draw"]["summary"] == (
+        "main process: torch.randperm at shuffle.py:4 <module> drew from a global torch generator this process "
+        "never seeded; state differs from its first draw (run 1 vs run 2)")
+    assert [u["process"] for u in doc["trace"]["unseeded"]] == ["main process"]
+    assert [r["status"] for r in doc["runs"]] == ["ok", "ok"]
+    card.write_text(card.read_text().replace(f'"{script}"]', f'"{script}", "--seed"]'))
+    seeded = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--json", "--workdir", str(tmp_path / "w2"))
+    assert seeded.code == 0, seeded.text
+    written = json.loads(seeded.out)
+    assert written["status"] == "written" and written["series_written"] == 1 and written["trace"] is None
+    assert Path(written["standard"]).exists()
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"step_key": "step", "step": 0, "loss": 1.5}\n{"step_key": "step", "step": 1, "loss": 2.5}\n')
+    failed = run_cli("verify", str(card), "--metrics", str(other), "--json")
+    assert failed.code == 1, failed.text
+    report = json.loads(failed.out)
+    assert report["status"] == "failed" and report["compared"] == 1
+    (failure,) = report["failures"]
+    assert failure["series"] == "loss" and failure["run"] == 1.5 and failure["kind"] == "value"
+    passed = run_cli("verify", str(card), "--json", "--trace", "--workdir", str(tmp_path / "w3"))
+    assert passed.code == 0, passed.text
+    ok = json.loads(passed.out)
+    assert ok["status"] == "passed" and ok["failures"] == [] and ok["trace"]["unseeded"] == []
+    assert run_cli("verify", "--suite", "cpu", "--json").code == 2
+
+
+def test_a_standard_carries_a_trace_and_a_failing_verify_names_the_module(tmp_path: Path) -> None:
+    """record --trace keeps run 1's trace next to the standard; verify then traces its run and,
+    when the bits differ, names the first module whose inputs match and outputs differ."""
+    card = trace_card(tmp_path)
+    recorded = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--trace=modules")
+    assert recorded.code == 0, recorded.text
+    (standard,) = (tmp_path / "standards").glob("tracetoy.*.json")
+    carried = standard.with_name(standard.stem + ".trace")
+    assert f"run 1's trace saved with the standard: {carried}" in " ".join(recorded.out.split())
+    assert json.loads((carried / "meta.json").read_text())["mode"] == "modules" and list(carried.glob("trace/main.*"))
+    passed = run_cli("verify", str(card), "--json")
+    assert passed.code == 0, passed.text
+    doc = json.loads(passed.out)
+    assert doc["standard_trace"] == str(carried) and doc["trace"]["comparison"]["identical"]
+    assert "the standard carries a trace" in passed.err and doc["workdir_removed"]
+    failed = run_cli("verify", str(card), "--json", env={"TRACE_RECIPE_PERTURB": "1"})
+    assert failed.code == 1, failed.text
+    doc = json.loads(failed.out)
+    assert doc["status"] == "failed" and [f["series"] for f in doc["failures"]] == ["main/out"]
+    assert doc["trace"]["comparison"]["first_module"]["summary"] == (
+        "main process: module Sequential.3 (Scale), call 1: same inputs, different outputs "
+        "(the standard's run vs this run): this module computed different bits")
+    text = run_cli("verify", str(card), env={"TRACE_RECIPE_PERTURB": "1"})
+    assert text.code == 1 and "first differing module: main process: module Sequential.3 (Scale)" in text.out
+    # Re-recorded without --trace, the old trace no longer describes the standard: it goes.
+    again = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--update")
+    assert again.code == 0, again.text
+    assert not carried.exists() and "the replaced standard's trace" in " ".join(again.out.split())
+    assert "the standard carries a trace" not in run_cli("verify", str(card)).err

@@ -163,6 +163,11 @@ def identify(main_pid: int | None) -> dict[str, Any]:
     if mp is not None:
         try:
             if mp.parent_process() is not None:
+                target = getattr(mp.current_process(), "_target", None)
+                if getattr(target, "__name__", "") == "_worker_loop" and \
+                        getattr(target, "__module__", "") == "torch.utils.data._utils.worker":
+                    # a DataLoader worker seeds its RNGs before it publishes its id: wait for it
+                    return {"kind": "DataLoader worker", "label": "DataLoader-worker", "final": False}
                 name = mp.current_process().name
                 return {"kind": "multiprocessing child", "label": name, "final": True}
         except Exception:

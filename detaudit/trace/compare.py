@@ -59,10 +59,13 @@ class ModuleDifference:
     process: str
     a: ModuleCall
     b: ModuleCall
+    # Only the hash chain of calls after the kept records differs: a, b are the last kept calls
+    # (identical), so which later call differs, and whether its inputs matched, is unknown.
+    after_kept: bool = False
 
     @property
     def inputs_match(self) -> bool:
-        return self.a.inputs == self.b.inputs
+        return not self.after_kept and self.a.inputs == self.b.inputs
 
 
 @dataclass
@@ -177,13 +180,16 @@ def first_module_difference(a: ProcessTrace, b: ProcessTrace) -> ModuleDifferenc
                 first_any = ModuleDifference(a.display, x, y)
     if first_any is not None:
         return first_any
-    for name in sorted(set(a.module_chains) | set(b.module_chains)):
-        ca, cb = a.module_chains.get(name), b.module_chains.get(name)
-        if ca is None or cb is None or ca.differs(cb):
-            last = next((m for m in reversed(a.modules) if m.name == name), None)
-            other = next((m for m in reversed(b.modules) if m.name == name), None)
-            if last is not None and other is not None:
-                return ModuleDifference(a.display, last, other)
+    differing = [name for name in sorted(set(a.module_chains) | set(b.module_chains))
+                 if a.module_chains.get(name) is None or b.module_chains.get(name) is None
+                 or a.module_chains[name].differs(b.module_chains[name])]
+    # innermost first: a parent's outputs differ whenever a child's do
+    inner = [n for n in differing if not any(o.startswith(n + ".") for o in differing)]
+    for name in inner:
+        last = next((m for m in reversed(a.modules) if m.name == name), None)
+        other = next((m for m in reversed(b.modules) if m.name == name), None)
+        if last is not None and other is not None:
+            return ModuleDifference(a.display, last, other, after_kept=True)
     return None
 
 
@@ -196,7 +202,7 @@ def compare_traces(a: RunTrace, b: RunTrace, labels: tuple[str, str] = ("run 1",
     if draws:
         result.draw = min(draws, key=lambda d: d.rank)
     if modules:
-        result.module = min(modules, key=lambda m: (not m.inputs_match, m.a.t))
+        result.module = min(modules, key=lambda m: (m.after_kept, not m.inputs_match, m.a.t))
     return result
 
 
@@ -232,7 +238,8 @@ def seed_collisions(run: RunTrace) -> list[Collision]:
     groups: dict[tuple[str, str], list[ProcessTrace]] = {}
     for p in run.processes:
         if p.kind in ("Ray actor", "multiprocessing child", "DataLoader worker", "subprocess"):
-            label = p.label if p.kind != "multiprocessing child" else "multiprocessing child"
+            # siblings: children and DataLoader workers carry their index in the label
+            label = p.kind if p.kind in ("multiprocessing child", "DataLoader worker") else p.label
             groups.setdefault((p.kind, label), []).append(p)
     out = []
     for (_, label), members in sorted(groups.items()):

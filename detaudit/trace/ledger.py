@@ -178,6 +178,15 @@ def install_torch(rec: Recorder, torch: Any) -> None:
         training = kwargs.get("training", args[3] if len(args) > 3 else False)
         return from_tensor(args, kwargs) if training else None
 
+    try:
+        # `with torch.device(d):` finds the factories to redirect by identity in a set torch
+        # builds once, from the attributes of `torch` at that time. Build it now, before the
+        # wrappers replace them: the originals the wrappers call are then the ones it knows.
+        from torch.utils._device import _device_constructors
+
+        _device_constructors()
+    except (ImportError, AttributeError):
+        pass
     for name in TORCH_FUNCTIONS:
         pick = from_device if name in TORCH_SIZE_FUNCTIONS else from_tensor
         _replace(torch, name, lambda fn, name=name, pick=pick: _wrap(rec, fn, f"torch.{name}", pick))

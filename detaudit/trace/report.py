@@ -49,6 +49,10 @@ def draw_difference_line(d: DrawDifference, labels: tuple[str, str]) -> str:
 
 def module_difference_line(m: ModuleDifference, labels: tuple[str, str]) -> str:
     runs = f"({labels[0]} vs {labels[1]})"
+    if m.after_kept:
+        return (f"{m.process}: module {m.a.name} ({m.a.cls}): its first {m.a.n} calls match, a later call "
+                f"differs {runs} (after the first {m.a.n} calls only a hash chain is kept: set "
+                "DETAUDIT_TRACE_KEEP higher to name the call)")
     head = f"{m.process}: module {m.a.name} ({m.a.cls}), call {m.a.n}"
     if m.inputs_match:
         return f"{head}: same inputs, different outputs {runs}: this module computed different bits"
@@ -87,7 +91,8 @@ def comparison_json(cmp: TraceComparison) -> dict[str, Any]:
     if cmp.module is not None:
         m = cmp.module
         doc["first_module"] = {"process": m.process, "a": m.a.to_json(), "b": m.b.to_json(),
-                               "inputs_match": m.inputs_match, "summary": module_difference_line(m, cmp.labels)}
+                               "inputs_match": m.inputs_match, "after_kept": m.after_kept,
+                               "summary": module_difference_line(m, cmp.labels)}
     return doc
 
 

@@ -8,25 +8,18 @@ existing folder.
 
 from __future__ import annotations
 
-import json
-import os
-import platform
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from detaudit.card import load_card
-from detaudit.errors import InputError, UsageError
+from detaudit.errors import UsageError
 from detaudit.plan import make_specs, prepare_workdir
 from detaudit.runner import RunState, interrupts_as_exceptions, run_batch
 from detaudit.trace import MODES, run_trace_dir, trace_hook
 from detaudit.trace.compare import Collision, TraceComparison, UnseededUse, compare_traces, seed_collisions, unseeded_uses
 from detaudit.trace.files import RunTrace, read_trace
-
-SAVED_SCHEMA = "detaudit/trace/1"
-
+from detaudit.trace.saved import SAVED_SCHEMA, machine, read_saved, save_trace
 
 @dataclass
 class TraceResult:
@@ -46,58 +39,6 @@ class TraceResult:
     @property
     def ok(self) -> bool:
         return self.status == "ok" and (self.comparison is None or self.comparison.identical)
-
-
-def read_saved(directory: str | Path) -> tuple[dict[str, Any], RunTrace]:
-    """A trace saved with ``--save``: its meta and its processes."""
-    directory = Path(directory)
-    meta_path = directory / "meta.json"
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(meta_path, "not a saved trace (no meta.json; save one with `detaudit trace CARD --save DIR`)") from None
-    except (OSError, ValueError) as exc:
-        raise InputError(meta_path, f"cannot read saved trace: {exc}") from None
-    if not isinstance(meta, dict) or meta.get("schema") != SAVED_SCHEMA:
-        raise InputError(meta_path, f"not a saved trace (schema is not {SAVED_SCHEMA})")
-    return meta, read_trace(directory / "trace")
-
-
-def machine() -> dict[str, str]:
-    """Enough to tell two machines apart in a saved trace."""
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"host": platform.node(), "machine": platform.machine(), "cpu": cpu, "python": platform.python_version()}
-
-
-def save_trace(trace_dir: Path, destination: Path, meta: dict[str, Any]) -> Path:
-    if destination.exists() and (not destination.is_dir() or any(destination.iterdir())):
-        raise UsageError("exists; give --save a new folder", destination)
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
-    try:
-        shutil.copytree(trace_dir, staging / "trace")
-        (staging / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        os.chmod(staging, 0o777 & ~_umask())
-        if destination.exists():
-            destination.rmdir()
-        os.rename(staging, destination)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return destination
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def trace_card(

@@ -12,7 +12,8 @@ small torch model. Flags:
   --mp-same-seed   ... seeded alike instead (a seed collision)
   --replicas N     N SeededWorker replicas (default 1); all seed alike (a seed collision)
 $TRACE_RECIPE_PERTURB=1 adds 1e-6 to the output of the model's ``Scale`` module, standing
-in for a machine whose kernels compute different bits.
+in for a machine whose kernels compute different bits (``after:K``: only from its call K+1 on;
+the model is called CALLS times).
 """
 
 import argparse
@@ -55,9 +56,13 @@ class HiddenDrawer:
 
 
 class Scale(torch.nn.Module):
+    calls = 0
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        Scale.calls += 1
         out = x * 0.5
-        if os.environ.get("TRACE_RECIPE_PERTURB") == "1":
+        perturb = os.environ.get("TRACE_RECIPE_PERTURB", "")
+        if perturb == "1" or (perturb.startswith("after:") and Scale.calls > int(perturb[6:])):
             out = out + 1e-6
         return out
 
@@ -73,6 +78,9 @@ def child(rank: int, seed: int, queue: "multiprocessing.Queue") -> None:
     queue.put((rank, float(np.random.rand()) + float(torch.rand(1))))
 
 
+CALLS = 4
+
+
 def main() -> None:
     args = parser.parse_args()
     random.seed(0)
@@ -81,7 +89,7 @@ def main() -> None:
     metrics = {"main/random": random.random(), "main/numpy": float(np.random.rand())}
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2), Scale())
     x = torch.randn(3, 4)
-    metrics["main/out"] = float(model(x).sum())
+    metrics["main/out"] = sum(float(model(x + step).sum()) for step in range(CALLS))
     if args.ray:
         import ray
 

@@ -1,0 +1,97 @@
+"""Saved traces: a folder with ``meta.json`` (schema, card, mode, command, machine) and a run's
+``trace/*.jsonl``, written to a temporary sibling and renamed into place. ``detaudit trace
+--save`` writes one anywhere; ``detaudit record --trace`` writes one next to the standard
+(``<standard stem>.trace/``) so that ``verify`` can name the first draw or module that differs
+from the standard's run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from detaudit.errors import InputError, UsageError
+from detaudit.trace.files import RunTrace, read_trace
+
+SAVED_SCHEMA = "detaudit/trace/1"
+
+
+def standard_trace_dir(standard_path: Path) -> Path:
+    """Where a standard's trace lives: ``x.cpu-intel.json`` -> ``x.cpu-intel.trace/``."""
+    return standard_path.with_name(standard_path.stem + ".trace")
+
+
+def read_saved(directory: str | Path) -> tuple[dict[str, Any], RunTrace]:
+    """A trace saved with ``--save``: its meta and its processes."""
+    directory = Path(directory)
+    meta_path = directory / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(meta_path, "not a saved trace (no meta.json; save one with `detaudit trace CARD --save DIR`)") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(meta_path, f"cannot read saved trace: {exc}") from None
+    if not isinstance(meta, dict) or meta.get("schema") != SAVED_SCHEMA:
+        raise InputError(meta_path, f"not a saved trace (schema is not {SAVED_SCHEMA})")
+    return meta, read_trace(directory / "trace")
+
+
+def machine() -> dict[str, str]:
+    """Enough to tell two machines apart in a saved trace."""
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"host": platform.node(), "machine": platform.machine(), "cpu": cpu, "python": platform.python_version()}
+
+
+def save_trace(trace_dir: Path, destination: Path, meta: dict[str, Any]) -> Path:
+    if destination.exists() and (not destination.is_dir() or any(destination.iterdir())):
+        raise UsageError("exists; give --save a new folder", destination)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
+    try:
+        shutil.copytree(trace_dir, staging / "trace")
+        (staging / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        os.chmod(staging, 0o777 & ~_umask())
+        if destination.exists():
+            destination.rmdir()
+        os.rename(staging, destination)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return destination
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+
+
+def replace_saved_trace(trace_dir: Path, destination: Path, meta: dict[str, Any]) -> Path:
+    """Like ``save_trace``, but an existing saved trace at ``destination`` is replaced (the
+    new one is complete before the old one goes)."""
+    if not destination.exists():
+        return save_trace(trace_dir, destination, meta)
+    if not (destination / "meta.json").is_file():
+        raise UsageError("exists and is not a saved trace; move it away", destination)
+    staging = destination.with_name(f".{destination.name}.new")
+    shutil.rmtree(staging, ignore_errors=True)
+    save_trace(trace_dir, staging, meta)
+    retired = Path(tempfile.mkdtemp(prefix=f".{destination.name}.old.", dir=destination.parent))
+    os.rename(destination, retired / "trace")
+    os.rename(staging, destination)
+    shutil.rmtree(retired, ignore_errors=True)
+    return destination
