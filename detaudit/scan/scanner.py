@@ -166,14 +166,17 @@ def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: in
         if not words:
             return
         for module, (path, _) in list(light.items()):
-            try:
-                data = Path(path).read_bytes()
-            except OSError:
-                continue
+            data = texts.get(path)
+            if data is None:  # read once: the search runs once per generator=None function and wrapper
+                try:
+                    data = texts[path] = Path(path).read_bytes()
+                except OSError:
+                    continue
             if any(word in data for word in words):
                 load_module(module)
 
     mentioned: set[str] = set()
+    texts: dict[str, bytes] = {}  # path -> text of a set-aside file
     program = Program(facts, load_module, light_strings, load_mentioning)
     scripts = [s.replace(":", ".") for s in config.scripts]
     processes = build_processes(program, scripts)
