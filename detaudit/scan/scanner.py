@@ -13,7 +13,7 @@ import pickle
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from detaudit.scan.analysis import Finding, Program, build_processes, findings_for
 from detaudit.scan.cache import FactsCache, ResultCache, result_key
@@ -194,16 +194,18 @@ def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: in
     return result
 
 
-def _run_jobs(todo: list[tuple[str, str, bool]], jobs: int | None) -> list[tuple[str, str, bytes]]:
-    """(path, content digest, the pickled outcome) of each job, in order: the bytes go to the cache as they are."""
+def _run_jobs(todo: list[tuple[str, str, bool]], jobs: int | None) -> Iterator[tuple[str, str, bytes]]:
+    """(path, content digest, the pickled outcome) of each job, in order, as they come: the caller
+    unpickles while the parser processes work. The bytes go to the cache as they are."""
     workers = jobs if jobs is not None else (os.cpu_count() or 1)
     if workers <= 1 or len(todo) < PARALLEL_MIN_FILES:
-        return [_safe(job) for job in todo]
+        yield from map(_safe, todo)
+        return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        return list(pool.map(_safe, todo, chunksize=32))
+        yield from pool.map(_safe, todo, chunksize=32)
 
 
 def _safe(job: tuple[str, str, bool]) -> tuple[str, str, bytes]:
