@@ -18,7 +18,6 @@ Goals on a 2-core machine: cold <= 5x ruff, rescan <= 1.0 s, no finding-set diff
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib.util
 import json
 import os
@@ -155,43 +154,44 @@ def print_difference(label: str, first: list[dict], second: list[dict]) -> None:
 
 
 def profile(dirs: list[Path]) -> None:
-    """Where a cold scan's time goes, by phase, in this process (one core, collector off as in a scan)."""
+    """Where a cold scan's time goes, by phase: one `--jobs 1` scan in this process, timed from inside."""
     import ast
 
     sys.path.insert(0, str(REPO))  # this tree's scanner, as the timed runs use
+    import detaudit.scan.scanner as scanner
     from detaudit.scan import ScanConfig, scan
-    from detaudit.scan.facts import FileFacts
-    from detaudit.scan.files import collect_files, decode_source, module_name
 
-    config = ScanConfig.load()
-    started = time.perf_counter()
-    files, _ = collect_files(list(dirs), config)
-    walk = time.perf_counter() - started
-    started = time.perf_counter()
-    texts = [f.read_bytes() for f in files]
-    read = time.perf_counter() - started
-    parse = facts = 0.0
-    gc.disable()
-    for file, data in zip(files, texts):
-        module, is_package = module_name(file)
-        try:
-            source = decode_source(data)
+    spent = {"walk": 0.0, "parse": 0.0, "facts": 0.0, "analysis": 0.0}
+
+    def timing(phase: str, function):  # noqa: ANN001, ANN202 - a benchmark's wrapper
+        def timed_call(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
             started = time.perf_counter()
-            tree = ast.parse(source)
-        except (SyntaxError, ValueError, UnicodeDecodeError):
-            continue
-        parse += time.perf_counter() - started
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[phase] += time.perf_counter() - started
+        return timed_call
+
+    originals = {name: getattr(scanner, name) for name in ("collect_files", "file_facts", "build_processes", "findings_for")}
+    real_parse = ast.parse
+    ast.parse = timing("parse", real_parse)
+    scanner.collect_files = timing("walk", originals["collect_files"])
+    scanner.file_facts = timing("facts", originals["file_facts"])  # parse included: taken off below
+    scanner.build_processes = timing("analysis", originals["build_processes"])
+    scanner.findings_for = timing("analysis", originals["findings_for"])
+    try:
         started = time.perf_counter()
-        FileFacts(module, source, is_package).run(tree).facts()
-        facts += time.perf_counter() - started
-    gc.enable()
-    started = time.perf_counter()
-    scan(list(dirs), config, use_cache=False, jobs=1)
-    total = time.perf_counter() - started
-    size = sum(len(data) for data in texts)
-    print(f"profile (one core): walk {walk:.2f} s; read {read:.2f} s ({size / 1e6:.1f} MB); ast.parse {parse:.2f} s "
-          f"(every file: set-aside ones are parsed in the pool too); facts {facts:.2f} s; whole scan "
-          f"{total:.2f} s, so analysis and the rest {max(total - walk - read - parse - facts, 0):.2f} s")
+        scan(list(dirs), ScanConfig.load(), use_cache=False, jobs=1)
+        total = time.perf_counter() - started
+    finally:
+        ast.parse = real_parse
+        for name, function in originals.items():
+            setattr(scanner, name, function)
+    facts = spent["facts"] - spent["parse"]
+    rest = total - spent["walk"] - spent["facts"] - spent["analysis"]
+    print(f"profile (one core, --jobs 1 in this process): whole scan {total:.2f} s = walk {spent['walk']:.2f} s"
+          f" + ast.parse {spent['parse']:.2f} s (every file; set-aside ones too) + facts {facts:.2f} s"
+          f" + analysis {spent['analysis']:.2f} s + the rest {rest:.2f} s (read, prefilter, hash, pickling)")
 
 
 if __name__ == "__main__":
