@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shlex
 
-import click
 import yaml
 
 from detaudit.cli import main

@@ -79,8 +79,12 @@ def test_standard_holds_on_this_machine_and_unseeded_manager_refuses(tmp_path: P
     """
     here = _runner_class_here()
     out = tmp_path / "std.json"
-    result = run_cli("record", str(CARD), "--runs", "3", "--parallel", "2", "--out", str(out), cwd=REPO)
+    # Traced (issue #12): the tracer must not move a bit, and it finds no unseeded draw in any process.
+    result = run_cli("record", str(CARD), "--runs", "3", "--parallel", "2", "--out", str(out), "--trace",
+                     "--workdir", str(tmp_path / "good"), cwd=REPO)
     assert result.code == 0, result.text
+    assert "no draw from a global generator that its process never seeded" in result.out, result.out
+    assert "traces identical" in result.out, result.out
     doc = json.loads(out.read_text())
     assert doc["runner"]["class"] == here
     assert len(doc["series"]) == 20 and ROLLOUT_KEYS | TRAIN_KEYS == set(doc["series"])
@@ -102,10 +106,14 @@ def test_standard_holds_on_this_machine_and_unseeded_manager_refuses(tmp_path: P
     assert verified.code == 0, verified.text
     assert "PASSED: 20 metric series match" in verified.out, compared
     bad = run_cli("record", str(CARD), "--runs", "2", "--parallel", "2", "--out", str(tmp_path / "bad.json"),
-                  "--", "--no-seed-rollout-manager", cwd=REPO)
+                  "--trace", "--workdir", str(tmp_path / "bad"), "--", "--no-seed-rollout-manager", cwd=REPO)
     assert bad.code == 1 and not (tmp_path / "bad.json").exists()
     assert "first difference train/loss @ train/step 1" in bad.out
     assert "rollout/step through 0" in bad.out
+    nft = (REPO / "recipes" / "diffusion_nft" / "nft.py").read_text().splitlines()
+    (line,) = [n for n, text in enumerate(nft, 1) if "torch.randperm(" in text]
+    assert (f"first differing draw: RolloutManager (Ray actor): torch.randperm at recipes/diffusion_nft/nft.py:{line} "
+            "convert drew from a global torch generator this process never seeded") in " ".join(bad.out.split()), bad.out
 
 
 def test_real_loading_code_reads_local_directories(tmp_path: Path) -> None:

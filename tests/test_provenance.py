@@ -4,8 +4,6 @@ verify names every differing field."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
