@@ -209,3 +209,22 @@ def test_a_caller_found_late_through_a_wrapper_counts(tmp_path: Path, monkeypatc
     findings = scan(["pkg"], ScanConfig(), use_cache=False).findings
     assert [f.path for f in findings] == ["pkg/noise.py"]
     assert "not passed at: pkg/user.py:5 (no known process)" in findings[0].note
+
+
+def test_caches_are_keyed_by_the_scanners_own_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Facts or results of other scanner code (an upgrade, another checkout) are never reused."""
+    import shutil
+
+    from detaudit.scan import cache
+
+    copy = tmp_path / "scan"
+    shutil.copytree(Path(cache.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    before = cache.scanner_digest(copy)
+    assert before == cache.scanner_digest(copy) == cache.scanner_digest()
+    (copy / "analysis.py").write_text((copy / "analysis.py").read_text() + "\n# changed\n")
+    assert cache.scanner_digest(copy) != before
+    assert cache.scanner_digest() in cache.FactsCache(False).path.name
+    key = cache.result_key(ScanConfig(), ["pkg"], str(tmp_path), [], [])
+    monkeypatch.setattr(cache, "_SCANNER_DIGEST", "another-scanner")
+    assert cache.result_key(ScanConfig(), ["pkg"], str(tmp_path), [], []) != key
+    assert "another-scanner" in cache.FactsCache(False).path.name

@@ -13,6 +13,24 @@ from typing import Any
 from detaudit.scan.facts import FACTS_VERSION
 
 OUTCOME_KINDS = ("facts", "light", "skip")
+_SCANNER_DIGEST: str | None = None
+
+
+def scanner_digest(folder: Path | None = None) -> str:
+    """A digest of the scanner's own source (every module of ``detaudit/scan``): both caches are
+    keyed by it, so facts or results computed by other scanner code are never reused (an upgrade,
+    or a checkout of another commit, would otherwise get stale findings from an unchanged tree)."""
+    global _SCANNER_DIGEST
+    if folder is None and _SCANNER_DIGEST is not None:
+        return _SCANNER_DIGEST
+    source = folder or Path(__file__).resolve().parent
+    digest = hashlib.sha1()
+    for path in sorted(source.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    value = digest.hexdigest()[:16]
+    if folder is None:
+        _SCANNER_DIGEST = value
+    return value
 FACT_FIELDS = {"module": str, "imports": dict, "functions": dict, "classes": dict, "draws": list, "entries": list,
                "hooks": list, "suppress": dict, "strings": list, "binds": list}
 
@@ -43,7 +61,7 @@ class FactsCache:
 
     def __init__(self, enabled: bool) -> None:
         base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        self.path = base / "detaudit" / f"scan-rng-v{FACTS_VERSION}.pickle"
+        self.path = base / "detaudit" / f"scan-rng-v{FACTS_VERSION}-{scanner_digest()}.pickle"
         self.enabled = enabled
         self.stats: dict[str, tuple[int, int, str]] = {}
         self.blobs: dict[str, bytes] = {}  # digest -> the pickled outcome
@@ -90,6 +108,9 @@ class FactsCache:
             with os.fdopen(fd, "wb") as fh:
                 pickle.dump({"stats": self.stats, "facts": self.blobs}, fh, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(tmp, self.path)
+            for stale in self.path.parent.glob("scan-rng-v*.pickle"):  # another scanner's facts: never read again
+                if stale != self.path:
+                    stale.unlink(missing_ok=True)
         except OSError:
             pass  # a cache that cannot be written only costs time
 
@@ -102,7 +123,7 @@ def result_key(config: Any, paths: list[str], cwd: str, skipped: list[Any],
                files: list[tuple[Any, ...]]) -> str:
     """A digest of everything a scan's result depends on besides file contents, which the files'
     (path, size, mtime, module name, is package) stand for, as they do for the facts cache."""
-    parts = (RESULT_VERSION, FACTS_VERSION, config.select, config.ignore, config.scripts, config.unknown_process,
+    parts = (RESULT_VERSION, FACTS_VERSION, scanner_digest(), config.select, config.ignore, config.scripts, config.unknown_process,
              config.force_exclude, config.exclude, str(config.root), paths, cwd,
              [(s.path, s.reason) for s in skipped], files)
     return hashlib.sha1(repr(parts).encode("utf-8", "surrogateescape")).hexdigest()
