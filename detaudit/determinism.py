@@ -91,9 +91,7 @@ def set_deterministic_flags(attention: str = "math", fill_uninitialized_memory: 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.use_deterministic_algorithms(True, warn_only=False)
-    deterministic_utils = getattr(getattr(torch, "utils", None), "deterministic", None)
-    if deterministic_utils is not None and hasattr(deterministic_utils, "fill_uninitialized_memory"):
-        deterministic_utils.fill_uninitialized_memory = fill_uninitialized_memory
+    torch.utils.deterministic.fill_uninitialized_memory = fill_uninitialized_memory  # type: ignore[attr-defined]
     set_attention_backends(attention)
 
 

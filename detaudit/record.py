@@ -35,6 +35,7 @@ from detaudit.review import StandardDiff, diff_standards
 from detaudit.standard import Standard, standard_lock, write_atomic
 from detaudit.trace import MODE_ENV, run_trace_dir, trace_hook
 from detaudit.trace.compare import RunsTraceReport, audit_runs
+from detaudit.trace.saved import replace_saved_trace, standard_trace_dir, trace_meta
 
 
 @dataclass
@@ -179,13 +180,10 @@ def _judge(plan: RunPlan, states: list[RunState], path: Path | None, old: Standa
 def _keep_standard_trace(result: RecordResult, plan: RunPlan, path: Path, traced: bool) -> None:
     """A traced record saves run 1's trace next to the standard (``verify`` compares its run with
     it); an untraced one removes a trace left from the standard it replaced (it no longer matches)."""
-    from detaudit.trace.saved import SAVED_SCHEMA, machine, replace_saved_trace, standard_trace_dir
-
     destination = standard_trace_dir(path)
     if traced:
         spec = plan.specs[0]
-        meta = {"schema": SAVED_SCHEMA, "card": plan.card.name, "mode": spec.env.get(MODE_ENV, "rng"),
-                "command": spec.argv, "machine": machine(), "standard": path.name}
+        meta = trace_meta(plan.card.name, spec.env.get(MODE_ENV, "rng"), spec.argv, standard=path.name)
         result.standard_trace = replace_saved_trace(run_trace_dir(spec.workdir), destination, meta)
     elif (destination / "meta.json").is_file():
         shutil.rmtree(destination)

@@ -40,6 +40,7 @@ from detaudit.standard import Standard
 from detaudit.tolerance import approximate_rule, compare_within
 from detaudit.trace import run_trace_dir, trace_hook
 from detaudit.trace.compare import RunsTraceReport, audit_runs
+from detaudit.trace.saved import read_saved, standard_trace_dir
 
 
 @dataclass
@@ -157,8 +158,6 @@ def verify(
     saved_trace = None
     if metrics is None:
         assert card is not None and info is not None
-        from detaudit.trace.saved import read_saved, standard_trace_dir
-
         carried = standard_trace_dir(path)
         if (carried / "meta.json").is_file():  # the standard carries its run's trace: trace this run too
             saved_meta, saved_trace = read_saved(carried)
@@ -182,13 +181,8 @@ def verify(
         if missing_metrics(plan):
             raise no_metrics_error(plan, plan.specs[0])
         if trace:
-            result.trace = audit_runs([run_trace_dir(plan.specs[0].workdir)])
-            if saved_trace is not None and not result.trace.missing:
-                from detaudit.trace.compare import compare_traces
-                from detaudit.trace.files import read_trace
-
-                result.trace.comparison = compare_traces(saved_trace, read_trace(run_trace_dir(plan.specs[0].workdir)),
-                                                         labels=("the standard's run", "this run"))
+            result.trace = audit_runs([run_trace_dir(plan.specs[0].workdir)], reference=saved_trace,
+                                      reference_labels=("the standard's run", "this run"))
         metrics = plan.specs[0].metrics_path
     result.metrics_path = Path(metrics)
     default_step_key = step_key or (card.step_key if card else None)

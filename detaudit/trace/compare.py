@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from detaudit.trace.files import Draw, ModuleCall, ProcessTrace, RunTrace
+from detaudit.trace.files import Draw, ModuleCall, ProcessTrace, RunTrace, read_trace
 
 RANDOM_SEEDING = ("torch.seed()", "np.random.seed()", "random.seed()", "torch.cuda.seed()", "torch.cuda.seed_all()")
 
@@ -132,10 +132,6 @@ def match_processes(a: RunTrace, b: RunTrace) -> tuple[list[tuple[ProcessTrace, 
     for rest in groups_b.values():
         unmatched += [f"{q.display} (pid {q.pid}) only in the second" for q in rest]
     return pairs, unmatched
-
-
-def _seeded_at(p: ProcessTrace, draw: Draw) -> str | None:
-    return draw.seeded
 
 
 def first_draw_difference(a: ProcessTrace, b: ProcessTrace) -> DrawDifference | None:
@@ -269,17 +265,20 @@ class RunsTraceReport:
     missing: list[str] = field(default_factory=list)  # runs without a trace dir
 
 
-def audit_runs(trace_dirs: list[Path]) -> RunsTraceReport:
+def audit_runs(trace_dirs: list[Path], reference: RunTrace | None = None,
+               reference_labels: tuple[str, str] = ("reference", "this run")) -> RunsTraceReport:
     """Unseeded draws and collisions of the first run; with more runs, the first comparison
-    (run 1 vs run k) whose traces differ, else the last one (identical)."""
-    from detaudit.trace.files import read_trace
-
+    (run 1 vs run k) whose traces differ, else the last one (identical). With ``reference``
+    (e.g. the trace a standard carries): that trace against the first run instead."""
     missing = [f"run {i + 1}: no trace at {d}" for i, d in enumerate(trace_dirs) if not Path(d).is_dir()]
     present = [(i, Path(d)) for i, d in enumerate(trace_dirs) if Path(d).is_dir()]
     if not present:
         return RunsTraceReport(None, [], [], missing)
     first_index, first_dir = present[0]
     first = read_trace(first_dir)
+    if reference is not None:
+        return RunsTraceReport(compare_traces(reference, first, labels=reference_labels),
+                               unseeded_uses(first), seed_collisions(first), missing)
     comparison = None
     for i, directory in present[1:]:
         comparison = compare_traces(first, read_trace(directory), labels=(f"run {first_index + 1}", f"run {i + 1}"))

@@ -110,10 +110,6 @@ class RunTrace:
     processes: list[ProcessTrace]
     errors: list[str] = field(default_factory=list)  # processes whose trace is incomplete
 
-    @property
-    def draw_count(self) -> int:
-        return sum(len(p.draws) + sum(c.count for c in p.chains.values()) for p in self.processes)
-
 
 def read_process(path: Path) -> ProcessTrace:
     proc = ProcessTrace(path)

@@ -19,7 +19,7 @@ from detaudit.runner import RunState, interrupts_as_exceptions, run_batch
 from detaudit.trace import MODES, run_trace_dir, trace_hook
 from detaudit.trace.compare import Collision, TraceComparison, UnseededUse, compare_traces, seed_collisions, unseeded_uses
 from detaudit.trace.files import RunTrace, read_trace
-from detaudit.trace.saved import SAVED_SCHEMA, machine, read_saved, save_trace
+from detaudit.trace.saved import read_saved, save_trace, trace_meta
 
 @dataclass
 class TraceResult:
@@ -79,6 +79,5 @@ def trace_card(
         result.against = Path(against)  # type: ignore[arg-type]
         result.comparison = compare_traces(saved_trace, run, labels=(f"saved {against}", "this run"))
     if save is not None:
-        meta = {"schema": SAVED_SCHEMA, "card": card.name, "mode": mode, "command": spec.argv, "machine": machine()}
-        result.saved = save_trace(trace_dir, Path(save), meta)
+        result.saved = save_trace(trace_dir, Path(save), trace_meta(card.name, mode, spec.argv))
     return result

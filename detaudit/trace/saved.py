@@ -15,10 +15,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from detaudit.envprobe import cpu_info
 from detaudit.errors import InputError, UsageError
 from detaudit.trace.files import RunTrace, read_trace
 
 SAVED_SCHEMA = "detaudit/trace/1"
+
+
+def trace_meta(card: str, mode: str, command: list[str], **extra: Any) -> dict[str, Any]:
+    """The ``meta.json`` of a saved trace: what ran, in which mode, on which machine."""
+    return {"schema": SAVED_SCHEMA, "card": card, "mode": mode, "command": command, "machine": machine(), **extra}
 
 
 def standard_trace_dir(standard_path: Path) -> Path:
@@ -43,14 +49,11 @@ def read_saved(directory: str | Path) -> tuple[dict[str, Any], RunTrace]:
 
 def machine() -> dict[str, str]:
     """Enough to tell two machines apart in a saved trace."""
-    cpu = ""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:
-        pass
+        text = ""
+    cpu = cpu_info(text, platform.machine())["model_name"]
     return {"host": platform.node(), "machine": platform.machine(), "cpu": cpu, "python": platform.python_version()}
 
 
