@@ -383,7 +383,8 @@ def test_a_standard_carries_a_trace_and_a_failing_verify_names_the_module(tmp_pa
     (standard,) = (tmp_path / "standards").glob("tracetoy.*.json")
     carried = standard.with_name(standard.stem + ".trace")
     assert f"run 1's trace saved with the standard: {carried}" in " ".join(recorded.out.split())
-    assert json.loads((carried / "meta.json").read_text())["mode"] == "modules" and list(carried.glob("trace/main.*"))
+    meta = json.loads((carried / "meta.json").read_text())
+    assert meta["mode"] == "modules" and meta["standard"] == standard.name and list(carried.glob("trace/main.*"))
     passed = run_cli("verify", str(card), "--json")
     assert passed.code == 0, passed.text
     doc = json.loads(passed.out)
