@@ -3,7 +3,7 @@
     python benchmarks/gpu_cost.py [--rollouts 3] [--parallel] [--out benchmarks/results/h200_cost.json] [-- RECIPE FLAGS]
 
 Runs `python -m recipes.diffusion_nft` twice from this process (SD3.5-medium shapes, 512x512,
-8 prompts x 8 samples, bf16 on CUDA by default): once with --deterministic-mode and once without,
+8 prompts x 8 samples, bf16 on CUDA, transformer blocks compiled, by default): once with --deterministic-mode and once without,
 one after the other on the first visible GPU, or with --parallel at the same time on GPUs 0 and 1.
 Then it measures the GPU's dense bf16 matmul rate (benchmarks/matmul_peak.py), prints both runs
 side by side, and writes the JSON the pipeline-speed issue names.
@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-RECIPE_DEFAULTS = ["--preset", "sd35m-shapes", "--precision", "bf16", "--device", "cuda", "--no-fill-uninitialized-memory"]
+RECIPE_DEFAULTS = ["--preset", "sd35m-shapes", "--precision", "bf16", "--device", "cuda", "--no-fill-uninitialized-memory",
+                   "--compile-blocks"]
 
 
 def loop_figures(metrics: Path, peak_tflops: float | None) -> dict[str, float | None]:
@@ -53,9 +54,21 @@ def loop_figures(metrics: Path, peak_tflops: float | None) -> dict[str, float | 
     pairs = mean([t["perf/train_pairs"] for t in trains[skip : len(loops)]])
     first = rollouts[0]
     tflops = flops / loop_s / 1e12
+
+    def phase(rows_: list[dict], key: str) -> float | None:
+        values = [r[key] for r in rows_[skip : len(loops)] if key in r]
+        return mean(values) if values else None
+
+    # Where a loop's wall time goes: the driver's calls, the engine's phases, the trainer's step.
+    breakdown = {key.removeprefix("perf/"): phase(loops, key)
+                 for key in ("perf/rollout_call_time", "perf/train_call_time", "perf/sync_time")}
+    breakdown.update({key.removeprefix("perf/"): phase(rollouts, key)
+                      for key in ("perf/engine_encode_time", "perf/engine_denoise_time", "perf/engine_decode_time")})
     return {
         "loops_averaged": len(loops) - skip,
         "startup_s": first["perf/startup_time"],
+        "ray_init_s": first.get("perf/ray_init_time"),
+        "slowest_model_load_s": first.get("perf/model_load_time"),
         "first_rollout_s": first["perf/startup_time"] + first["perf/rollout_time"],
         "first_loop_done_s": loops[0]["perf/time_since_start"],
         "loop_s": loop_s,
@@ -67,6 +80,7 @@ def loop_figures(metrics: Path, peak_tflops: float | None) -> dict[str, float | 
         "pflop_per_loop": flops / 1e15,
         "tflops": tflops,
         "mfu": tflops / peak_tflops if peak_tflops else None,
+        "loop_breakdown_s": breakdown,
     }
 
 
@@ -161,10 +175,13 @@ def main() -> None:
         "bench_wall_s": time.perf_counter() - started,
     }
     print(f"{'':22}{'deterministic':>16}{'not deterministic':>20}")
-    for key in ("startup_s", "first_rollout_s", "first_loop_done_s", "loop_s", "generation_s", "reward_s", "train_s",
+    for key in ("startup_s", "ray_init_s", "slowest_model_load_s", "first_rollout_s", "first_loop_done_s", "loop_s", "generation_s", "reward_s", "train_s",
                 "images_per_s", "train_pairs_per_s", "pflop_per_loop", "tflops", "mfu"):
         a, b = det[key], nondet[key]
         print(f"{key:22}{a if a is None else round(a, 4):>16}{b if b is None else round(b, 4):>20}")
+    for key in det["loop_breakdown_s"]:
+        a, b = det["loop_breakdown_s"][key], nondet["loop_breakdown_s"][key]
+        print(f"  {key:20}{a if a is None else round(a, 4):>16}{b if b is None else round(b, 4):>20}")
     print(f"det_overhead {report['det_overhead']:.3f}  (peak {peak:.0f} TFLOP/s bf16; runs in {work})")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".json.tmp")

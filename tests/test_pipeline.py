@@ -28,13 +28,14 @@ def test_one_rollout_one_update_and_weight_sync_on_ray() -> None:
     try:
         group = start_actors(args, ray, gpus=0)
         ray.get([a.ready.remote() for a in group.trainers + group.engines + [group.reward, group.manager]])
-        sync_weights(ray, group.trainers, group.engines)
+        weights_dtype = ray.get(group.engines[0].weights_dtype.remote())
+        sync_weights(ray, group.trainers, group.engines, weights_dtype)
         before = ray.get(group.engines[0].lora_state.remote())
         batch_ref, metrics_ref = group.manager.generate.options(num_returns=2).remote(0)
         rollout = ray.get(metrics_ref)
         batch = ray.get(batch_ref)
         train = ray.get(group.trainers[0].train.remote(batch_ref, 0))
-        sync_weights(ray, group.trainers, group.engines)
+        sync_weights(ray, group.trainers, group.engines, weights_dtype)
         after = ray.get(group.engines[0].lora_state.remote())
         trainer_old = ray.get(group.trainers[0].old_lora_state.remote())
         ray.get(group.trainers[0].shutdown.remote())
@@ -44,6 +45,10 @@ def test_one_rollout_one_update_and_weight_sync_on_ray() -> None:
     n = args.prompts_per_rollout * args.group_size
     assert batch["x0"].shape == (n, 4, 16, 16) and batch["train_t"].shape == (n, 9)
     assert batch["r"].min() >= 0 and batch["r"].max() <= 1
+    # Text conditioning travels once per prompt; each sample names its prompt's row.
+    assert batch["prompt_embeds"].shape[0] == batch["pooled"].shape[0] == args.prompts_per_rollout
+    assert batch["prompt_row"].tolist() == [i // args.group_size for i in range(n)]
+    assert weights_dtype == torch.float32  # a CPU engine computes in float32 whatever the precision
     (step,) = train
     assert TRAIN_KEYS <= set(step) and step["train/nft_num_timesteps"] == 9
     assert step["train/grad_scale"] == 2.0**16 and step["train/grad_norm"] > 0

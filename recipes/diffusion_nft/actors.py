@@ -24,11 +24,25 @@ from detaudit import determinism
 from recipes.diffusion_nft import flow_grpo, nft
 from recipes.diffusion_nft.config import JobConfig, load_prompts, rollout_prompts
 from recipes.diffusion_nft.flops import image_tokens, transformer_forward_flops
-from recipes.diffusion_nft.models import build_pickscore, build_pipeline, build_transformer, init_on, max_sequence_length
+from recipes.diffusion_nft.models import (build_pickscore, build_pipeline, build_transformer, compile_blocks, init_on,
+                                          max_sequence_length)
 from recipes.diffusion_nft.reward import PickScore, jpeg_compressibility
-from recipes.diffusion_nft.sampling import initial_noise, sample, sampler_sigmas
+from recipes.diffusion_nft.sampling import decode, denoise, initial_noise, sampler_sigmas
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+# Batch keys with one row per prompt (the text conditioning); the others have one per sample.
+PER_PROMPT = ("prompt_embeds", "pooled")
+
+
+def engine_dtype(args: JobConfig, device: torch.device) -> torch.dtype:
+    """A rollout engine's compute dtype: the precision on CUDA, float32 on the CPU."""
+    return DTYPES[args.precision] if device.type == "cuda" else torch.float32
+
+
+def sample_conditioning(batch: dict[str, torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each sample's prompt embeddings and pooled embedding, on ``device`` (rows of the per-prompt tensors)."""
+    rows = batch["prompt_row"].to(device)
+    return batch["prompt_embeds"].to(device)[rows], batch["pooled"].to(device)[rows]
 LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"]
 
 
@@ -79,21 +93,43 @@ def adapters_disabled(model: torch.nn.Module) -> Iterator[None]:
             layer._disable_adapters = False
 
 
+class PhaseClock:
+    """Wall time of the phases of a call, the device synchronised at each lap (perf metrics only)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.times: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        now = time.perf_counter()
+        self.times[phase] = self.times.get(phase, 0.0) + now - self._last
+        self._last = now
+
+
 class RolloutEngine:
     def __init__(self, args: JobConfig, rank: int) -> None:
         self.args = args
         self.device = setup_process(args, "rollout_engine")
-        self.dtype = DTYPES[args.precision] if self.device.type == "cuda" else torch.float32
+        self.dtype = engine_dtype(args, self.device)
         started = time.perf_counter()
         self.pipe = build_pipeline(args.preset, args.init_seed, args.model_path, self.device, self.dtype,
                                    scheduler_shift=args.scheduler_shift)
         add_lora(self.pipe.transformer, args, args.init_seed + 100)
         self.pipe.transformer.to(self.dtype).eval().requires_grad_(False)
+        if args.compile_blocks:
+            compile_blocks(self.pipe.transformer, args.deterministic_mode)  # compiles at the first forward
         self.load_time = time.perf_counter() - started
         self.rank = rank
 
     def ready(self) -> float:
         return self.load_time
+
+    def weights_dtype(self) -> torch.dtype:
+        """The dtype of this engine's LoRA parameters: what ``load_lora`` casts to."""
+        return self.dtype
 
     def load_lora(self, state: dict[str, torch.Tensor]) -> int:
         """Take the old policy's LoRA weights from the trainer (names as in the trainer)."""
@@ -110,6 +146,7 @@ class RolloutEngine:
     def generate(self, prompts: list[tuple[int, str]], group_size: int, seed: int) -> dict[str, Any]:
         args = self.args
         texts = [p for _, p in prompts]
+        clock = PhaseClock(self.device)
         embeds, _, pooled, _ = self.pipe.encode_prompt(
             texts, None, None, device=self.device, do_classifier_free_guidance=False,
             max_sequence_length=max_sequence_length(args.preset, args.model_path),
@@ -119,8 +156,13 @@ class RolloutEngine:
         shape = (channels, args.resolution // scale, args.resolution // scale)
         noise = torch.stack([initial_noise(shape, seed, pidx, s) for pidx, _ in prompts for s in range(group_size)])
         sigmas = sampler_sigmas(self.pipe.scheduler, args.steps)
+        # The trainer gets each prompt's embeddings once, in the engine's dtype (the trainer's
+        # cast to its compute dtype gives the same bits as from float32): 1/group_size of the
+        # bytes through the object store, and no float32 copy of a T5 sequence per sample.
+        prompt_embeds, prompt_pooled = embeds.cpu(), pooled.cpu()
         embeds = embeds.repeat_interleave(group_size, dim=0)
         pooled = pooled.repeat_interleave(group_size, dim=0)
+        clock.lap("encode")
         # Sample in chunks: attention activations of a whole rollout at 512x512 do not fit
         # beside a colocated trainer. Each sample's noise is its own, so chunking changes nothing.
         chunk = args.sample_batch or noise.shape[0]
@@ -136,11 +178,15 @@ class RolloutEngine:
             trajectory = {"latents": torch.cat([p.latents for p in parts]),
                           "log_probs": torch.cat([p.log_probs for p in parts])}
             x0 = trajectory["latents"][:, -1]
+            images = torch.cat([p.images for p in parts])
+            clock.lap("denoise_decode")
         else:
-            parts = [sample(self.pipe.transformer, self.pipe.vae, embeds[i : i + chunk], pooled[i : i + chunk],
-                            noise[i : i + chunk], sigmas, self.dtype, self.device) for i in starts]
-            x0 = torch.cat([p.x0 for p in parts])
-        images = torch.cat([p.images for p in parts])
+            latents = [denoise(self.pipe.transformer, embeds[i : i + chunk], pooled[i : i + chunk],
+                               noise[i : i + chunk], sigmas, self.dtype, self.device) for i in starts]
+            clock.lap("denoise")
+            images = torch.cat([decode(self.pipe.vae, x).cpu() for x in latents])
+            clock.lap("decode")
+            x0 = torch.cat([x.cpu() for x in latents])
         if self.device.type == "cuda":
             torch.cuda.empty_cache()  # hand cached blocks back to the colocated trainer
         config = self.pipe.transformer.config
@@ -148,10 +194,11 @@ class RolloutEngine:
                                                        embeds.shape[1])
         return {
             "flops": flops,
+            "phase_times": clock.times,
             "x0": x0,
             "images": images,
-            "prompt_embeds": embeds.float().cpu(),
-            "pooled": pooled.float().cpu(),
+            "prompt_embeds": prompt_embeds,
+            "pooled": prompt_pooled,
             "sigmas": sigmas,
             "prompts": [p for p in texts for _ in range(group_size)],
             **trajectory,
@@ -218,6 +265,8 @@ class RolloutManager:
         seed = args.seed * 100_003 + rollout
         outputs = ray.get([e.generate.remote(s, args.group_size, seed) for e, s in zip(self.engines, shards) if s])
         rollout_flops = sum(o["flops"] for o in outputs)
+        phases = {f"perf/engine_{phase}_time": max(o["phase_times"].get(phase, 0.0) for o in outputs)
+                  for phase in sorted({phase for o in outputs for phase in o["phase_times"]})}
         order = [p for s in shards if s for p in s]  # prompts in the order the outputs come
         keys = ("images", "prompt_embeds", "pooled") + (("latents", "log_probs") if args.algorithm == "flow-grpo"
                                                          else ("x0",))
@@ -240,12 +289,15 @@ class RolloutManager:
             "perf/reward_time": reward_time,
             "perf/images_per_sec": rewards.numel() / rollout_time,
             "perf/rollout_flops": rollout_flops,
+            **phases,
         }
         if args.algorithm == "flow-grpo":
             metrics["rollout/log_prob_mean"] = batch["log_probs"].mean().item()
         del batch["images"]
         batch.update({**pairs,
-                      "prompt_ids": torch.tensor([i for i, _ in order]).repeat_interleave(args.group_size)})
+                      "prompt_ids": torch.tensor([i for i, _ in order]).repeat_interleave(args.group_size),
+                      # sample -> its prompt's row of prompt_embeds / pooled (one row per prompt)
+                      "prompt_row": torch.arange(len(order)).repeat_interleave(args.group_size)})
         return batch, metrics
 
 
@@ -304,6 +356,8 @@ class TrainActor:
                 self.compute = [p for _, p in self.lora]
                 for p in model.parameters():
                     p.data = p.data.to(self.dtype)
+        if args.compile_blocks:
+            compile_blocks(model, args.deterministic_mode)  # after sharding and casting; compiles at the first forward
         self.model = model
         # The old policy: an EMA copy of the LoRA weights (as local shards).
         self.old = [p.detach().clone() for p in self.params]
@@ -388,7 +442,7 @@ class TrainActor:
         results = []
         for start in range(0, len(mine), per_step):
             idx = torch.tensor(mine[start : start + per_step])
-            results.append(step({k: v[idx] for k, v in batch.items()}, rollout, start))
+            results.append(step({k: v if k in PER_PROMPT else v[idx] for k, v in batch.items()}, rollout, start))
         if self.device.type == "cuda":
             torch.cuda.empty_cache()  # hand cached blocks back to the colocated rollout engine
         if self.world_size > 1:
@@ -404,7 +458,7 @@ class TrainActor:
         started = time.perf_counter()
         dev = self.device
         x0 = batch["x0"].to(dev)
-        embeds, pooled = batch["prompt_embeds"].to(dev), batch["pooled"].to(dev)
+        embeds, pooled = sample_conditioning(batch, dev)
         r = batch["r"].to(dev)
         train_t = batch["train_t"].to(dev)
         k_steps = train_t.shape[1]
@@ -497,7 +551,7 @@ class TrainActor:
         old_log_probs = batch["log_probs"].to(dev)
         sigmas = batch["sigmas"].to(dev)
         adv = batch["adv"].to(dev)
-        embeds, pooled = batch["prompt_embeds"].to(dev), batch["pooled"].to(dev)
+        embeds, pooled = sample_conditioning(batch, dev)
         n = latents.shape[0]
         k_steps = flow_grpo.num_train_timesteps(latents.shape[1] - 1, args.timestep_fraction)
         sigma_max = float(batch["sigmas"][0, 1])
@@ -557,12 +611,16 @@ class TrainActor:
             "perf/train_flops": flops,
         }
 
-    def old_lora_state(self) -> dict[str, torch.Tensor] | None:
-        """The old policy's LoRA weights, gathered whole (every rank must call; rank 0 returns)."""
+    def old_lora_state(self, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor] | None:
+        """The old policy's LoRA weights, gathered whole (every rank must call; rank 0 returns).
+
+        ``dtype``: the receiver's (an engine's) parameter dtype. Rounding here, before the copy
+        to the CPU, gives the bits the engine's own cast would give, in fewer bytes.
+        """
         state = {}
         for (name, _), shard in zip(self.lora, self.old):
             full = shard.full_tensor() if hasattr(shard, "full_tensor") else shard
-            state[name] = full.detach().float().cpu()
+            state[name] = full.detach().float().to(dtype).cpu()
         return state if self.rank == 0 else None
 
     def shutdown(self) -> None:

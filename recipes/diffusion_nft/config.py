@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fill-uninitialized-memory", action=argparse.BooleanOptionalAction, default=True,
                    help="Under --deterministic-mode, let torch fill new uninitialised tensors with NaN "
                    "(its default; --no-fill-uninitialized-memory saves a kernel per allocation).")
+    p.add_argument("--compile-blocks", action=argparse.BooleanOptionalAction, default=False,
+                   help="torch.compile each transformer block (engine and trainer; fused elementwise kernels). "
+                   "Changes the numerics: a standard recorded without it does not hold with it.")
     p.add_argument("--precision", choices=["fp16", "bf16", "fp32"], default="fp16")
     p.add_argument("--grad-scaler-init", type=float, default=2.0**16, help="fp16 grad scaler's initial scale.")
     p.add_argument("--grad-scaler-backoff", type=float, default=0.5,
@@ -139,6 +142,7 @@ class JobConfig:
     no_seed_rollout_manager: bool = False
     attention: str = "auto"
     fill_uninitialized_memory: bool = True
+    compile_blocks: bool = False
     precision: str = "fp16"
     grad_scaler_init: float = 2.0**16
     grad_scaler_backoff: float = 0.5

@@ -128,6 +128,37 @@ def build_transformer(preset: str, init_seed: int, device: str | torch.device = 
         return SD3Transformer2DModel(**SHAPES[preset].transformer)
 
 
+# Distinct graphs a compiled block's forward may need: block kinds (dual attention, plain, the
+# last context-pre-only block) x grad/no-grad x adapters on/off x batch sizes. Past dynamo's
+# default limit (8) it would silently run the block eagerly again.
+COMPILED_GRAPHS_PER_BLOCK_CODE = 64
+
+
+def compile_blocks(transformer: Any, deterministic: bool) -> int:
+    """Compile each transformer block in place (regional compilation); returns how many.
+
+    ``nn.Module.compile`` keeps parameter names (no ``_orig_mod.`` prefix), so LoRA weights
+    still sync by name between trainer and engines. Blocks share their code, so one block kind
+    compiles once per input signature, not 24 times. Under ``deterministic``, Inductor's
+    deterministic mode skips on-device benchmarking whose choice would change numerics
+    (reduction configs picked by timing could differ between two runs); the kernels it
+    generates are then a function of the graph alone. Shapes are static: each distinct batch
+    size gets its own graph instead of one dynamic graph whose kernels depend on the order in
+    which sizes were seen.
+    """
+    import torch._dynamo
+    import torch._inductor.config
+
+    limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+    setattr(torch._dynamo.config, limit, max(getattr(torch._dynamo.config, limit), COMPILED_GRAPHS_PER_BLOCK_CODE))
+    if deterministic:
+        torch._inductor.config.deterministic = True
+    blocks = list(transformer.transformer_blocks)
+    for block in blocks:
+        block.compile(dynamic=False)
+    return len(blocks)
+
+
 def build_pipeline(preset: str, init_seed: int, model_path: str | None = None, device: str | torch.device = "cpu",
                    dtype: torch.dtype = torch.float32, scheduler_shift: float = 3.0) -> Any:
     """A StableDiffusion3Pipeline: from ``model_path`` (local files only) or a preset's shapes.

@@ -172,7 +172,8 @@ def _loop(args: JobConfig, ray: Any, metrics: MetricsLog, gpus: int, started: fl
     trainers, engines, reward, manager = group.trainers, group.engines, group.reward, group.manager
     load_times = ray.get([a.ready.remote() for a in trainers + engines + [reward]])
     ray.get(manager.ready.remote())
-    sync_weights(ray, trainers, engines)
+    weights_dtype = ray.get(engines[0].weights_dtype.remote())
+    sync_weights(ray, trainers, engines, weights_dtype)
     startup = time.perf_counter() - started
     log(f"ready in {startup:.1f}s (slowest model load {max(load_times):.1f}s); device {args.device}, "
         f"attention {args.attention_backend if args.deterministic_mode else 'any'}, "
@@ -188,15 +189,19 @@ def _loop(args: JobConfig, ray: Any, metrics: MetricsLog, gpus: int, started: fl
             rollout_metrics["perf/model_load_time"] = max(load_times)
             rollout_metrics["perf/ray_init_time"] = ray_init_s
         metrics.write("rollout/step", rollout, rollout_metrics)
+        t_train = time.perf_counter()
         results = ray.get([t.train.remote(batch_ref, rollout) for t in trainers])[0]
+        t_sync = time.perf_counter()
         for step_metrics in results:
             opt_step += 1
             metrics.write("train/step", opt_step, step_metrics)
-        sync_weights(ray, trainers, engines)
+        sync_weights(ray, trainers, engines, weights_dtype)
         wall = time.perf_counter() - t0
+        phases = {"perf/rollout_call_time": t_train - t0, "perf/train_call_time": t_sync - t_train,
+                  "perf/sync_time": t0 + wall - t_sync}
         if first_rollout_done is None:
             first_rollout_done = time.perf_counter() - started
-        metrics.write("perf/step", rollout, {"perf/rollout_wall_time": wall,
+        metrics.write("perf/step", rollout, {"perf/rollout_wall_time": wall, **phases,
                                               "perf/time_since_start": time.perf_counter() - started})
         last = results[-1]
         log(f"rollout {rollout + 1}/{args.rollouts}: reward {rollout_metrics['rollout/reward/raw_mean']:.6f}, "
@@ -206,9 +211,9 @@ def _loop(args: JobConfig, ray: Any, metrics: MetricsLog, gpus: int, started: fl
     return 0
 
 
-def sync_weights(ray: Any, trainers: list[Any], engines: list[Any]) -> None:
-    """Old-policy LoRA weights from the train ranks to every rollout engine."""
-    state = ray.get([t.old_lora_state.remote() for t in trainers])[0]
+def sync_weights(ray: Any, trainers: list[Any], engines: list[Any], dtype: Any) -> None:
+    """Old-policy LoRA weights from the train ranks to every rollout engine (in the engines' ``dtype``)."""
+    state = ray.get([t.old_lora_state.remote(dtype) for t in trainers])[0]
     state_ref = ray.put(state)
     ray.get([e.load_lora.remote(state_ref) for e in engines])
 

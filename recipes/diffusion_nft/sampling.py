@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 
@@ -20,16 +18,10 @@ def initial_noise(shape: tuple[int, ...], seed: int, prompt_index: int, sample_i
     return torch.randn(shape, generator=gen, dtype=torch.float32)
 
 
-@dataclass
-class Samples:
-    x0: torch.Tensor  # final latents [N, C, h, w], float32, CPU
-    images: torch.Tensor  # decoded images [N, 3, H, W], uint8, CPU
-
-
 @torch.no_grad()
-def sample(transformer, vae, prompt_embeds: torch.Tensor, pooled: torch.Tensor, noise: torch.Tensor,
-           sigmas: torch.Tensor, dtype: torch.dtype, device: torch.device) -> Samples:
-    """Integrate dx/dsigma = v from sigma_0 to 0 with Euler steps; decode with the VAE."""
+def denoise(transformer, prompt_embeds: torch.Tensor, pooled: torch.Tensor, noise: torch.Tensor,
+            sigmas: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The final latents (float32, on ``device``): Euler steps of dx/dsigma = v from sigma_0 to 0."""
     x = noise.to(device, torch.float32)
     emb = prompt_embeds.to(device, dtype)
     pool = pooled.to(device, dtype)
@@ -40,7 +32,7 @@ def sample(transformer, vae, prompt_embeds: torch.Tensor, pooled: torch.Tensor, 
             v = transformer(hidden_states=x.to(dtype), encoder_hidden_states=emb, pooled_projections=pool,
                             timestep=t * 1000, return_dict=False)[0]
         x = x + (sig[i + 1] - sig[i]) * v.float()
-    return Samples(x.cpu(), decode(vae, x).cpu())
+    return x
 
 
 @torch.no_grad()
