@@ -13,7 +13,7 @@ from recipes.diffusion_nft.pipeline import gpu_shares
 def test_flags_become_a_typed_config_with_preset_defaults() -> None:
     cfg = parse_args(["--preset", "sd35m-shapes", "--lr", "1e-3"])
     assert isinstance(cfg, JobConfig)
-    assert (cfg.resolution, cfg.micro_batch, cfg.sample_batch, cfg.lr) == (512, 16, 32, 1e-3)
+    assert (cfg.resolution, cfg.micro_batch, cfg.sample_batch, cfg.lr) == (512, 32, 32, 1e-3)
     assert cfg.train_batch_size == 64 and cfg.weight_decay == 1e-4 and cfg.grad_clip == 1.0
     with pytest.raises(Exception):
         cfg.lr = 1.0  # frozen: every actor sees the same job

@@ -22,7 +22,7 @@ KL_WEIGHT_DEFAULTS = {"nft": 1e-4, "flow-grpo": 0.04}
 # Per-preset defaults; a flag given on the command line wins.
 PRESET_DEFAULTS = {
     "tiny": dict(resolution=32, prompts_per_rollout=2, group_size=4, steps=10, threads=1, micro_batch=0, sample_batch=0),
-    "sd35m-shapes": dict(resolution=512, prompts_per_rollout=8, group_size=8, steps=10, threads=4, micro_batch=16, sample_batch=32),
+    "sd35m-shapes": dict(resolution=512, prompts_per_rollout=8, group_size=8, steps=10, threads=4, micro_batch=32, sample_batch=32),
 }
 
 BUILTIN_PROMPTS = (
