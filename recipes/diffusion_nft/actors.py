@@ -30,6 +30,7 @@ from recipes.diffusion_nft.reward import PickScore, jpeg_compressibility
 from recipes.diffusion_nft.sampling import decode, denoise, initial_noise, sampler_sigmas
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"]
 # Batch keys with one row per prompt (the text conditioning); the others have one per sample.
 PER_PROMPT = ("prompt_embeds", "pooled")
 
@@ -43,7 +44,6 @@ def sample_conditioning(batch: dict[str, torch.Tensor], device: torch.device) ->
     """Each sample's prompt embeddings and pooled embedding, on ``device`` (rows of the per-prompt tensors)."""
     rows = batch["prompt_row"].to(device)
     return batch["prompt_embeds"].to(device)[rows], batch["pooled"].to(device)[rows]
-LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"]
 
 
 def setup_process(args: JobConfig, role: str) -> torch.device:
