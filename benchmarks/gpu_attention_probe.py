@@ -30,12 +30,10 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from detaudit import determinism  # noqa: E402
-from recipes.diffusion_nft.actors import add_lora, lora_parameters  # noqa: E402
-from recipes.diffusion_nft.config import parse_args  # noqa: E402
-from recipes.diffusion_nft.flops import image_tokens, transformer_forward_flops  # noqa: E402
-from recipes.diffusion_nft.models import build_transformer  # noqa: E402
+from recipes.diffusion_nft.flops import transformer_forward_flops  # noqa: E402
+from transformer_probe import (TEXT_TOKENS, image_token_count, kernel_class, lora_transformer,  # noqa: E402
+                               transformer_inputs)
 
-TEXT_TOKENS = 333  # 77 CLIP + 256 T5 tokens
 MODES = ("math", "flash", "any", "nondeterministic")
 
 
@@ -51,21 +49,6 @@ def set_mode(mode: str) -> None:
     determinism.enable(42, attention=mode)  # the actor's own set-up
 
 
-def kernel_class(name: str) -> str:
-    low = name.lower()
-    if "flash" in low or "fmha" in low or "attention" in low or "sdpa" in low:
-        return "attention"
-    if any(k in low for k in ("gemm", "nvjet", "xmma", "cutlass", "matmul", "sm90", "ampere_", "s16816")):
-        return "gemm"
-    if "softmax" in low:
-        return "softmax (math attention)"
-    if "norm" in low:
-        return "norm"
-    if any(k in low for k in ("elementwise", "vectorized", "unrolled", "reduce", "copy", "fill", "cat")):
-        return "elementwise/copy/reduce"
-    return "other"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batch", type=int, default=16)
@@ -73,28 +56,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     dev = torch.device("cuda")
-    cfg = parse_args(["--preset", "sd35m-shapes", "--device", "cuda"])
-    model = build_transformer("sd35m-shapes", 0, dev)
-    model.requires_grad_(False)
-    add_lora(model, cfg, 100)
-    lora = [p for _, p in lora_parameters(model)]
-    for p in lora:
-        p.requires_grad_(True)
-    for p in model.parameters():
-        p.data = p.data.to(torch.bfloat16)
+    model, lora, cfg = lora_transformer(dev)
     config = model.config
-    latent = cfg.resolution // 8
-    tokens = image_tokens(config, latent)
+    tokens = image_token_count(model, cfg)
     fwd_flops = transformer_forward_flops(config, args.batch, tokens, TEXT_TOKENS)
     gen = torch.Generator(device="cpu").manual_seed(0)
 
     def inputs(batch: int) -> dict[str, torch.Tensor]:
-        return {
-            "hidden_states": torch.randn(batch, 16, latent, latent, generator=gen).to(dev, torch.bfloat16),
-            "encoder_hidden_states": torch.randn(batch, TEXT_TOKENS, 4096, generator=gen).to(dev, torch.bfloat16),
-            "pooled_projections": torch.randn(batch, 2048, generator=gen).to(dev, torch.bfloat16),
-            "timestep": torch.rand(batch, generator=gen).to(dev) * 1000,
-        }
+        return transformer_inputs(model, cfg, batch, gen, dev)
 
     seen: list[dict[str, object]] = []
     original_sdpa = F.scaled_dot_product_attention

@@ -33,25 +33,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from detaudit import determinism  # noqa: E402
-from recipes.diffusion_nft.actors import adapters_disabled, add_lora, lora_parameters  # noqa: E402
-from recipes.diffusion_nft.config import parse_args  # noqa: E402
-from recipes.diffusion_nft.flops import image_tokens, transformer_forward_flops  # noqa: E402
-from recipes.diffusion_nft.models import build_transformer, compile_blocks  # noqa: E402
-
-TEXT_TOKENS = 333  # 77 CLIP + 256 T5 tokens
-
-
-def kernel_class(name: str) -> str:
-    low = name.lower()
-    if "flash" in low or "fmha" in low or "attention" in low or "sdpa" in low:
-        return "attention"
-    if any(k in low for k in ("gemm", "nvjet", "xmma", "cutlass", "matmul", "sm90", "ampere_", "s16816")):
-        return "gemm"
-    if low.startswith("triton_") or "triton" in low:
-        return "triton (fused by inductor)"
-    if any(k in low for k in ("elementwise", "vectorized", "unrolled", "reduce", "copy", "fill", "cat", "norm")):
-        return "eager elementwise/copy/reduce/norm"
-    return "other"
+from recipes.diffusion_nft.actors import adapters_disabled  # noqa: E402
+from recipes.diffusion_nft.flops import transformer_forward_flops  # noqa: E402
+from recipes.diffusion_nft.models import compile_blocks  # noqa: E402
+from transformer_probe import (TEXT_TOKENS, image_token_count, kernel_class, lora_transformer,  # noqa: E402
+                               transformer_inputs)
 
 
 def digest(tensors: list[torch.Tensor]) -> str:
@@ -78,31 +64,17 @@ def main() -> None:
         determinism.ray_worker_setup()
         determinism.enable(42, attention="flash", fill_uninitialized_memory=False)
     dev = torch.device("cuda")
-    cfg = parse_args(["--preset", "sd35m-shapes", "--device", "cuda"])
     started = time.perf_counter()
-    model = build_transformer("sd35m-shapes", 0, dev)
-    model.requires_grad_(False)
-    add_lora(model, cfg, 100)
-    lora = [p for _, p in lora_parameters(model)]
-    for p in lora:
-        p.requires_grad_(True)
-    for p in model.parameters():
-        p.data = p.data.to(torch.bfloat16)
+    model, lora, cfg = lora_transformer(dev)
     build_s = time.perf_counter() - started
     if args.compile:
         compile_blocks(model, deterministic)
     config = model.config
-    latent = cfg.resolution // 8
-    tokens = image_tokens(config, latent)
+    tokens = image_token_count(model, cfg)
     gen = torch.Generator(device="cpu").manual_seed(0)
 
     def inputs(batch: int) -> dict[str, torch.Tensor]:
-        return {
-            "hidden_states": torch.randn(batch, 16, latent, latent, generator=gen).to(dev, torch.bfloat16),
-            "encoder_hidden_states": torch.randn(batch, TEXT_TOKENS, 4096, generator=gen).to(dev, torch.bfloat16),
-            "pooled_projections": torch.randn(batch, 2048, generator=gen).to(dev, torch.bfloat16),
-            "timestep": (torch.rand(batch, generator=gen) * 1000).to(dev, torch.bfloat16),
-        }
+        return transformer_inputs(model, cfg, batch, gen, dev, timestep_dtype=torch.bfloat16)
 
     nograd_in, train_in = inputs(args.nograd_batch), inputs(args.train_batch)
 

@@ -24,15 +24,15 @@ from __future__ import annotations
 
 import ast
 import gc
-import importlib.util
 import re
 import sys
 import time
 from pathlib import Path
 from typing import Any, ClassVar
 
+from scan_bench import package_dirs  # the same tree as the benchmark (this folder is on sys.path)
+
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("torch", "diffusers", "transformers")
 
 # Index regexes. TOKENS locates every string literal (prefixes, triple quotes) and comment, and the
 # def/class/import lines: what an index must see to know a header is code and not text.
@@ -47,14 +47,16 @@ HEADERS = re.compile(rb"^\s*(async\s+)?(def|class)\s+(\w+)", re.MULTILINE)
 ENTRY_WORDS = re.compile(rb"worker_init_fn|target\s*=|worker_process_setup_hook|ray\.remote|@remote|__main__")
 
 
-def package_dirs() -> list[Path]:
-    dirs = []
-    for name in PACKAGES:
-        spec = importlib.util.find_spec(name)
-        if spec is None or not spec.submodule_search_locations:
-            sys.exit(f"{name} is not installed")
-        dirs.append(Path(next(iter(spec.submodule_search_locations))))
-    return dirs
+def parse_with_line_offsets(source: bytes) -> tuple[ast.Module, list[int]] | None:
+    """The module's AST and the byte offset of each line's start (None: not Python this interpreter parses)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    offsets = [0]
+    for line in source.split(b"\n"):
+        offsets.append(offsets[-1] + len(line) + 1)
+    return tree, offsets
 
 
 class _ReadLog(dict):
@@ -177,13 +179,10 @@ def oracle(paths: dict[str, str], needed: set[str], kind: dict[str, str]) -> Non
     for module, path in paths.items():
         source = Path(path).read_bytes()
         wholes.append(source)
-        try:
-            tree = ast.parse(source)
-        except SyntaxError:
+        parsed = parse_with_line_offsets(source)
+        if parsed is None:
             continue
-        offsets = [0]
-        for line in source.split(b"\n"):
-            offsets.append(offsets[-1] + len(line) + 1)
+        tree, offsets = parsed
         spans: list[tuple[int, int, str]] = []
         quals = by_module.get(module, set())
         # <main>: the statements of `if __name__ == "__main__"`, which are module-body statements
@@ -226,13 +225,10 @@ def phase_one(sources: list[bytes]) -> None:
     total = needed = units = 0
     for source in sources:
         total += len(source)
-        try:
-            tree = ast.parse(source)
-        except SyntaxError:
+        parsed = parse_with_line_offsets(source)
+        if parsed is None:
             continue
-        offsets = [0]
-        for line in source.split(b"\n"):
-            offsets.append(offsets[-1] + len(line) + 1)
+        tree, offsets = parsed
         stack = list(tree.body)
         while stack:
             stmt = stack.pop()

@@ -43,3 +43,26 @@ def test_the_committed_h200_cost_comes_from_the_committed_metrics() -> None:
     assert report["det_overhead"] == pytest.approx(runs["deterministic"]["loop_s"] / runs["nondeterministic"]["loop_s"])
     assert report["first_rollout_s"] == pytest.approx(runs["deterministic"]["first_rollout_s"])
     assert "--compile-blocks" in report["recipe_flags"]
+
+
+def test_the_probes_transformer_set_up_runs_on_the_cpu() -> None:
+    """benchmarks/transformer_probe.py (the GPU probes' set-up) with the tiny preset: LoRA alone trains."""
+    import torch
+    from transformer_probe import image_token_count, kernel_class, lora_transformer, transformer_inputs
+
+    cpu = torch.device("cpu")
+    model, lora, cfg = lora_transformer(cpu, preset="tiny", dtype=torch.bfloat16)
+    assert lora and all(p.requires_grad for p in lora)
+    assert all(p.dtype == torch.bfloat16 for p in model.parameters())
+    assert sum(p.requires_grad for p in model.parameters()) == len(lora)
+    gen = torch.Generator().manual_seed(0)
+    x = transformer_inputs(model, cfg, 2, gen, cpu, text_tokens=7, timestep_dtype=torch.bfloat16)
+    assert x["hidden_states"].shape == (2, 4, 4, 4) and x["encoder_hidden_states"].shape == (2, 7, 64)
+    assert x["timestep"].dtype == torch.bfloat16 and 0 <= float(x["timestep"].min()) < 1000
+    model(**x, return_dict=False)[0].float().square().mean().backward()
+    assert all(p.grad is not None for p in lora)
+    assert all(p.grad is None for p in model.parameters() if not p.requires_grad)
+    assert image_token_count(model, cfg) == 4  # 4x4 latent, patch 2
+    assert [kernel_class(n) for n in ("pytorch_flash::flash_fwd_kernel", "nvjet_tst_128x256", "triton_poi_fused_add_0",
+                                      "softmax_warp_forward", "vectorized_elementwise_kernel")] == [
+        "attention", "gemm", "triton (fused by inductor)", "softmax (math attention)", "elementwise/copy/reduce"]
