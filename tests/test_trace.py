@@ -404,3 +404,23 @@ def test_a_standard_carries_a_trace_and_a_failing_verify_names_the_module(tmp_pa
     assert again.code == 0, again.text
     assert not carried.exists() and "the replaced standard's trace" in " ".join(again.out.split())
     assert "the standard carries a trace" not in run_cli("verify", str(card)).err
+
+
+def test_module_chains_that_differ_are_never_identical() -> None:
+    """A child module that ran in one run only: the parent is named; with nothing kept, still a difference."""
+    from detaudit.trace.compare import first_module_difference
+    from detaudit.trace.files import Chain, ModuleCall, ProcessTrace
+
+    def proc(chains: dict[str, str], calls: list[str]) -> ProcessTrace:
+        p = ProcessTrace(Path("t.jsonl"), kind="main")
+        p.module_chains = {name: Chain(points={1: digest}, final=1) for name, digest in chains.items()}
+        p.modules = [ModuleCall(i, name, "Linear", 1, "in", "out") for i, name in enumerate(calls)]
+        return p
+
+    a = proc({"Seq": "x", "Seq.0": "y"}, ["Seq.0", "Seq"])
+    b = proc({"Seq": "z"}, ["Seq"])
+    diff = first_module_difference(a, b)
+    assert diff is not None and diff.after_kept and diff.a.name == "Seq"
+    nothing_kept = first_module_difference(proc({"Seq": "x"}, []), proc({"Seq": "z"}, []))
+    assert nothing_kept is not None and nothing_kept.a.name == "Seq"
+    assert first_module_difference(proc({"Seq": "x"}, ["Seq"]), proc({"Seq": "x"}, ["Seq"])) is None

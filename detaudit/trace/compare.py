@@ -179,14 +179,23 @@ def first_module_difference(a: ProcessTrace, b: ProcessTrace) -> ModuleDifferenc
     differing = [name for name in sorted(set(a.module_chains) | set(b.module_chains))
                  if a.module_chains.get(name) is None or b.module_chains.get(name) is None
                  or a.module_chains[name].differs(b.module_chains[name])]
-    # innermost first: a parent's outputs differ whenever a child's do
+    if not differing:
+        return None
+    # innermost first (a parent's outputs differ whenever a child's do), then the outer ones
     inner = [n for n in differing if not any(o.startswith(n + ".") for o in differing)]
-    for name in inner:
-        last = next((m for m in reversed(a.modules) if m.name == name), None)
-        other = next((m for m in reversed(b.modules) if m.name == name), None)
+    for name in inner + [n for n in differing if n not in inner]:
+        last, other = _last_kept_call(a, name), _last_kept_call(b, name)
         if last is not None and other is not None:
             return ModuleDifference(a.display, last, other, after_kept=True)
-    return None
+    # No differing module has a kept call in both runs (it ran in one run only, or nothing was
+    # kept): the chains still differ, so this is a difference, never "identical".
+    name = inner[0]
+    call = _last_kept_call(a, name) or _last_kept_call(b, name) or ModuleCall(0, name, "?", 0, "", "")
+    return ModuleDifference(a.display, call, call, after_kept=True)
+
+
+def _last_kept_call(trace: ProcessTrace, name: str) -> ModuleCall | None:
+    return next((m for m in reversed(trace.modules) if m.name == name), None)
 
 
 def compare_traces(a: RunTrace, b: RunTrace, labels: tuple[str, str] = ("run 1", "run 2")) -> TraceComparison:
