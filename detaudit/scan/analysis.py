@@ -383,9 +383,7 @@ class Program:
             self._index_calls(self.functions)
         found = []
         for caller in sorted(self._calls_by_short_name.get(short, ())):
-            info = self.functions.get(caller)
-            if info is None or caller not in self.module_of:
-                continue
+            info = self.functions[caller]  # the index holds only functions added with their module
             for name, site in zip(info["calls"], info["sites"]):
                 if name.rpartition(".")[2] != short:
                     continue

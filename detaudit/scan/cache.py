@@ -3,6 +3,7 @@ whole results keyed by everything a scan reads (so a rescan of an unchanged tree
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import pickle
@@ -123,8 +124,9 @@ def result_key(config: Any, paths: list[str], cwd: str, skipped: list[Any],
                files: list[tuple[Any, ...]]) -> str:
     """A digest of everything a scan's result depends on besides file contents, which the files'
     (path, size, mtime, module name, is package) stand for, as they do for the facts cache."""
-    parts = (RESULT_VERSION, FACTS_VERSION, scanner_digest(), config.select, config.ignore, config.scripts, config.unknown_process,
-             config.force_exclude, config.exclude, str(config.root), paths, cwd,
+    # Every setting (a field added later is in the key too), except where they were read from.
+    settings = [(f.name, getattr(config, f.name)) for f in dataclasses.fields(config) if f.name != "source"]
+    parts = (RESULT_VERSION, FACTS_VERSION, scanner_digest(), settings, paths, cwd,
              [(s.path, s.reason) for s in skipped], files)
     return hashlib.sha1(repr(parts).encode("utf-8", "surrogateescape")).hexdigest()
 

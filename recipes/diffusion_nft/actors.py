@@ -35,11 +35,6 @@ LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", 
 PER_PROMPT = ("prompt_embeds", "pooled")
 
 
-def engine_dtype(args: JobConfig, device: torch.device) -> torch.dtype:
-    """A rollout engine's compute dtype: the precision on CUDA, float32 on the CPU."""
-    return DTYPES[args.precision] if device.type == "cuda" else torch.float32
-
-
 def sample_conditioning(batch: dict[str, torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Each sample's prompt embeddings and pooled embedding, on ``device`` (rows of the per-prompt tensors)."""
     rows = batch["prompt_row"].to(device)
@@ -113,7 +108,7 @@ class RolloutEngine:
     def __init__(self, args: JobConfig, rank: int) -> None:
         self.args = args
         self.device = setup_process(args, "rollout_engine")
-        self.dtype = engine_dtype(args, self.device)
+        self.dtype = DTYPES[args.precision] if self.device.type == "cuda" else torch.float32
         started = time.perf_counter()
         self.pipe = build_pipeline(args.preset, args.init_seed, args.model_path, self.device, self.dtype,
                                    scheduler_shift=args.scheduler_shift)

@@ -179,7 +179,6 @@ def _loop(args: JobConfig, ray: Any, metrics: MetricsLog, gpus: int, started: fl
         f"attention {args.attention_backend if args.deterministic_mode else 'any'}, "
         f"{args.train_actors} train actor(s), {args.rollout_engines} engine(s), reward {args.reward}")
     opt_step = 0
-    first_rollout_done = None
     for rollout in range(args.rollouts):
         t0 = time.perf_counter()
         batch_ref, rollout_ref = manager.generate.options(num_returns=2).remote(rollout)
@@ -199,8 +198,6 @@ def _loop(args: JobConfig, ray: Any, metrics: MetricsLog, gpus: int, started: fl
         wall = time.perf_counter() - t0
         phases = {"perf/rollout_call_time": t_train - t0, "perf/train_call_time": t_sync - t_train,
                   "perf/sync_time": t0 + wall - t_sync}
-        if first_rollout_done is None:
-            first_rollout_done = time.perf_counter() - started
         metrics.write("perf/step", rollout, {"perf/rollout_wall_time": wall, **phases,
                                               "perf/time_since_start": time.perf_counter() - started})
         last = results[-1]
