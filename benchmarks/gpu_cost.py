@@ -70,6 +70,11 @@ def loop_figures(metrics: Path, peak_tflops: float | None) -> dict[str, float | 
         "ray_init_s": first.get("perf/ray_init_time"),
         "slowest_model_load_s": first.get("perf/model_load_time"),
         "first_rollout_s": first["perf/startup_time"] + first["perf/rollout_time"],
+        "first_generation_s": first["perf/rollout_time"],
+        "engine_compile_s": loops[0].get("perf/engine_compile_time"),
+        # seconds from the driver's start to each start-up mark of each process, in time order
+        "startup_timeline_s": dict(sorted(((k.removeprefix("perf/startup/"), v) for k, v in first.items()
+                                           if k.startswith("perf/startup/")), key=lambda kv: kv[1])),
         "first_loop_done_s": loops[0]["perf/time_since_start"],
         "loop_s": loop_s,
         "generation_s": rollout_s,
@@ -175,13 +180,17 @@ def main() -> None:
         "bench_wall_s": time.perf_counter() - started,
     }
     print(f"{'':22}{'deterministic':>16}{'not deterministic':>20}")
-    for key in ("startup_s", "ray_init_s", "slowest_model_load_s", "first_rollout_s", "first_loop_done_s", "loop_s", "generation_s", "reward_s", "train_s",
+    for key in ("startup_s", "ray_init_s", "slowest_model_load_s", "first_generation_s", "first_rollout_s", "engine_compile_s",
+                "first_loop_done_s", "loop_s", "generation_s", "reward_s", "train_s",
                 "images_per_s", "train_pairs_per_s", "pflop_per_loop", "tflops", "mfu"):
         a, b = det[key], nondet[key]
         print(f"{key:22}{a if a is None else round(a, 4):>16}{b if b is None else round(b, 4):>20}")
     for key in det["loop_breakdown_s"]:
         a, b = det["loop_breakdown_s"][key], nondet["loop_breakdown_s"][key]
         print(f"  {key:20}{a if a is None else round(a, 4):>16}{b if b is None else round(b, 4):>20}")
+    print("start-up of the deterministic run (s from the driver's start):")
+    for mark, at in det["startup_timeline_s"].items():
+        print(f"  {at:8.2f}  {mark}")
     print(f"det_overhead {report['det_overhead']:.3f}  (peak {peak:.0f} TFLOP/s bf16; runs in {work})")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".json.tmp")

@@ -98,3 +98,48 @@ def test_inductor_deterministic_mode_is_left_alone_without_deterministic_mode() 
 def test_deterministic_compile_sets_inductors_deterministic_mode_itself() -> None:
     # Newer torch sets it from use_deterministic_algorithms(True); compile_blocks must not rely on that.
     assert compiled(deterministic=True, torch_switch=False, run=False)["inductor_deterministic"] is True
+
+
+ENGINE_SCRIPT = r"""
+import json
+import torch
+import torch._dynamo.utils
+from recipes.diffusion_nft.actors import RolloutEngine
+from recipes.diffusion_nft.config import parse_args
+
+# 2 prompts x 3 samples in chunks of 4: the transformer runs at batch sizes 4 and 2.
+args = parse_args(["--preset", "tiny", "--device", "cpu", "--compile-blocks", "--deterministic-mode",
+                   "--prompts-per-rollout", "2", "--group-size", "3", "--sample-batch", "4", "--steps", "2"])
+engine = RolloutEngine(args, 0)
+prompts = [(0, "a red cube"), (1, "two cats")]
+graphs = lambda: torch._dynamo.utils.counters["stats"]["unique_graphs"]
+eager = engine.generate(prompts, args.group_size, 7)
+graphs_eager = graphs()
+compile_s = engine.compile_transformer()
+graphs_warm = graphs()
+first = engine.generate(prompts, args.group_size, 7)
+second = engine.generate(prompts, args.group_size, 7)
+print(json.dumps({
+    "batch_sizes": engine.sample_batch_sizes(),
+    "graphs_eager": graphs_eager, "graphs_warm": graphs_warm, "graphs_after": graphs(),
+    "compile_s": compile_s, "again_s": engine.compile_transformer(),
+    "compiled": all(getattr(b, "_compiled_call_impl", None) is not None for b in engine.pipe.transformer.transformer_blocks),
+    "close_to_eager": torch.allclose(first["x0"], eager["x0"], atol=1e-4, rtol=1e-3),
+    "repeat_identical": torch.equal(first["x0"], second["x0"]),
+}))
+"""
+
+
+def test_engine_samples_eagerly_until_compiled_then_never_compiles_again() -> None:
+    # Rollout 0 runs eagerly (no compile before the first images); compile_transformer() must
+    # build every graph generate() needs, or rollout 1 would compile on the critical path.
+    proc = subprocess.run([sys.executable, "-c", ENGINE_SCRIPT], cwd=REPO, capture_output=True, text=True,
+                          timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["batch_sizes"] == [2, 4]
+    assert r["graphs_eager"] == 0
+    assert r["graphs_warm"] > 0 and r["compiled"] and r["compile_s"] > 0
+    assert r["graphs_after"] == r["graphs_warm"], "generate() compiled a graph the warm-up missed"
+    assert r["again_s"] == 0.0
+    assert r["close_to_eager"] and r["repeat_identical"]

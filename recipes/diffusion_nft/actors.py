@@ -14,8 +14,10 @@ TrainActor     one FSDP2 rank (a plain module at world size 1): LoRA on the SD3 
 
 from __future__ import annotations
 
+import os
 import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Iterator
 
 import torch
@@ -88,6 +90,39 @@ def adapters_disabled(model: torch.nn.Module) -> Iterator[None]:
             layer._disable_adapters = False
 
 
+def process_start_time() -> float | None:
+    """Wall-clock time (``time.time()``) at which this process started, or None off Linux.
+
+    From /proc (centisecond resolution): tells an actor's process spawn and imports apart
+    from its own start-up, and shows whether Ray handed it a prestarted worker.
+    """
+    try:
+        after_name = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        started_s = int(after_name[19]) / os.sysconf("SC_CLK_TCK")  # field 22: starttime, in ticks since boot
+        uptime_s = float(Path("/proc/uptime").read_text().split()[0])
+        return time.time() - (uptime_s - started_s)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class StartupMarks:
+    """Wall-clock marks of an actor's start-up (``time.time()``, comparable across the run's
+    processes on one host): perf metrics only, for the start-up timeline of rollout 0."""
+
+    def __init__(self) -> None:
+        self.marks: dict[str, float] = {}
+        started = process_start_time()
+        if started is not None:
+            self.marks["process"] = started
+        self.mark("init")
+
+    def mark(self, name: str) -> None:
+        self.marks[name] = time.time()
+
+    def seconds(self, first: str, last: str) -> float:
+        return self.marks[last] - self.marks[first]
+
+
 class PhaseClock:
     """Wall time of the phases of a call, the device synchronised at each lap (perf metrics only)."""
 
@@ -106,21 +141,64 @@ class PhaseClock:
 
 class RolloutEngine:
     def __init__(self, args: JobConfig, rank: int) -> None:
+        self.startup = StartupMarks()
         self.args = args
         self.device = setup_process(args, "rollout_engine")
         self.dtype = DTYPES[args.precision] if self.device.type == "cuda" else torch.float32
-        started = time.perf_counter()
+        self.startup.mark("setup")
         self.pipe = build_pipeline(args.preset, args.init_seed, args.model_path, self.device, self.dtype,
-                                   scheduler_shift=args.scheduler_shift)
+                                   scheduler_shift=args.scheduler_shift, built=self.startup.mark)
         add_lora(self.pipe.transformer, args, args.init_seed + 100)
         self.pipe.transformer.to(self.dtype).eval().requires_grad_(False)
-        if args.compile_blocks:
-            compile_blocks(self.pipe.transformer, args.deterministic_mode)  # compiles at the first forward
-        self.load_time = time.perf_counter() - started
+        # --compile-blocks: not yet. Rollout 0 samples eagerly; compile_transformer() runs
+        # while the trainer trains on it (see there).
+        self.compiled = False
+        self.startup.mark("ready")
         self.rank = rank
 
-    def ready(self) -> float:
-        return self.load_time
+    def ready(self) -> dict[str, float]:
+        """This actor's start-up marks (wall clock); ``ready`` - ``setup`` is its model load."""
+        return self.startup.marks
+
+    def sample_batch_sizes(self) -> list[int]:
+        """The batch sizes ``generate`` runs the transformer at: this engine's share of a
+        rollout's samples, in chunks of ``--sample-batch``."""
+        args = self.args
+        samples = len(range(self.rank, args.prompts_per_rollout, args.rollout_engines)) * args.group_size
+        chunk = args.sample_batch or samples
+        return sorted({min(chunk, samples - start) for start in range(0, samples, chunk)})
+
+    def compile_transformer(self) -> float:
+        """Compile the transformer's blocks (--compile-blocks) and build their kernels; returns
+        the seconds it took.
+
+        The driver calls this once, after rollout 0 has been sampled (eagerly) and while the
+        trainer trains on it, so the compile is not part of the time to the first images. The
+        kernels are built by one denoising step on zero inputs at each batch size ``generate``
+        uses: no random draw, nothing kept. Which rollouts run eagerly (only rollout 0) is fixed
+        by the order of calls, never by timing: every later ``load_lora`` and ``generate``
+        reaches this actor after this call has returned. Under --deterministic-mode the
+        kernels are a function of the graph alone (see ``compile_blocks``), so building them
+        now or at the first real forward gives the same bits.
+        """
+        if not self.args.compile_blocks or self.compiled:
+            return 0.0
+        started = time.perf_counter()
+        compile_blocks(self.pipe.transformer, self.args.deterministic_mode)
+        self.compiled = True
+        embeds, _, pooled, _ = self.pipe.encode_prompt(
+            ["warm-up"], None, None, device=self.device, do_classifier_free_guidance=False,
+            max_sequence_length=max_sequence_length(self.args.preset, self.args.model_path))
+        scale = self.pipe.vae_scale_factor
+        latent = (self.pipe.transformer.config.in_channels, self.args.resolution // scale, self.args.resolution // scale)
+        one_step = torch.tensor([1.0, 0.0])
+        for batch in self.sample_batch_sizes():
+            denoise(self.pipe.transformer, embeds.repeat(batch, 1, 1), pooled.repeat(batch, 1),
+                    torch.zeros(batch, *latent), one_step, self.dtype, self.device)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()  # hand cached blocks back to the colocated trainer
+        return time.perf_counter() - started
 
     def weights_dtype(self) -> torch.dtype:
         """The dtype of this engine's LoRA parameters: what ``load_lora`` casts to."""
@@ -202,19 +280,20 @@ class RolloutEngine:
 
 class RewardActor:
     def __init__(self, args: JobConfig) -> None:
+        self.startup = StartupMarks()
         self.args = args
         self.device = setup_process(args, "reward")
-        started = time.perf_counter()
+        self.startup.mark("setup")
         if args.reward == "pickscore":
             processor, model = build_pickscore(args.preset, args.init_seed, args.pickscore_path,
                                                args.pickscore_processor, self.device)
             self.score = PickScore(processor, model, self.device)
         else:
             self.score = jpeg_compressibility
-        self.load_time = time.perf_counter() - started
+        self.startup.mark("ready")
 
-    def ready(self) -> float:
-        return self.load_time
+    def ready(self) -> dict[str, float]:
+        return self.startup.marks
 
     def reward(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
         return self.score(images, prompts)
@@ -239,16 +318,19 @@ class RolloutManager:
     """
 
     def __init__(self, args: JobConfig, engines: list[Any], reward_actor: Any) -> None:
+        self.startup = StartupMarks()
         self.args = args
         # Under --deterministic-mode this seeds the actor's global torch RNG; with
         # --no-seed-rollout-manager it is left as torch seeded it at start-up: randomly.
         self.device = setup_process(args, "rollout_manager")
+        self.startup.mark("setup")
         self.engines = engines
         self.reward_actor = reward_actor
         self.prompts = load_prompts(args.prompts)
+        self.startup.mark("ready")
 
-    def ready(self) -> bool:
-        return True
+    def ready(self) -> dict[str, float]:
+        return self.startup.marks
 
     def generate(self, rollout: int) -> tuple[dict[str, Any], dict[str, float]]:
         import ray
@@ -305,17 +387,20 @@ class TrainActor:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+        self.startup = StartupMarks()
         self.args = args
         self.rank, self.world_size = rank, world_size
         self.device = setup_process(args, "train")
-        started = time.perf_counter()
+        self.startup.mark("setup")
         backend = "nccl" if self.device.type == "cuda" else "gloo"
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{master_port}", rank=rank,
                                 world_size=world_size)
+        self.startup.mark("process_group")
         self.dtype = DTYPES[args.precision]
         model = build_transformer(args.preset, args.init_seed, self.device)
+        self.startup.mark("transformer")
         if args.model_path is not None:
             from diffusers import SD3Transformer2DModel
 
@@ -351,8 +436,9 @@ class TrainActor:
                 self.compute = [p for _, p in self.lora]
                 for p in model.parameters():
                     p.data = p.data.to(self.dtype)
-        if args.compile_blocks:
-            compile_blocks(model, args.deterministic_mode)  # after sharding and casting; compiles at the first forward
+        # --compile-blocks wraps the blocks at the first train call (after sharding and casting):
+        # importing the compiler is seconds of start-up that nothing waits on then.
+        self.compiled = False
         self.model = model
         # The old policy: an EMA copy of the LoRA weights (as local shards).
         self.old = [p.detach().clone() for p in self.params]
@@ -364,10 +450,10 @@ class TrainActor:
             self.scaler = ShardedGradScaler(device=self.device.type, init_scale=args.grad_scaler_init,
                                             backoff_factor=args.grad_scaler_backoff)
         self.step = 0
-        self.load_time = time.perf_counter() - started
+        self.startup.mark("ready")
 
-    def ready(self) -> float:
-        return self.load_time
+    def ready(self) -> dict[str, float]:
+        return self.startup.marks
 
     @contextmanager
     def old_policy(self) -> Iterator[None]:
@@ -430,6 +516,9 @@ class TrainActor:
         import torch.distributed as dist
 
         args = self.args
+        if args.compile_blocks and not self.compiled:
+            compile_blocks(self.model, args.deterministic_mode)  # compiles at the first forward
+            self.compiled = True
         n = batch["adv"].shape[0]
         mine = list(range(self.rank, n, self.world_size))
         per_step = args.train_batch_size // self.world_size

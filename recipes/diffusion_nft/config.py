@@ -114,7 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reward-gpu", action=argparse.BooleanOptionalAction, default=None,
                    help="Give the reward actor a GPU of its own (default: when one is free).")
     p.add_argument("--threads", type=int, help="torch CPU threads per actor.")
-    p.add_argument("--num-cpus", type=int, help="CPUs Ray may use (default: all).")
+    p.add_argument("--num-cpus", type=int, default=JobConfig.num_cpus,
+                   help="CPUs the local Ray node reports (default 2). The actors ask for none: this only sizes "
+                        "the pool of idle workers Ray prestarts, each a Python process competing with the "
+                        "actors' start-up.")
     p.add_argument("--metrics-jsonl", type=Path, help="Default: $DETAUDIT_METRICS_JSONL or $MILES_METRICS_JSONL.")
     return p
 
@@ -166,7 +169,7 @@ class JobConfig:
     colocate: bool = True
     reward_gpu: bool | None = None
     threads: int = 1
-    num_cpus: int | None = None
+    num_cpus: int = 2
     metrics_jsonl: Path | None = None
     config: Path | None = None
     fsdp_single_rank: bool = False  # FSDP2 also at world size 1 (the plain module does the same arithmetic)

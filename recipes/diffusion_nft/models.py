@@ -11,7 +11,7 @@ from __future__ import annotations
 import string
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -160,12 +160,15 @@ def compile_blocks(transformer: Any, deterministic: bool) -> int:
 
 
 def build_pipeline(preset: str, init_seed: int, model_path: str | None = None, device: str | torch.device = "cpu",
-                   dtype: torch.dtype = torch.float32, scheduler_shift: float = 3.0) -> Any:
+                   dtype: torch.dtype = torch.float32, scheduler_shift: float = 3.0,
+                   built: Callable[[str], None] | None = None) -> Any:
     """A StableDiffusion3Pipeline: from ``model_path`` (local files only) or a preset's shapes.
 
     The pipeline provides ``encode_prompt`` and the VAE; the sampling loop is ours
     (``sampling.py``), since DiffusionNFT needs the final latent and the sigma schedule.
+    ``built(name)`` is called as each component is ready (for a start-up timeline).
     """
+    built = built or (lambda name: None)
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, StableDiffusion3Pipeline
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection, T5Config, T5EncoderModel
 
@@ -178,21 +181,29 @@ def build_pipeline(preset: str, init_seed: int, model_path: str | None = None, d
             module = getattr(pipe, name, None)
             if module is not None:
                 module.eval().requires_grad_(False)
-        return pipe.to(device)
+        built("loaded")
+        pipe = pipe.to(device)
+        built("moved")
+        return pipe
     shapes = SHAPES[preset]
     ids = dict(bos_token_id=TOKEN_IDS["bos"], eos_token_id=TOKEN_IDS["eos"], pad_token_id=TOKEN_IDS["pad"])
     with init_on(device, init_seed + 1):
         text_encoder = CLIPTextModelWithProjection(CLIPTextConfig(**shapes.clip_l, **ids))
+    built("clip_l")
     with init_on(device, init_seed + 2):
         text_encoder_2 = CLIPTextModelWithProjection(CLIPTextConfig(**shapes.clip_g, **ids))
+    built("clip_g")
     text_encoder_3 = None
     if shapes.t5 is not None:
         with init_on(device, init_seed + 3):
             text_encoder_3 = T5EncoderModel(T5Config(**shapes.t5, pad_token_id=TOKEN_IDS["pad"],
                                                      eos_token_id=TOKEN_IDS["eos"]))
+        built("t5")
     with init_on(device, init_seed + 4):
         vae = AutoencoderKL(**shapes.vae)
+    built("vae")
     transformer = build_transformer(preset, init_seed, device)
+    built("transformer")
     # SD3.5's sampler: flow matching with a timestep shift (3.0 for SD3.5).
     scheduler = FlowMatchEulerDiscreteScheduler(shift=scheduler_shift)
     pipe = StableDiffusion3Pipeline(
@@ -209,6 +220,7 @@ def build_pipeline(preset: str, init_seed: int, model_path: str | None = None, d
     for module in (text_encoder, text_encoder_2, text_encoder_3, vae):
         if module is not None:
             module.to(dtype=dtype).eval().requires_grad_(False)
+    built("cast")
     return pipe
 
 

@@ -91,35 +91,41 @@ def gpu_shares(args: JobConfig, gpus: int) -> dict[str, float]:
 def run(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
+    driver = {"start": time.time()}  # wall-clock marks, comparable with the actors' StartupMarks
     args = args.replace(device=resolve_device(args))
     import ray
-    import torch
 
+    driver["imports"] = time.time()
     paths = metrics_paths(args)
     if not paths:
         log("no metrics path: set --metrics-jsonl or $DETAUDIT_METRICS_JSONL")
     metrics = MetricsLog(paths)
     env_vars = {"PYTHONPATH": os.pathsep.join(p for p in [RECIPE_ROOT, os.environ.get("PYTHONPATH", "")] if p)}
     if args.deterministic_mode:
-        determinism.enable(args.seed, attention=args.attention_backend,
-                          fill_uninitialized_memory=args.fill_uninitialized_memory)
         runtime_env = determinism.ray_runtime_env(args.seed, env_vars=env_vars, attention=args.attention_backend)
     else:
         runtime_env = {"env_vars": env_vars}
-    gpus = torch.cuda.device_count() if args.device == "cuda" else 0
     address = os.environ.get("RAY_ADDRESS")
+    # Ray starts before this process imports torch (seconds on a cold disk): the driver runs no
+    # torch code of its own, and its deterministic switches (below) are set before any result
+    # comes back. Ray counts the GPUs itself (CUDA_VISIBLE_DEVICES, else the driver's NVML).
     if address:
         # A Ray job (`detaudit record --cluster`): join that cluster. The job's entrypoint
         # holds this run's CPUs and GPUs; the actors run in that reservation (see start_actors).
+        import torch
+
+        gpus = torch.cuda.device_count() if args.device == "cuda" else 0
         if gpus:
             runtime_env["env_vars"]["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=True, configure_logging=False)
     else:
-        ray.init(num_cpus=args.num_cpus, num_gpus=gpus, runtime_env=runtime_env, include_dashboard=False,
-                 log_to_driver=True, object_store_memory=(args.object_store_mb_cpu if args.device == "cpu" else args.object_store_mb_gpu) * 1024**2,
-                 configure_logging=False)
+        ray.init(num_cpus=args.num_cpus, num_gpus=None if args.device == "cuda" else 0, runtime_env=runtime_env,
+                 include_dashboard=False, log_to_driver=True, configure_logging=False,
+                 object_store_memory=(args.object_store_mb_cpu if args.device == "cpu" else args.object_store_mb_gpu) * 1024**2)
+        gpus = int(ray.cluster_resources().get("GPU", 0))
+    driver["ray_init"] = time.time()
     try:
-        return _loop(args, ray, metrics, gpus, started, ray_init_s=time.perf_counter() - started, joined=bool(address))
+        return _loop(args, ray, metrics, gpus, started, driver, joined=bool(address))
     finally:
         metrics.close()
         ray.shutdown()
@@ -166,15 +172,32 @@ def start_actors(args: JobConfig, ray: Any, gpus: int, joined: bool = False) -> 
     return Actors(trainers, engines, reward, Manager.remote(args, engines, reward))
 
 
-def _loop(args: JobConfig, ray: Any, metrics: MetricsLog, gpus: int, started: float, ray_init_s: float = 0.0,
+def startup_timeline(driver: dict[str, float], actor_marks: dict[str, dict[str, float]]) -> dict[str, float]:
+    """``perf/startup/<process>/<mark>``: seconds from the driver's start to each start-up mark
+    (the driver's and every actor's), for the first rollout's metrics line."""
+    start = driver["start"]
+    named = {"driver": driver, **actor_marks}
+    return {f"perf/startup/{who}/{mark}": round(t - start, 3) for who, marks in named.items()
+            for mark, t in marks.items() if mark != "start"}
+
+
+def _loop(args: JobConfig, ray: Any, metrics: MetricsLog, gpus: int, started: float, driver: dict[str, float],
           joined: bool = False) -> int:
     group = start_actors(args, ray, gpus, joined)
     trainers, engines, reward, manager = group.trainers, group.engines, group.reward, group.manager
-    load_times = ray.get([a.ready.remote() for a in trainers + engines + [reward]])
-    ray.get(manager.ready.remote())
+    driver["actors_created"] = time.time()
+    if args.deterministic_mode:  # while the actors start
+        determinism.enable(args.seed, attention=args.attention_backend,
+                           fill_uninitialized_memory=args.fill_uninitialized_memory)
+    names = ([f"train{rank}" for rank in range(len(trainers))] + [f"engine{i}" for i in range(len(engines))]
+             + ["reward", "manager"])
+    marks = dict(zip(names, ray.get([a.ready.remote() for a in trainers + engines + [reward, manager]])))
+    driver["actors_ready"] = time.time()
+    load_times = [m["ready"] - m["setup"] for who, m in marks.items() if who != "manager"]
     weights_dtype = ray.get(engines[0].weights_dtype.remote())
     sync_weights(ray, trainers, engines, weights_dtype)
     startup = time.perf_counter() - started
+    driver["synced"] = time.time()
     log(f"ready in {startup:.1f}s (slowest model load {max(load_times):.1f}s); device {args.device}, "
         f"attention {args.attention_backend if args.deterministic_mode else 'any'}, "
         f"{args.train_actors} train actor(s), {args.rollout_engines} engine(s), reward {args.reward}")
@@ -183,10 +206,14 @@ def _loop(args: JobConfig, ray: Any, metrics: MetricsLog, gpus: int, started: fl
         t0 = time.perf_counter()
         batch_ref, rollout_ref = manager.generate.options(num_returns=2).remote(rollout)
         rollout_metrics = ray.get(rollout_ref)
+        # --compile-blocks: rollout 0 was sampled eagerly; the engines compile now, while the
+        # trainer trains on it. Every later load_lora/generate reaches them after this call.
+        compiling = [e.compile_transformer.remote() for e in engines] if rollout == 0 and args.compile_blocks else []
         if rollout == 0:
             rollout_metrics["perf/startup_time"] = startup
             rollout_metrics["perf/model_load_time"] = max(load_times)
-            rollout_metrics["perf/ray_init_time"] = ray_init_s
+            rollout_metrics["perf/ray_init_time"] = driver["ray_init"] - driver["start"]
+            rollout_metrics.update(startup_timeline(driver, marks))
         metrics.write("rollout/step", rollout, rollout_metrics)
         t_train = time.perf_counter()
         results = ray.get([t.train.remote(batch_ref, rollout) for t in trainers])[0]
@@ -194,10 +221,13 @@ def _loop(args: JobConfig, ray: Any, metrics: MetricsLog, gpus: int, started: fl
         for step_metrics in results:
             opt_step += 1
             metrics.write("train/step", opt_step, step_metrics)
+        compile_s = max(ray.get(compiling)) if compiling else None
         sync_weights(ray, trainers, engines, weights_dtype)
         wall = time.perf_counter() - t0
         phases = {"perf/rollout_call_time": t_train - t0, "perf/train_call_time": t_sync - t_train,
                   "perf/sync_time": t0 + wall - t_sync}
+        if compile_s is not None:
+            phases["perf/engine_compile_time"] = compile_s
         metrics.write("perf/step", rollout, {"perf/rollout_wall_time": wall, **phases,
                                               "perf/time_since_start": time.perf_counter() - started})
         last = results[-1]
