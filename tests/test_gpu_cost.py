@@ -36,7 +36,7 @@ def test_the_committed_h200_cost_comes_from_the_committed_metrics() -> None:
     import json
 
     report = json.loads((REPO / "benchmarks" / "results" / "h200_cost.json").read_text())
-    runs = {mode: loop_figures(REPO / "docs" / "validation" / f"cost_compile_{mode}.jsonl", report["peak_tflops"])
+    runs = {mode: loop_figures(REPO / "docs" / "validation" / f"cost_eager_first_{mode}.jsonl", report["peak_tflops"])
             for mode in ("deterministic", "nondeterministic")}
     assert report["mfu_nondeterministic"] == pytest.approx(runs["nondeterministic"]["mfu"])
     assert report["mfu_deterministic"] == pytest.approx(runs["deterministic"]["mfu"])
