@@ -81,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(its default; --no-fill-uninitialized-memory saves a kernel per allocation).")
     p.add_argument("--compile-blocks", action=argparse.BooleanOptionalAction, default=False,
                    help="torch.compile each transformer block (engine and trainer; fused elementwise kernels). "
+                   "Rollout 0 samples eagerly while the engines compile during its training. "
                    "Changes the numerics: a standard recorded without it does not hold with it.")
     p.add_argument("--precision", choices=["fp16", "bf16", "fp32"], default="fp16")
     p.add_argument("--grad-scaler-init", type=float, default=2.0**16, help="fp16 grad scaler's initial scale.")
