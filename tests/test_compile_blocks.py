@@ -143,3 +143,41 @@ def test_engine_samples_eagerly_until_compiled_then_never_compiles_again() -> No
     assert r["graphs_after"] == r["graphs_warm"], "generate() compiled a graph the warm-up missed"
     assert r["again_s"] == 0.0
     assert r["close_to_eager"] and r["repeat_identical"]
+
+
+TRAINER_SCRIPT = r"""
+import json, sys
+import torch.distributed as dist
+sys.path.insert(0, "tests")
+from test_train_actor import rollout_batch
+from recipes.diffusion_nft.actors import TrainActor
+from recipes.diffusion_nft.config import parse_args
+from recipes.diffusion_nft.pipeline import free_port
+
+def one_update(compile_blocks):
+    flags = ["--preset", "tiny", "--device", "cpu", "--precision", "fp32", "--micro-batch", "8", "--sample-batch", "8"]
+    args = parse_args(flags + (["--compile-blocks"] if compile_blocks else [])).replace(device="cpu")
+    actor = TrainActor(args, 0, 1, free_port())
+    try:
+        compiled = lambda: all(getattr(b, "_compiled_call_impl", None) is not None for b in actor.model.transformer_blocks)
+        at_init = compiled()
+        (metrics,) = actor.train(rollout_batch(), 0)
+        return at_init, compiled(), metrics["train/loss"]
+    finally:
+        dist.destroy_process_group()
+
+eager = one_update(False)
+compiled = one_update(True)
+print(json.dumps({"eager": eager, "compiled": compiled}))
+"""
+
+
+def test_trainer_compiles_its_blocks_at_the_first_train_call() -> None:
+    # Not at start-up, where importing the compiler would delay the first rollout (docs/validation.md section 9).
+    proc = subprocess.run([sys.executable, "-c", TRAINER_SCRIPT], cwd=REPO, capture_output=True, text=True,
+                          timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["eager"][:2] == [False, False]
+    assert r["compiled"][:2] == [False, True]
+    assert abs(r["compiled"][2] - r["eager"][2]) <= 1e-4 * abs(r["eager"][2])

@@ -94,6 +94,18 @@ def test_standard_holds_on_this_machine_and_unseeded_manager_refuses(tmp_path: P
     assert doc["runner"]["class"] == here
     assert len(doc["series"]) == 20 and ROLLOUT_KEYS | TRAIN_KEYS == set(doc["series"])
     assert doc["series"]["train/grad_norm"]["points"][0] == [1, {"float": "NaN"}]  # step 1 overflows, as in the real run
+    # The start-up timeline (perf/*, never compared): every process's marks, in the order they happen.
+    first = next(json.loads(line) for line in (tmp_path / "good" / "run1" / "metrics.jsonl").read_text().splitlines()
+                 if '"rollout/step"' in line)
+    at = {k.removeprefix("perf/startup/"): v for k, v in first.items() if k.startswith("perf/startup/")}
+    assert 0 < at["driver/imports"] <= at["driver/ray_init"] <= at["driver/actors_created"]
+    assert at["driver/actors_ready"] <= at["driver/synced"]
+    for who in ("train0", "engine0", "reward", "manager"):
+        # an actor's process (one of this run's Ray workers) starts after the driver, then runs its constructor
+        assert 0 < at[f"{who}/process"] <= at[f"{who}/init"] <= at[f"{who}/setup"]
+        assert at[f"{who}/setup"] <= at[f"{who}/ready"] <= at["driver/actors_ready"]
+    engine_build = [at[f"engine0/{m}"] for m in ("setup", "clip_l", "clip_g", "t5", "vae", "transformer", "cast", "ready")]
+    assert engine_build == sorted(engine_build)
     committed = REPO / "standards" / f"sd3_pickscore_nft.{'-'.join(here)}.json"
     if committed.exists():
         assert json.loads(committed.read_text())["series"] == doc["series"]
@@ -184,3 +196,36 @@ def test_two_fsdp_ranks_on_gloo(tmp_path: Path) -> None:
     (train,) = [line for line in lines if line["step_key"] == "train/step"]
     assert TRAIN_KEYS <= set(train) and 0 < train["train/grad_norm"] < 1e3
     assert train["perf/train_pairs"] == 4 * 9  # each rank trains on its half of the 8 samples
+
+
+DRIVER_IMPORT_ORDER = r"""
+import importlib.abc, json, sys
+import ray
+
+seen = {}
+
+class FirstImport(importlib.abc.MetaPathFinder):
+    # Records, at torch's first import in this (driver) process, whether Ray had started.
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" and "torch" not in seen:
+            seen["torch"] = ray.is_initialized()
+        return None
+
+sys.meta_path.insert(0, FirstImport())
+from recipes.diffusion_nft.pipeline import run
+code = run(sys.argv[1:])
+print(json.dumps({"code": code, "ray_up_when_torch_imported": seen.get("torch")}))
+"""
+
+
+def test_the_driver_starts_ray_before_it_imports_torch(tmp_path: Path) -> None:
+    # torch's import is seconds on a cold disk; Ray's start-up does not need it (docs/validation.md section 9).
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", DRIVER_IMPORT_ORDER, "--preset", "tiny", "--device", "cpu",
+                           "--deterministic-mode", "--rollouts", "1", "--metrics-jsonl", str(tmp_path / "m.jsonl")],
+                          cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result == {"code": 0, "ray_up_when_torch_imported": True}

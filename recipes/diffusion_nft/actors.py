@@ -119,9 +119,6 @@ class StartupMarks:
     def mark(self, name: str) -> None:
         self.marks[name] = time.time()
 
-    def seconds(self, first: str, last: str) -> float:
-        return self.marks[last] - self.marks[first]
-
 
 class PhaseClock:
     """Wall time of the phases of a call, the device synchronised at each lap (perf metrics only)."""
