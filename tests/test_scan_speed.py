@@ -228,3 +228,19 @@ def test_caches_are_keyed_by_the_scanners_own_source(tmp_path: Path, monkeypatch
     monkeypatch.setattr(cache, "_SCANNER_DIGEST", "another-scanner")
     assert cache.result_key(ScanConfig(), ["pkg"], str(tmp_path), [], []) != key
     assert "another-scanner" in cache.FactsCache(False).path.name
+
+
+def test_the_prefilter_keeps_every_file_that_names_a_torch_draw(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's draws are imported from modules whose names hold no prefilter word (torch,
+    torch.nn.init, torch.nn.functional): a file that calls one must never be set aside unparsed."""
+    from detaudit.scan import rules
+
+    names = sorted({n.rpartition(".")[2] for group in (rules.TORCH_DRAWS, rules.TORCH_INIT, rules.TORCH_INPLACE,
+                                                       rules.TORCH_DROPOUT) for n in group})
+    set_aside = [n for n in names if not detaudit.scan.scanner._relevant(f"import torch\ntorch.nn.init.{n}(w)\n".encode())]
+    assert set_aside == []
+    # and the scan reports the deprecated alias (no trailing underscore) in a file with nothing else in it
+    write_tree(tmp_path, {"pkg/__init__.py": "", "pkg/w.py": "import torch\n\ndef make(w):\n    torch.nn.init.uniform(w)\n"})
+    monkeypatch.chdir(tmp_path)
+    findings = scan(["pkg"], ScanConfig(), use_cache=False).findings
+    assert [(f.path, f.line) for f in findings] == [("pkg/w.py", 4)]
