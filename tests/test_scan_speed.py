@@ -239,6 +239,12 @@ def test_the_prefilter_keeps_every_file_that_names_a_torch_draw(tmp_path: Path, 
                                                        rules.TORCH_DROPOUT) for n in group})
     set_aside = [n for n in names if not detaudit.scan.scanner._relevant(f"import torch\ntorch.nn.init.{n}(w)\n".encode())]
     assert set_aside == []
+    # the same for torch.multiprocessing's process entry points (imported as `mp`)
+    from detaudit.scan.facts import _MP_SPAWN
+
+    entries = [n.rpartition(".")[2] for n in sorted(_MP_SPAWN)]
+    assert [n for n in entries if not detaudit.scan.scanner._relevant(
+        f"import torch.multiprocessing as mp\nmp.{n}(run, nprocs=2)\n".encode())] == []
     # and the scan reports the deprecated alias (no trailing underscore) in a file with nothing else in it
     write_tree(tmp_path, {"pkg/__init__.py": "", "pkg/w.py": "import torch\n\ndef make(w):\n    torch.nn.init.uniform(w)\n"})
     monkeypatch.chdir(tmp_path)

@@ -29,7 +29,7 @@ from detaudit.scan.files import MAX_FILE_BYTES, Skipped, collect_files, decode_s
 _RELEVANT_WORDS = (
     b"rand", b"seed", b"ropout", b"normal", b"uniform", b"bernoulli", b"poisson", b"multinomial",
     b"exponential_", b"geometric_", b"cauchy_", b"xavier", b"kaiming", b"orthogonal", b"sparse", b"ray",
-    b"__main__", b"Process(", b"spawn", b"worker_init_fn", b"worker_process_setup_hook",
+    b"__main__", b"Process(", b"spawn", b"start_processes", b"worker_init_fn", b"worker_process_setup_hook",
     b"import_module", b"locate", b"hydra", b"generator",
 )
 # Dotted-path string literals in a file that is not parsed: candidates of dynamic dispatch.
