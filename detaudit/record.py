@@ -35,7 +35,7 @@ from detaudit.review import StandardDiff, diff_standards
 from detaudit.standard import Standard, standard_lock, write_atomic
 from detaudit.trace import MODE_ENV, run_trace_dir, trace_hook
 from detaudit.trace.compare import RunsTraceReport, audit_runs
-from detaudit.trace.saved import replace_saved_trace, standard_trace_dir, trace_meta
+from detaudit.trace.saved import check_replaceable, replace_saved_trace, standard_trace_dir, trace_meta
 
 
 @dataclass
@@ -100,7 +100,8 @@ def record(
     ``cluster`` (a Ray job server address) runs them as Ray jobs (``detaudit.cluster``): a
     probe job gives the runner class, and runs that report another class write nothing.
     Raises ``UsageError`` before running anything when the standard exists and ``update``
-    is false, or when another record of the same standard holds its lock.
+    is false, when a traced record's trace folder is taken by something else, or when another
+    record of the same standard holds its lock.
     """
     if runs < 2:
         raise UsageError("--runs must be at least 2: a standard needs runs that agree")
@@ -126,6 +127,8 @@ def record(
         path = Path(out) if out is not None else standard_path(card, cls)
         if path.exists() and not update:
             raise UsageError("exists; pass --update to replace it", path)
+        if trace:
+            check_replaceable(standard_trace_dir(path))  # again before writing: it could appear meanwhile
         old = load_any(path) if path.exists() else None
     fmt = fmt or (old.format if old is not None else "detaudit")
     with interrupts_as_exceptions(), (standard_lock(path) if path is not None else nullcontext()):
@@ -164,6 +167,8 @@ def _judge(plan: RunPlan, states: list[RunState], path: Path | None, old: Standa
         return result
     standard = build_standard(plan, parsed[0], report, fmt)
     result.nan_dropped = drop_nan(standard) if drop_nan_series else []
+    if traced:
+        check_replaceable(standard_trace_dir(path))  # or exit 2 with nothing written
     # Exact in every format, or an InputError (exit 2) before anything is written.
     write_atomic(path, render_as(standard, fmt, target=path), overwrite=update)
     standard.path = path

@@ -374,6 +374,19 @@ def test_record_and_verify_json_carry_the_trace_report(tmp_path: Path) -> None:
     assert run_cli("verify", "--suite", "cpu", "--json").code == 2
 
 
+def test_a_folder_where_the_standards_trace_goes_stops_record_before_it_writes(tmp_path: Path) -> None:
+    card = trace_card(tmp_path)
+    out = tmp_path / "standards" / "toy.json"
+    in_the_way = tmp_path / "standards" / "toy.trace"
+    in_the_way.mkdir(parents=True)
+    (in_the_way / "notes.txt").write_text("mine\n")
+    result = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--trace", "--out", str(out))
+    assert result.code == 2, result.text
+    # before any run: nothing ran, nothing was written, the folder is untouched
+    assert result.err.strip() == f"detaudit: error: {in_the_way}: exists and is not a saved trace; move it away"
+    assert not out.exists() and (in_the_way / "notes.txt").read_text() == "mine\n"
+
+
 def test_a_standard_carries_a_trace_and_a_failing_verify_names_the_module(tmp_path: Path) -> None:
     """record --trace keeps run 1's trace next to the standard; verify then traces its run and,
     when the bits differ, names the first module whose inputs match and outputs differ."""

@@ -83,13 +83,20 @@ def _umask() -> int:
 
 
 
+def check_replaceable(destination: Path) -> None:
+    """Raise a UsageError unless a saved trace may be written at ``destination``: nothing is
+    there, or a saved trace is (which it would replace). ``record`` asks before writing the
+    standard, so that a folder in the way never leaves a standard without its trace."""
+    if destination.exists() and not (destination / "meta.json").is_file():
+        raise UsageError("exists and is not a saved trace; move it away", destination)
+
+
 def replace_saved_trace(trace_dir: Path, destination: Path, meta: dict[str, Any]) -> Path:
     """Like ``save_trace``, but an existing saved trace at ``destination`` is replaced (the
     new one is complete before the old one goes)."""
     if not destination.exists():
         return save_trace(trace_dir, destination, meta)
-    if not (destination / "meta.json").is_file():
-        raise UsageError("exists and is not a saved trace; move it away", destination)
+    check_replaceable(destination)
     staging = destination.with_name(f".{destination.name}.new")
     shutil.rmtree(staging, ignore_errors=True)
     save_trace(trace_dir, staging, meta)
