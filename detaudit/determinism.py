@@ -49,8 +49,10 @@ DETERMINISTIC_ENV_VARS = {
 }
 
 
-def seed_everything(seed: int) -> None:
-    """Seed the process-global RNGs: Python's random, numpy's legacy RNG, torch (CPU+CUDA)."""
+def seed_python_and_numpy(seed: int) -> None:
+    """Seed Python's random and numpy's legacy RNG: the part of ``seed_everything`` that needs
+    no torch import. A driver calls it before ``ray.init``, which draws from ``random``, and
+    seeds the rest while its workers start."""
     random.seed(seed)
     try:
         import numpy as np
@@ -58,6 +60,11 @@ def seed_everything(seed: int) -> None:
         np.random.seed(seed % (2**32))
     except ImportError:
         pass
+
+
+def seed_everything(seed: int) -> None:
+    """Seed the process-global RNGs: Python's random, numpy's legacy RNG, torch (CPU+CUDA)."""
+    seed_python_and_numpy(seed)
     try:
         import torch
 

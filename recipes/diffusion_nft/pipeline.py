@@ -102,13 +102,15 @@ def run(argv: list[str] | None = None) -> int:
     metrics = MetricsLog(paths)
     env_vars = {"PYTHONPATH": os.pathsep.join(p for p in [RECIPE_ROOT, os.environ.get("PYTHONPATH", "")] if p)}
     if args.deterministic_mode:
+        # ray.init draws from Python's random (`detaudit record --trace` names the draw): seeded first.
+        determinism.seed_python_and_numpy(args.seed)
         runtime_env = determinism.ray_runtime_env(args.seed, env_vars=env_vars, attention=args.attention_backend)
     else:
         runtime_env = {"env_vars": env_vars}
     address = os.environ.get("RAY_ADDRESS")
     # Ray starts before this process imports torch (seconds on a cold disk): the driver runs no
-    # torch code of its own, and its deterministic switches (below) are set before any result
-    # comes back. Ray counts the GPUs itself (CUDA_VISIBLE_DEVICES, else the driver's NVML).
+    # torch code of its own, and the rest of its deterministic set-up (below) happens before any
+    # result comes back. Ray counts the GPUs itself (CUDA_VISIBLE_DEVICES, else the driver's NVML).
     if address:
         # A Ray job (`detaudit record --cluster`): join that cluster. The job's entrypoint
         # holds this run's CPUs and GPUs; the actors run in that reservation (see start_actors).
