@@ -104,7 +104,7 @@ ENGINE_SCRIPT = r"""
 import json
 import torch
 import torch._dynamo.utils
-from recipes.diffusion_nft.actors import RolloutEngine
+from recipes.diffusion_nft.actors import RolloutEngine, sample_batch_sizes
 from recipes.diffusion_nft.config import parse_args
 
 # 2 prompts x 3 samples in chunks of 4: the transformer runs at batch sizes 4 and 2.
@@ -120,7 +120,7 @@ graphs_warm = graphs()
 first = engine.generate(prompts, args.group_size, 7)
 second = engine.generate(prompts, args.group_size, 7)
 print(json.dumps({
-    "batch_sizes": engine.sample_batch_sizes(),
+    "batch_sizes": sample_batch_sizes(args, 0),
     "graphs_eager": graphs_eager, "graphs_warm": graphs_warm, "graphs_after": graphs(),
     "compile_s": compile_s, "again_s": engine.compile_transformer(),
     "compiled": all(getattr(b, "_compiled_call_impl", None) is not None for b in engine.pipe.transformer.transformer_blocks),
@@ -181,3 +181,18 @@ def test_trainer_compiles_its_blocks_at_the_first_train_call() -> None:
     assert r["eager"][:2] == [False, False]
     assert r["compiled"][:2] == [False, True]
     assert abs(r["compiled"][2] - r["eager"][2]) <= 1e-4 * abs(r["eager"][2])
+
+
+def test_sample_batch_sizes_follow_the_managers_shards() -> None:
+    from recipes.diffusion_nft.actors import sample_batch_sizes
+    from recipes.diffusion_nft.config import parse_args
+
+    args = parse_args(["--preset", "tiny", "--prompts-per-rollout", "3", "--group-size", "4"])
+    # one engine: 12 samples; in chunks of 5 -> 5, 5, 2
+    assert sample_batch_sizes(args.replace(sample_batch=0), 0) == [12]
+    assert sample_batch_sizes(args.replace(sample_batch=5), 0) == [2, 5]
+    # two engines: prompts 0, 2 and prompt 1 (the manager's chosen[i::engines])
+    assert sample_batch_sizes(args.replace(rollout_engines=2, sample_batch=0), 0) == [8]
+    assert sample_batch_sizes(args.replace(rollout_engines=2, sample_batch=0), 1) == [4]
+    # more engines than prompts: engine 3 never samples, so it builds nothing
+    assert sample_batch_sizes(args.replace(rollout_engines=4, sample_batch=0), 3) == []

@@ -136,6 +136,16 @@ class PhaseClock:
         self._last = now
 
 
+def sample_batch_sizes(args: JobConfig, rank: int) -> list[int]:
+    """The batch sizes engine ``rank``'s ``generate`` runs the transformer at: its share of a
+    rollout's prompts (the manager's shards) times the group size, in chunks of ``--sample-batch``."""
+    samples = len(range(rank, args.prompts_per_rollout, args.rollout_engines)) * args.group_size
+    if samples == 0:  # more engines than prompts: the manager never calls this one
+        return []
+    chunk = args.sample_batch or samples
+    return sorted({min(chunk, samples - start) for start in range(0, samples, chunk)})
+
+
 class RolloutEngine:
     def __init__(self, args: JobConfig, rank: int) -> None:
         self.startup = StartupMarks()
@@ -156,14 +166,6 @@ class RolloutEngine:
     def ready(self) -> dict[str, float]:
         """This actor's start-up marks (wall clock); ``ready`` - ``setup`` is its model load."""
         return self.startup.marks
-
-    def sample_batch_sizes(self) -> list[int]:
-        """The batch sizes ``generate`` runs the transformer at: this engine's share of a
-        rollout's samples, in chunks of ``--sample-batch``."""
-        args = self.args
-        samples = len(range(self.rank, args.prompts_per_rollout, args.rollout_engines)) * args.group_size
-        chunk = args.sample_batch or samples
-        return sorted({min(chunk, samples - start) for start in range(0, samples, chunk)})
 
     def compile_transformer(self) -> float:
         """Compile the transformer's blocks (--compile-blocks) and build their kernels; returns
@@ -189,7 +191,7 @@ class RolloutEngine:
         scale = self.pipe.vae_scale_factor
         latent = (self.pipe.transformer.config.in_channels, self.args.resolution // scale, self.args.resolution // scale)
         one_step = torch.tensor([1.0, 0.0])
-        for batch in self.sample_batch_sizes():
+        for batch in sample_batch_sizes(self.args, self.rank):
             denoise(self.pipe.transformer, embeds.repeat(batch, 1, 1), pooled.repeat(batch, 1),
                     torch.zeros(batch, *latent), one_step, self.dtype, self.device)
         if self.device.type == "cuda":

@@ -209,8 +209,10 @@ def _loop(args: JobConfig, ray: Any, metrics: MetricsLog, gpus: int, started: fl
         batch_ref, rollout_ref = manager.generate.options(num_returns=2).remote(rollout)
         rollout_metrics = ray.get(rollout_ref)
         # --compile-blocks: rollout 0 was sampled eagerly; the engines compile now, while the
-        # trainer trains on it. Every later load_lora/generate reaches them after this call.
-        compiling = [e.compile_transformer.remote() for e in engines] if rollout == 0 and args.compile_blocks else []
+        # trainer trains on it (if another rollout follows). Every later load_lora/generate
+        # reaches them after this call.
+        compile_now = args.compile_blocks and rollout == 0 and args.rollouts > 1
+        compiling = [e.compile_transformer.remote() for e in engines] if compile_now else []
         if rollout == 0:
             rollout_metrics["perf/startup_time"] = startup
             rollout_metrics["perf/model_load_time"] = max(load_times)
