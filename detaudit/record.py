@@ -128,7 +128,7 @@ def record(
         if path.exists() and not update:
             raise UsageError("exists; pass --update to replace it", path)
         if trace:
-            check_replaceable(standard_trace_dir(path))  # again before writing: it could appear meanwhile
+            check_replaceable(standard_trace_dir(path))  # before any run (and again before writing)
         old = load_any(path) if path.exists() else None
     fmt = fmt or (old.format if old is not None else "detaudit")
     with interrupts_as_exceptions(), (standard_lock(path) if path is not None else nullcontext()):
@@ -168,7 +168,7 @@ def _judge(plan: RunPlan, states: list[RunState], path: Path | None, old: Standa
     standard = build_standard(plan, parsed[0], report, fmt)
     result.nan_dropped = drop_nan(standard) if drop_nan_series else []
     if traced:
-        check_replaceable(standard_trace_dir(path))  # or exit 2 with nothing written
+        check_replaceable(standard_trace_dir(path))  # it could have appeared during the runs: exit 2, nothing written
     # Exact in every format, or an InputError (exit 2) before anything is written.
     write_atomic(path, render_as(standard, fmt, target=path), overwrite=update)
     standard.path = path

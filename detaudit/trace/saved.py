@@ -81,8 +81,6 @@ def _umask() -> int:
     return mask
 
 
-
-
 def check_replaceable(destination: Path) -> None:
     """Raise a UsageError unless a saved trace may be written at ``destination``: nothing is
     there, or a saved trace is (which it would replace). ``record`` asks before writing the
