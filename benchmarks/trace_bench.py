@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from detaudit.card import load_card, run_argv, run_env  # noqa: E402
+from detaudit.data.card import load_card, run_argv, run_env  # noqa: E402
 from detaudit.trace import trace_env  # noqa: E402
 
 MODES = ("off", "rng", "modules")

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from detaudit.compare import DiffReport, diff_runs
+from detaudit.data.compare import DiffReport, diff_runs
 from detaudit.errors import InputError
-from detaudit.exclusion import DEFAULT_EXCLUDE, Exclusion
-from detaudit.metrics import MetricsRun, read_metrics
+from detaudit.data.exclusion import DEFAULT_EXCLUDE, Exclusion
+from detaudit.data.metrics import MetricsRun, read_metrics
 
 __all__ = [
     "DEFAULT_EXCLUDE",

@@ -105,9 +105,9 @@ def diff(runs: tuple[Path, ...], as_json: bool, step_key: str | None, exclude: t
 
     Exit 0 when every compared series is identical, 1 when any differ, 2 on bad input.
     """
-    from detaudit.compare import diff_runs
-    from detaudit.exclusion import Exclusion
-    from detaudit.metrics import read_metrics_many
+    from detaudit.data.compare import diff_runs
+    from detaudit.data.exclusion import Exclusion
+    from detaudit.data.metrics import read_metrics_many
     from detaudit.report import diff_json, print_diff
 
     if len(runs) < 2:
@@ -147,7 +147,7 @@ class RunDisplay:
             self.live.__exit__(*exc)
 
     def update(self, states: list[Any]) -> None:
-        from detaudit.runner import last_log_line
+        from detaudit.run.local import last_log_line
 
         if self.live is not None:
             table = Table(title=self.label, title_justify="left", header_style="bold")
@@ -176,7 +176,7 @@ def _print_jobs(console: Console, states: list[Any]) -> None:
 
 def _print_failed_run(console: Console, states: list[Any]) -> None:
     from detaudit.report import stopped_jobs_message
-    from detaudit.runner import log_tail
+    from detaudit.run.local import log_tail
 
     for s in states:
         if s.status in ("failed", "timeout"):
@@ -244,9 +244,9 @@ def _warn_est_time(console: Console, card_path: Path | None, states: list[Any]) 
     """Warn when a run took longer than the card's est_time (suite plans read it)."""
     if card_path is None:
         return
-    from detaudit.card import load_card
+    from detaudit.data.card import load_card
     from detaudit.report import est_time_warning
-    from detaudit.suite import over_estimate
+    from detaudit.flows.suite import over_estimate
 
     card = load_card(card_path)
     slowest = max((s.elapsed for s in states if s is not None and s.started is not None), default=None)
@@ -286,7 +286,7 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
     Arguments after `--` are appended to the command, e.g.
     `detaudit record recipes/sd3_pickscore_nft.toml --no-write -- --no-seed-rollout-manager`.
     """
-    from detaudit.record import record as run_record
+    from detaudit.flows.record import record as run_record
     from detaudit.report import print_diff, review_lines
 
     if no_write and (update or out is not None or allow_partial or fmt is not None or drop_nan_series):
@@ -298,8 +298,8 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
 
     def on_start(base: Path, cls: list[str]) -> None:
         if not no_doctor:  # the preflight, once the command is known to be valid: warnings, the runs decide
-            from detaudit.card import load_card
-            from detaudit.doctor import run_doctor
+            from detaudit.data.card import load_card
+            from detaudit.env.doctor import run_doctor
             from detaudit.report import print_doctor
 
             print_doctor(run_doctor(load_card(card), ray=False), err_console, only_failing=True)
@@ -318,7 +318,7 @@ def record(card: Path, extra_args: tuple[str, ...], runs: int, parallel: int, ou
     _print_jobs(err_console, result.runs)
     from detaudit.ci import cases_from_record
 
-    record_cases = cases_from_record(result, f"detaudit.record.{card.stem}")
+    record_cases = cases_from_record(result, f"detaudit.flows.record.{card.stem}")
     failed = sum(1 for c in record_cases if not c.ok)
     _ci_reports(junit_xml, f"detaudit record {card}", record_cases,
                 f"{result.status}: {len(record_cases) - failed} of {len(record_cases)} series identical across {runs} runs")
@@ -422,7 +422,7 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
     this runner class, or one with no series), 2 on bad input.
     """
     from detaudit.report import divergence_line
-    from detaudit.verify import verify as run_verify
+    from detaudit.flows.verify import verify as run_verify
 
     if strict_runner and allow_other_runner:
         raise click.UsageError("--strict-runner and --allow-other-runner contradict each other")
@@ -448,7 +448,7 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
 
     label = card.stem if card is not None else Path(str(metrics)).stem
     _ci_reports(junit_xml, f"detaudit verify {card or metrics}",
-                cases_from_verify(result, f"detaudit.verify.{label}", time_s=result.run.elapsed if result.run else 0.0),
+                cases_from_verify(result, f"detaudit.flows.verify.{label}", time_s=result.run.elapsed if result.run else 0.0),
                 f"{SUITE_STATUS.get(result.status, result.status)}: {status_detail(result.status, result)} ({result.standard_path})")
     if metrics is None:
         _warn_est_time(err_console, card, [result.run])
@@ -529,7 +529,7 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
 def _verify_suite(suite: str, cards_dir: Path, allow_other_runner: bool, junit_xml: Path | None) -> None:
     from detaudit.ci import cases_from_suite
     from detaudit.report import est_time_warning, print_suite
-    from detaudit.suite import find_cards, over_estimate, verify_suite
+    from detaudit.flows.suite import find_cards, over_estimate, verify_suite
 
     out_console, err_console = _stdout(), _stderr()
     found = find_cards(cards_dir, suite)
@@ -573,7 +573,7 @@ def plan(suite: str | None, cards: Path, budget: float | None, as_json: bool) ->
     import json
 
     from detaudit.report import plan_document, print_plan
-    from detaudit.suite import plan_suite
+    from detaudit.flows.suite import plan_suite
 
     result = plan_suite(cards, suite, budget)
     if as_json:
@@ -600,8 +600,8 @@ def doctor(card: Path | None, seed: int, no_ray: bool, as_json: bool) -> None:
     import json
     from dataclasses import asdict
 
-    from detaudit.card import load_card
-    from detaudit.doctor import run_doctor
+    from detaudit.data.card import load_card
+    from detaudit.env.doctor import run_doctor
     from detaudit.report import print_doctor
 
     rows = run_doctor(load_card(card or default_card()), seed=seed, ray=not no_ray)
@@ -635,7 +635,7 @@ def standard_convert(source: Path, dest: Path, fmt: str, series: str | None, dro
 
     Exit 2, writing nothing, where the target format cannot hold a value bit for bit.
     """
-    from detaudit.formats import drop_nan_series as drop_nan, load_any, write_as
+    from detaudit.standards.formats import drop_nan_series as drop_nan, load_any, write_as
 
     std = load_any(source)
     dropped = drop_nan(std) if drop_nan_series else []
@@ -657,9 +657,9 @@ def standard_diff(old: Path, new: Path, as_json: bool) -> None:
 
     Exit 0 when every series is identical, 1 when any changed, 2 on bad input.
     """
-    from detaudit.formats import load_any
+    from detaudit.standards.formats import load_any
     from detaudit.report import print_review, review_json
-    from detaudit.review import diff_standards
+    from detaudit.standards.diff import diff_standards
 
     result = diff_standards(load_any(old), load_any(new), old_label=str(old), new_label=str(new))
     if as_json:
@@ -678,7 +678,7 @@ def standard_show(path: Path, as_json: bool) -> None:
     points, step range, value types and NaN count."""
     import json
 
-    from detaudit.formats import load_any
+    from detaudit.standards.formats import load_any
     from detaudit.report import print_standard_summary, standard_summary
 
     std = load_any(path)
@@ -701,8 +701,8 @@ def env_command(card: Path | None, as_json: bool) -> None:
     The probe runs in the recipe's interpreter with the card's environment, exactly as
     record and verify do. CARD defaults to the embedded tiny CPU recipe.
     """
-    from detaudit.card import load_card
-    from detaudit.plan import environment_for, resolve_runner
+    from detaudit.data.card import load_card
+    from detaudit.run.plan import environment_for, resolve_runner
     from detaudit.report import environment_json, print_environment
 
     loaded = load_card(card or default_card())
@@ -731,8 +731,8 @@ def env_command(card: Path | None, as_json: bool) -> None:
 def health(metrics: Path, metric: str, window: int, buckets: int, worst: int, png: Path | None, no_png: bool,
            as_json: bool, step_key: str | None) -> None:
     """Curve health of one series: first/last means, bucket means, worst drops, a PNG plot."""
-    from detaudit.floats import format_value
-    from detaudit.health import curve_health, plot
+    from detaudit.data.values import format_value
+    from detaudit.data.health import curve_health, plot
 
     report = curve_health(metrics, metric, window=window, buckets=buckets, worst=worst, step_key=step_key)
     written = None
@@ -867,7 +867,7 @@ def trace(card: Path | None, extra_args: tuple[str, ...], modules: bool, save: P
     import json
 
     from detaudit.trace.report import print_comparison, print_summary, trace_json
-    from detaudit.trace.run import trace_card
+    from detaudit.flows.trace import trace_card
 
     card = card or default_card()
     out_console, err_console = _stdout(), _stderr()

@@ -87,7 +87,7 @@ class DetauditChecker:
 
     def verify_metrics(self, metrics: str | Path, standard: str | Path, *, step_key: str | None = None) -> None:
         """Fail the test unless the metrics file matches the standard exactly (any standard format)."""
-        from detaudit.verify import verify
+        from detaudit.flows.verify import verify
 
         standard = Path(standard)
         if self.mode == UPDATE_ALL or (self.mode == UPDATE_FAILED and not standard.exists()):
@@ -105,7 +105,7 @@ class DetauditChecker:
 
     def verify_card(self, card: str | Path) -> None:
         """Run the card once and fail the test unless it matches the card's standard exactly."""
-        from detaudit.verify import verify
+        from detaudit.flows.verify import verify
 
         if self.mode == UPDATE_ALL:
             self._record(Path(card))
@@ -125,9 +125,9 @@ class DetauditChecker:
         pytest.fail(_failure_text(result), pytrace=False)
 
     def _record(self, card: Path) -> None:
-        from detaudit.card import load_card, standard_path
-        from detaudit.plan import environment_for, resolve_runner
-        from detaudit.record import record
+        from detaudit.data.card import load_card, standard_path
+        from detaudit.run.plan import environment_for, resolve_runner
+        from detaudit.flows.record import record
 
         loaded = load_card(card)
         # The class record will use: probed with the card's environment, as record probes it.
@@ -138,10 +138,10 @@ class DetauditChecker:
         self._updated(f"{result.standard_path} (card {card}, {self.runs} agreeing runs)")
 
     def _write_from_metrics(self, metrics: Path, standard: Path, step_key: str | None) -> None:
-        from detaudit.compare import SeriesData
-        from detaudit.formats import load_any, write_as
-        from detaudit.metrics import read_metrics
-        from detaudit.standard import Standard
+        from detaudit.data.compare import SeriesData
+        from detaudit.standards.formats import load_any, write_as
+        from detaudit.data.metrics import read_metrics
+        from detaudit.standards.standard import Standard
 
         fmt = load_any(standard).format if standard.exists() else "detaudit"
         with warnings.catch_warnings():

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from detaudit.compare import (
+from detaudit.data.compare import (
     ABSENT,
     CLOSE_REL_TOL,
     DiffReport,
@@ -22,12 +22,12 @@ from detaudit.compare import (
     RootDivergence,
     SeriesMismatch,
 )
-from detaudit.floats import encode_value, format_value
+from detaudit.data.values import encode_value, format_value
 
 if TYPE_CHECKING:
-    from detaudit.review import SeriesChange, StandardDiff
-    from detaudit.standard import Standard
-    from detaudit.suite import CardOutcome, SuitePlan, SuiteResult
+    from detaudit.standards.diff import SeriesChange, StandardDiff
+    from detaudit.standards.standard import Standard
+    from detaudit.flows.suite import CardOutcome, SuitePlan, SuiteResult
 
 _v = format_value  # every value that may be absent is shown by this one function
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from detaudit.card import load_card
+from detaudit.data.card import load_card
 from detaudit.errors import InputError
-from detaudit.tolerance import Tolerance, approximate_rule
+from detaudit.data.approximate import Tolerance, approximate_rule
 
 from conftest import TOY, run_cli
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from detaudit.card import load_card, run_argv, run_env, standard_path
+from detaudit.data.card import load_card, run_argv, run_env, standard_path
 from detaudit.errors import InputError
 
 

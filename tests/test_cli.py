@@ -9,8 +9,8 @@ from conftest import run_cli
 
 PROBE = """
 import sys
-import detaudit, detaudit.cli, detaudit.compare, detaudit.metrics, detaudit.record, detaudit.verify
-import detaudit.scan, detaudit.scan.output, detaudit.health, detaudit.determinism
+import detaudit, detaudit.cli, detaudit.data.compare, detaudit.data.metrics, detaudit.flows.record, detaudit.flows.verify
+import detaudit.scan, detaudit.scan.output, detaudit.data.health, detaudit.env.determinism
 print(sorted(m for m in ("torch", "numpy", "ray", "diffusers", "transformers") if m in sys.modules))
 """
 

@@ -21,8 +21,8 @@ from typing import Iterator
 import pytest
 from conftest import REPO, run_cli, write_card
 
-from detaudit.cluster_job import decode_result, encode_result
-from detaudit.standard import load_standard
+from detaudit.run.cluster_job import decode_result, encode_result
+from detaudit.standards.standard import load_standard
 
 RAY = Path(sys.executable).parent / "ray"
 ACTIVE = ("PENDING", "RUNNING")

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import run_cli, write_jsonl
 
-from detaudit.compare import classify, diff_runs
-from detaudit.floats import same_value, ulp_distance
-from detaudit.metrics import read_metrics
+from detaudit.data.compare import classify, diff_runs
+from detaudit.data.values import same_value, ulp_distance
+from detaudit.data.metrics import read_metrics
 from detaudit.report import root_summary
 
 BASE = [

@@ -1,4 +1,4 @@
-"""detaudit.determinism in this process and, through Ray's worker setup hook, in every actor."""
+"""detaudit.env.determinism in this process and, through Ray's worker setup hook, in every actor."""
 
 from __future__ import annotations
 

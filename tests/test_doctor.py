@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from detaudit.card import load_card
-from detaudit.doctor import evaluate, run_doctor
+from detaudit.data.card import load_card
+from detaudit.env.doctor import evaluate, run_doctor
 
 from conftest import run_cli, write_card
 

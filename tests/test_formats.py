@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from detaudit.compare import SeriesData
+from detaudit.data.compare import SeriesData
 from detaudit.errors import InputError
-from detaudit.formats import detect_format, drop_nan_series, load_any, render_as
-from detaudit.standard import Standard
+from detaudit.standards.formats import detect_format, drop_nan_series, load_any, render_as
+from detaudit.standards.standard import Standard
 
 from conftest import run_cli, write_card, write_jsonl
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import run_cli, write_jsonl
 
 from detaudit.errors import InputError
-from detaudit.health import curve_health
+from detaudit.data.health import curve_health
 
 VALUES = [0.5, 0.6, 0.4, 0.7, math.nan, 0.65, 0.8, 0.75, 0.9, 0.95]
 

@@ -10,8 +10,8 @@ import pytest
 from conftest import run_cli, write_jsonl
 
 from detaudit.errors import InputError
-from detaudit.exclusion import Exclusion
-from detaudit.metrics import LINE_INDEX, TornLineWarning, read_metrics
+from detaudit.data.exclusion import Exclusion
+from detaudit.data.metrics import LINE_INDEX, TornLineWarning, read_metrics
 
 
 def test_interleaved_step_keys_and_types(tmp_path: Path) -> None:
@@ -116,7 +116,7 @@ def test_exclusion_include_and_card_patterns() -> None:
 
 
 def test_blank_lines_keep_file_line_numbers(tmp_path: Path) -> None:
-    from detaudit.compare import diff_runs
+    from detaudit.data.compare import diff_runs
 
     a = write_jsonl(tmp_path / "a.jsonl", ['{"x": 1.0}', "", "", '{"x": 2.0}', '{"x": 3.0}'])
     b = write_jsonl(tmp_path / "b.jsonl", ['{"x": 1.0}', '{"x": 2.0}', '{"x": 4.0}'])
@@ -127,7 +127,7 @@ def test_blank_lines_keep_file_line_numbers(tmp_path: Path) -> None:
 
 
 def test_type_change_after_many_float_rows_keeps_types(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import detaudit.metrics as metrics
+    import detaudit.data.metrics as metrics
 
     monkeypatch.setattr(metrics, "ROWS_PER_FLUSH", 3)
     lines = [f'{{"a": {i}.5, "b": {i}.25}}' for i in range(7)] + ['{"a": 7, "b": null}', '{"a": 8.5, "b": 1.0}']
@@ -139,7 +139,7 @@ def test_type_change_after_many_float_rows_keeps_types(tmp_path: Path, monkeypat
 
 
 def test_parallel_reading_matches_and_reports_errors(tmp_path: Path) -> None:
-    from detaudit.metrics import read_metrics_many
+    from detaudit.data.metrics import read_metrics_many
 
     a = write_jsonl(tmp_path / "a.jsonl", ['{"step_key": "s", "s": 0, "x": 0.5, "n": 3}', '{"step_key": "s", "s": 1, "x": NaN, "n": 4}'])
     torn = tmp_path / "torn.jsonl"

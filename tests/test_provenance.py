@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from conftest import REPO, run_cli, write_card
 
-from detaudit.card import load_card, probe_env
-from detaudit.envprobe import cpu_info
+from detaudit.data.card import load_card, probe_env
+from detaudit.env.probes.envprobe import cpu_info
 from detaudit.errors import InputError
-from detaudit.provenance import (
+from detaudit.env.provenance import (
     detect_environment,
     package_differences,
     provenance_differences,

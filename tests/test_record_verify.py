@@ -12,8 +12,8 @@ from pathlib import Path
 
 from conftest import run_cli, write_card, write_jsonl
 
-from detaudit.runner import gpu_slots
-from detaudit.standard import load_standard
+from detaudit.run.local import gpu_slots
+from detaudit.standards.standard import load_standard
 
 
 def standard_of(card: Path) -> Path:
@@ -38,7 +38,7 @@ def test_seeded_record_writes_standard_and_verify_passes(toy_card: Path, tmp_pat
     path = standard_of(toy_card)
     assert f"RECORDED: 4 metric series identical across 3 runs -> {path}" in result.out
     doc = json.loads(path.read_text())
-    assert doc["schema"] == "detaudit/standard/1" and doc["name"] == "toy"
+    assert doc["schema"] == "detaudit/standards/standard/1" and doc["name"] == "toy"
     assert doc["runner"]["class"] == ["cpu", "test"] and doc["runner"]["python"]
     assert doc["recorded"]["runs"] == doc["recorded"]["agreeing"] == 3
     assert doc["series"]["train/grad_norm"]["points"][0] == [0.0, {"float": "NaN"}]
@@ -247,8 +247,8 @@ def test_console_script_is_installed() -> None:
 
 
 def test_library_usable_from_python(toy_card: Path, tmp_path: Path) -> None:
-    from detaudit.record import record
-    from detaudit.verify import verify
+    from detaudit.flows.record import record
+    from detaudit.flows.verify import verify
 
     result = record(toy_card, runs=2, out=tmp_path / "s.json")
     assert result.ok and result.standard is not None and len(result.standard.series) == 4

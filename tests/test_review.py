@@ -6,11 +6,11 @@ import json
 import math
 from pathlib import Path
 
-from detaudit.compare import SeriesData
-from detaudit.formats import render_as
+from detaudit.data.compare import SeriesData
+from detaudit.standards.formats import render_as
 from detaudit.report import change_line
-from detaudit.review import diff_standards
-from detaudit.standard import Standard
+from detaudit.standards.diff import diff_standards
+from detaudit.standards.standard import Standard
 
 from conftest import run_cli
 

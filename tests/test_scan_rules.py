@@ -147,7 +147,7 @@ def test_ray_worker_setup_hook_counts_as_seeding(root: Path) -> None:
     write_tree(root, {"lib/__init__.py": "", "lib/actor.py": ACTOR, "lib/seeding.py": seeding})
     draw = findings("lib")[("lib/actor.py", 10)]
     assert draw.severity == "warning" and draw.processes[0]["seeded"] is True
-    # The same hook given by dotted-path string (as detaudit.determinism.ray_runtime_env does).
+    # The same hook given by dotted-path string (as detaudit.env.determinism.ray_runtime_env does).
     actor = root / "lib" / "actor.py"
     actor.write_text(ACTOR.lstrip().replace('{"worker_process_setup_hook": seed_hook}',
                                            '{"worker_process_setup_hook": "lib.seeding.seed_hook"}'))

@@ -61,7 +61,7 @@ def cases_from_verify(result: Any, classname: str, *, time_s: float = 0.0) -> li
 def cases_from_suite(suite: Any) -> list[Case]:
     """One case per card: passed, skipped, failed (first divergences in the text), error."""
     cases = []
-    classname = f"detaudit.suite.{suite.suite}"
+    classname = f"detaudit.flows.suite.{suite.suite}"
     for o in suite.outcomes:
         status = {"passed": "passed", "skipped": "skipped", "error": "error"}.get(o.status, "failed")
         message = f"{SUITE_STATUS.get(o.status, o.status)}: {outcome_detail(o, limit=1)}"

@@ -46,7 +46,7 @@ def trace_variables(mode: str, trace_dir: Path, keep: int | None = None) -> dict
 
 
 def trace_hook(mode: str, keep: int | None = None) -> Callable[[Any], dict[str, str]]:
-    """An ``env_hooks`` entry for ``detaudit.plan``: each run traces into ``runN/trace/``."""
+    """An ``env_hooks`` entry for ``detaudit.run.plan``: each run traces into ``runN/trace/``."""
     trace_variables(mode, Path("."), keep)  # validate the mode now, not per run
 
     def hook(spec: Any) -> dict[str, str]:

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from detaudit.envprobe import cpu_info
+from detaudit.env.probes.envprobe import cpu_info
 from detaudit.errors import InputError, UsageError
 from detaudit.trace.files import RunTrace, read_trace
 

@@ -14,10 +14,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from detaudit.compare import SeriesData
+from detaudit.data.compare import SeriesData
 from detaudit.errors import InputError
-from detaudit.formats.common import require_int_steps, require_number
-from detaudit.standard import Standard
+from detaudit.standards.formats.common import require_int_steps, require_number
+from detaudit.standards.standard import Standard
 
 NAME = "torchtitan"
 SERIES = "loss"

@@ -1,6 +1,6 @@
 """What changes a run's bits, as the recipe's interpreter sees it; prints one JSON object.
 
-Run as a script by ``detaudit.provenance`` (``python envprobe.py``) in the recipe's
+Run as a script by ``detaudit.env.provenance`` (``python envprobe.py``) in the recipe's
 interpreter and environment, so it imports only the standard library and, if present, torch.
 It must not import detaudit: the recipe's interpreter need not have it installed.
 

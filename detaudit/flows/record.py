@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from detaudit import __version__
-from detaudit.card import load_card, standard_path
-from detaudit.cluster import runner_mismatch
-from detaudit.compare import DiffReport, SeriesData, diff_runs
+from detaudit.data.card import load_card, standard_path
+from detaudit.run.cluster import runner_mismatch
+from detaudit.data.compare import DiffReport, SeriesData, diff_runs
 from detaudit.errors import UsageError
-from detaudit.floats import encode_value
-from detaudit.metrics import MetricsRun
-from detaudit.plan import (
+from detaudit.data.values import encode_value
+from detaudit.data.metrics import MetricsRun
+from detaudit.run.plan import (
     EnvHook,
     Executor,
     RunPlan,
@@ -27,12 +27,12 @@ from detaudit.plan import (
     read_run_metrics,
     resolve_runner,
 )
-from detaudit.provenance import git_state, standard_runner
-from detaudit.runner import RunState, interrupts_as_exceptions
-from detaudit.formats import FORMATS, load_any, render_as
-from detaudit.formats import drop_nan_series as drop_nan
-from detaudit.review import StandardDiff, diff_standards
-from detaudit.standard import Standard, standard_lock, write_atomic
+from detaudit.env.provenance import git_state, standard_runner
+from detaudit.run.local import RunState, interrupts_as_exceptions
+from detaudit.standards.formats import FORMATS, load_any, render_as
+from detaudit.standards.formats import drop_nan_series as drop_nan
+from detaudit.standards.diff import StandardDiff, diff_standards
+from detaudit.standards.standard import Standard, standard_lock, write_atomic
 from detaudit.trace import MODE_ENV, run_trace_dir, trace_hook
 from detaudit.trace.compare import RunsTraceReport, audit_runs
 from detaudit.trace.saved import check_replaceable, replace_saved_trace, standard_trace_dir, trace_meta
@@ -97,7 +97,7 @@ def record(
 
     ``fmt`` None keeps an existing standard's format (else ``detaudit``). With ``write``
     false the runs are compared and nothing is written (no standard path, no lock).
-    ``cluster`` (a Ray job server address) runs them as Ray jobs (``detaudit.cluster``): a
+    ``cluster`` (a Ray job server address) runs them as Ray jobs (``detaudit.run.cluster``): a
     probe job gives the runner class, and runs that report another class write nothing.
     Raises ``UsageError`` before running anything when the standard exists and ``update``
     is false, when a traced record's trace folder is taken by something else, or when another
@@ -111,7 +111,7 @@ def record(
         raise UsageError("--drop-nan-series is for --format miles (verifiers that compare with ==)")
     card = load_card(card_path)
     if cluster is not None:
-        from detaudit.cluster import ClusterExecutor
+        from detaudit.run.cluster import ClusterExecutor
 
         executor = ClusterExecutor(card, card_path, cluster, extra_args)
         with interrupts_as_exceptions():

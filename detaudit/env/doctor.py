@@ -1,6 +1,6 @@
 """``detaudit doctor``: the determinism preflight, per process of a run, Ray workers included.
 
-It starts ``detaudit.doctor_probe`` with the card's environment (interpreter, variables,
+It starts ``detaudit.env.probes.doctor_probe`` with the card's environment (interpreter, variables,
 PYTHONPATH), which reports three processes: the run process as it starts, the driver after
 ``determinism.enable(seed)``, and a Ray worker started through
 ``determinism.ray_runtime_env(seed)``. Each gets the rows below; a failing row has a fix.
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from detaudit.card import Card, run_env
+from detaudit.data.card import Card, run_env
 
 CUBLAS_OK = (":4096:8", ":16:8")
 DEFAULT_SEED = 1234
@@ -77,7 +77,7 @@ def _code_rows(process: str, f: dict[str, Any], seed: int, cuda: bool) -> list[R
         return rows
     rows.append(_row(process, "deterministic algorithms", bool(f.get("deterministic_algorithms")),
                      str(f.get("deterministic_algorithms")),
-                     "torch.use_deterministic_algorithms(True) in this process (detaudit.determinism.enable)"))
+                     "torch.use_deterministic_algorithms(True) in this process (detaudit.env.determinism.enable)"))
     cudnn_ok = bool(f.get("cudnn_deterministic")) and not f.get("cudnn_benchmark")
     rows.append(_row(process, "cuDNN", cudnn_ok,
                      f"deterministic={f.get('cudnn_deterministic')}, benchmark={f.get('cudnn_benchmark')}",
@@ -108,7 +108,7 @@ def run_doctor(card: Card, *, seed: int = DEFAULT_SEED, ray: bool = True, timeou
         env = run_env(card, workdir, workdir / "metrics.jsonl", 0)
         detaudit_root = str(Path(__file__).resolve().parents[1])  # the probe imports this detaudit
         env["PYTHONPATH"] = detaudit_root + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        argv = [sys.executable, "-m", "detaudit.doctor_probe", str(seed)] + (["--ray"] if ray else [])
+        argv = [sys.executable, "-m", "detaudit.env.probes.doctor_probe", str(seed)] + (["--ray"] if ray else [])
         try:
             proc = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:

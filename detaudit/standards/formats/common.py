@@ -6,9 +6,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from detaudit.compare import SeriesData
+from detaudit.data.compare import SeriesData
 from detaudit.errors import InputError
-from detaudit.floats import format_value
+from detaudit.data.values import format_value
 
 
 def int_step_key(path: Path, series: str, key: Any) -> int:

@@ -162,5 +162,5 @@ def ray_runtime_env(seed: int, *, deterministic: bool = True, env_vars: dict[str
                       ATTENTION_ENV: attention})
     variables.update(env_vars or {})
     runtime_env["env_vars"] = variables
-    runtime_env["worker_process_setup_hook"] = "detaudit.determinism.ray_worker_setup"
+    runtime_env["worker_process_setup_hook"] = "detaudit.env.determinism.ray_worker_setup"
     return runtime_env

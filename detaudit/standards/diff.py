@@ -13,9 +13,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from detaudit.compare import SeriesData, classify
-from detaudit.floats import encode_value, same_value, ulp_distance
-from detaudit.standard import Standard
+from detaudit.data.compare import SeriesData, classify
+from detaudit.data.values import encode_value, same_value, ulp_distance
+from detaudit.standards.standard import Standard
 
 LENIENT_STEP_FORMATS = ("miles", "megatron", "nemo", "torchtitan")
 

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from detaudit.card import load_card
+from detaudit.data.card import load_card
 from detaudit.errors import UsageError
-from detaudit.plan import make_specs, prepare_workdir
-from detaudit.runner import RunState, interrupts_as_exceptions, run_batch
+from detaudit.run.plan import make_specs, prepare_workdir
+from detaudit.run.local import RunState, interrupts_as_exceptions, run_batch
 from detaudit.trace import MODES, run_trace_dir, trace_hook
 from detaudit.trace.compare import Collision, TraceComparison, UnseededUse, compare_traces, seed_collisions, unseeded_uses
 from detaudit.trace.files import RunTrace, read_trace

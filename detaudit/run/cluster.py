@@ -10,13 +10,13 @@ as ``http://head:8265``, or ``auto`` for the cluster this machine belongs to). A
 - carries the project (the git work tree holding the card, else the card's folder) as its
   ``working_dir`` and this detaudit as a ``py_modules`` entry, plus the card's ``env``
   and the determinism variables as ``env_vars``, which every Ray worker of the job gets;
-- runs ``python -m detaudit.cluster_job SPEC``: the card's command as a local record
+- runs ``python -m detaudit.run.cluster_job SPEC``: the card's command as a local record
   runs it, in a node-local dir; the recipe's ``ray.init`` joins the cluster through the
   ``RAY_ADDRESS`` that Ray sets for job drivers;
 - sends back its metrics, log tail, environment and runner class as one framed,
   checksummed, size-bounded block in the job log (no shared filesystem needed).
 
-``ClusterExecutor`` plugs this into ``detaudit.plan``; its ``probe()`` job first reports the
+``ClusterExecutor`` plugs this into ``detaudit.run.plan``; its ``probe()`` job first reports the
 runner class of a node where the card's jobs go (so record and verify choose the standard
 before any run), and every run's own class is checked against it (``runner_mismatch``).
 
@@ -40,11 +40,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from detaudit.card import Card
-from detaudit.cluster_job import MAX_RESULT_BYTES, decode_result, encode_spec
-from detaudit.determinism import DETERMINISTIC_ENV_VARS
+from detaudit.data.card import Card
+from detaudit.run.cluster_job import MAX_RESULT_BYTES, decode_result, encode_spec
+from detaudit.env.determinism import DETERMINISTIC_ENV_VARS
 from detaudit.errors import InputError
-from detaudit.runner import Interrupted, RunSpec, RunState, log_tail
+from detaudit.run.local import Interrupted, RunSpec, RunState, log_tail
 
 POLL_S = 0.5
 # On top of the card's timeout: runtime env set-up and the runner probe on the node.
@@ -77,7 +77,7 @@ class ClusterInterrupted(Interrupted):
 
 
 class ClusterExecutor:
-    """An executor for ``detaudit.plan``: each spec a Ray job on the cluster at ``address``.
+    """An executor for ``detaudit.run.plan``: each spec a Ray job on the cluster at ``address``.
 
     ``probe()`` runs one short job that only detects the runner class and environment on a
     node where a run of the card would go (same resource request), so that record and
@@ -263,7 +263,7 @@ def _submit(client: Any, state: JobState, card: Card, card_rel: str, token: str,
     state.job_id = name
     try:
         _with_retry(lambda: client.submit_job(
-            entrypoint=f"python -m detaudit.cluster_job {encode_spec(job_spec)}",
+            entrypoint=f"python -m detaudit.run.cluster_job {encode_spec(job_spec)}",
             submission_id=name,
             runtime_env=runtime_env,
             entrypoint_num_cpus=card.cpus_per_run,

@@ -13,15 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from detaudit.card import Card, load_card, standard_path
-from detaudit.cluster import runner_mismatch
-from detaudit.compare import PairDivergence, SeriesData, compare_series
+from detaudit.data.card import Card, load_card, standard_path
+from detaudit.run.cluster import runner_mismatch
+from detaudit.data.compare import PairDivergence, SeriesData, compare_series
 from detaudit.errors import InputError, UsageError
-from detaudit.exclusion import Exclusion
-from detaudit.formats import align_run_series, load_any
-from detaudit.formats.registry import steps_are_lenient
-from detaudit.metrics import read_metrics
-from detaudit.plan import (
+from detaudit.data.exclusion import Exclusion
+from detaudit.standards.formats import align_run_series, load_any
+from detaudit.standards.formats.registry import steps_are_lenient
+from detaudit.data.metrics import read_metrics
+from detaudit.run.plan import (
     EnvHook,
     Executor,
     environment_for,
@@ -34,10 +34,10 @@ from detaudit.plan import (
     resolve_runner,
     standards_of_card,
 )
-from detaudit.provenance import detect_environment, package_differences, provenance_differences
-from detaudit.runner import RunState, interrupts_as_exceptions
-from detaudit.standard import Standard
-from detaudit.tolerance import approximate_rule, compare_within
+from detaudit.env.provenance import detect_environment, package_differences, provenance_differences
+from detaudit.run.local import RunState, interrupts_as_exceptions
+from detaudit.standards.standard import Standard
+from detaudit.data.approximate import approximate_rule, compare_within
 from detaudit.trace import run_trace_dir, trace_hook
 from detaudit.trace.compare import RunsTraceReport, audit_runs
 from detaudit.trace.saved import read_saved, standard_trace_dir
@@ -113,7 +113,7 @@ def verify(
     info: dict[str, Any] | None = None
     here: list[str] | None = None
     if card is not None and cluster is not None and metrics is None:
-        from detaudit.cluster import ClusterExecutor
+        from detaudit.run.cluster import ClusterExecutor
 
         executor = ClusterExecutor(card, card_path, cluster, extra_args)  # type: ignore[arg-type]
         with interrupts_as_exceptions():

@@ -1,6 +1,6 @@
 """Runs inside the processes ``detaudit doctor`` checks; prints one JSON line of facts per process.
 
-``python -m detaudit.doctor_probe SEED [--ray]``, started with the card's environment:
+``python -m detaudit.env.probes.doctor_probe SEED [--ray]``, started with the card's environment:
 
 1. ``start``: the process as the card's environment starts it (variables that only work when
    set before the interpreter or CUDA starts: PYTHONHASHSEED, CUBLAS_WORKSPACE_CONFIG, NCCL_ALGO);
@@ -59,7 +59,7 @@ def facts() -> dict[str, Any]:
 def _ray_worker_facts(seed: int) -> dict[str, Any]:
     import ray
 
-    from detaudit.determinism import ray_runtime_env
+    from detaudit.env.determinism import ray_runtime_env
 
     ray.init(runtime_env=ray_runtime_env(seed), num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
@@ -72,7 +72,7 @@ def _ray_worker_facts(seed: int) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     seed = int(argv[0])
     report: dict[str, Any] = {"start": facts()}
-    from detaudit.determinism import enable
+    from detaudit.env.determinism import enable
 
     enable(seed)
     report["driver"] = facts()

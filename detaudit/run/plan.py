@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
-from detaudit.card import DEFAULT_METRICS_ENV, Card, probe_env, run_argv, run_env, standard_file_name
+from detaudit.data.card import DEFAULT_METRICS_ENV, Card, probe_env, run_argv, run_env, standard_file_name
 from detaudit.errors import InputError, UsageError
-from detaudit.exclusion import Exclusion
-from detaudit.metrics import MetricsRun, read_metrics_many
-from detaudit.provenance import detect_environment, runner_class
-from detaudit.runner import RunSpec, RunState, gpu_slots, run_batch
-from detaudit.standard import Standard, load_standard
+from detaudit.data.exclusion import Exclusion
+from detaudit.data.metrics import MetricsRun, read_metrics_many
+from detaudit.env.provenance import detect_environment, runner_class
+from detaudit.run.local import RunSpec, RunState, gpu_slots, run_batch
+from detaudit.standards.standard import Standard, load_standard
 
 EnvHook = Callable[[RunSpec], dict[str, str]]
 

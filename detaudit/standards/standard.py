@@ -2,15 +2,15 @@
 
 Two formats:
 
-* ``detaudit/standard/1`` (ours)::
+* ``detaudit/standards/standard/1`` (ours)::
 
-    {"schema": "detaudit/standard/1", "name": ..., "runner": {...}, "recorded": {...},
+    {"schema": "detaudit/standards/standard/1", "name": ..., "runner": {...}, "recorded": {...},
      "excluded": {...}, "dropped": {...},
      "series": {"train/loss": {"step_key": "train/step", "points": [[1.0, 0.25], ...]}}}
 
   Keys sorted, one point per line, so that a change reads well in review. Floats are
   written with ``repr`` (bit-exact round trip); NaN and the infinities as
-  ``{"float": "NaN"}`` etc. (see ``detaudit.floats``) so any JSON parser reads the file.
+  ``{"float": "NaN"}`` etc. (see ``detaudit.data.values``) so any JSON parser reads the file.
 
 * miles_diffusion's, read and written as teams already have it::
 
@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from detaudit.compare import SeriesData
+from detaudit.data.compare import SeriesData
 from detaudit.errors import InputError, UsageError
-from detaudit.floats import MAX_DEPTH, NONFINITE_KEY, decode_value, depth, encode_value
+from detaudit.data.values import MAX_DEPTH, NONFINITE_KEY, decode_value, depth, encode_value
 
-SCHEMA = "detaudit/standard/1"
+SCHEMA = "detaudit/standards/standard/1"
 FORMATS = ("detaudit", "miles")
 # A standard holds a short run's metrics: megabytes. Reading stops here (bounded memory).
 MAX_STANDARD_BYTES = 256 << 20

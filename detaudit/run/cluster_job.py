@@ -1,8 +1,8 @@
 """One cluster run, on the node Ray put it on: run the card's command, then print its results.
 
-``detaudit.cluster`` submits ``python -m detaudit.cluster_job SPEC`` as a Ray job whose
+``detaudit.run.cluster`` submits ``python -m detaudit.run.cluster_job SPEC`` as a Ray job whose
 working dir is the project. This module runs the recipe exactly as a local record does
-(``detaudit.runner``: its own run dir as cwd, its own log, a process group killed on
+(``detaudit.run.local``: its own run dir as cwd, its own log, a process group killed on
 timeout), in a node-local temp dir, and detects the runner class on this node in the run's
 environment. There is no shared filesystem: the results (metrics JSONL bytes, log tail,
 environment, runner class) go back in the job's log as one framed, compressed, bounded
@@ -26,9 +26,9 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from detaudit.card import load_card, run_argv, run_env
-from detaudit.provenance import detect_environment, runner_class
-from detaudit.runner import Interrupted, RunSpec, log_tail, run_batch
+from detaudit.data.card import load_card, run_argv, run_env
+from detaudit.env.provenance import detect_environment, runner_class
+from detaudit.run.local import Interrupted, RunSpec, log_tail, run_batch
 
 FRAME_BEGIN = "DETAUDIT-RESULT-BEGIN"
 FRAME_END = "DETAUDIT-RESULT-END"
@@ -140,7 +140,7 @@ def run_on_node(spec: dict[str, Any]) -> tuple[dict[str, Any], int]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m detaudit.cluster_job SPEC", file=sys.stderr)
+        print("usage: python -m detaudit.run.cluster_job SPEC", file=sys.stderr)
         return 2
     spec = decode_spec(args[0])
     signal.signal(signal.SIGTERM, _terminate)

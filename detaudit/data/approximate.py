@@ -21,10 +21,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from detaudit.card import Card
-from detaudit.compare import ABSENT, PairDivergence, SeriesData, classify
+from detaudit.data.card import Card
+from detaudit.data.compare import ABSENT, PairDivergence, SeriesData, classify
 from detaudit.errors import InputError
-from detaudit.floats import same_value, ulp_distance
+from detaudit.data.values import same_value, ulp_distance
 
 _KEYS = ("rtol", "atol", "max_ulps")
 

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from detaudit.errors import InputError
-from detaudit.exclusion import Exclusion
-from detaudit.floats import encode_value, to_float
-from detaudit.metrics import read_metrics
+from detaudit.data.exclusion import Exclusion
+from detaudit.data.values import encode_value, to_float
+from detaudit.data.metrics import read_metrics
 
 
 @dataclass

@@ -20,10 +20,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from detaudit.compare import SeriesData
+from detaudit.data.compare import SeriesData
 from detaudit.errors import InputError
-from detaudit.formats.common import int_step_key, require_int_steps, require_number
-from detaudit.standard import Standard
+from detaudit.standards.formats.common import int_step_key, require_int_steps, require_number
+from detaudit.standards.standard import Standard
 
 NAME = "megatron"
 MISSING = "nan"

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from detaudit.card import Card, load_card
+from detaudit.data.card import Card, load_card
 from detaudit.errors import InputError, UsageError
-from detaudit.verify import verify
+from detaudit.flows.verify import verify
 
 DEFAULT_CARDS_DIR = "recipes"
 
@@ -84,7 +84,7 @@ class CardOutcome:
 
     card: Card
     status: str
-    result: Any = None  # detaudit.verify.VerifyResult
+    result: Any = None  # detaudit.flows.verify.VerifyResult
     error: str | None = None
     elapsed: float = 0.0  # wall time of the card's verify, run included
 

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from detaudit.errors import InputError
-from detaudit.exclusion import Exclusion
-from detaudit.floats import MAX_DEPTH, contains_encoded_nonfinite, depth
+from detaudit.data.exclusion import Exclusion
+from detaudit.data.values import MAX_DEPTH, contains_encoded_nonfinite, depth
 
 try:  # orjson is ~5x faster; it rejects NaN/Infinity literals, which Python's json writes.
     import orjson

@@ -19,7 +19,7 @@ from typing import Any
 
 from detaudit.errors import InputError
 
-PROBE_SCRIPT = Path(__file__).with_name("envprobe.py")
+PROBE_SCRIPT = Path(__file__).parent / "probes" / "envprobe.py"
 
 # What a standard's ``runner`` section keeps of the probe, in this order of importance.
 RUNNER_KEYS = (

@@ -1,0 +1,2 @@
+"""Use cases: record, verify, trace and suite runs. Each returns a result object; the CLI
+renders it."""
