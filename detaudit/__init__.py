@@ -8,9 +8,9 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from detaudit.data.compare import DiffReport, diff_runs
-from detaudit.errors import InputError
 from detaudit.data.exclusion import DEFAULT_EXCLUDE, Exclusion
 from detaudit.data.metrics import MetricsRun, read_metrics
+from detaudit.errors import InputError
 
 __all__ = [
     "DEFAULT_EXCLUDE",

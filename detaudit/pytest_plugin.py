@@ -126,8 +126,8 @@ class DetauditChecker:
 
     def _record(self, card: Path) -> None:
         from detaudit.data.card import load_card, standard_path
-        from detaudit.run.plan import environment_for, resolve_runner
         from detaudit.flows.record import record
+        from detaudit.run.plan import environment_for, resolve_runner
 
         loaded = load_card(card)
         # The class record will use: probed with the card's environment, as record probes it.
@@ -139,8 +139,8 @@ class DetauditChecker:
 
     def _write_from_metrics(self, metrics: Path, standard: Path, step_key: str | None) -> None:
         from detaudit.data.compare import SeriesData
-        from detaudit.standards.formats import load_any, write_as
         from detaudit.data.metrics import read_metrics
+        from detaudit.standards.formats import load_any, write_as
         from detaudit.standards.standard import Standard
 
         fmt = load_any(standard).format if standard.exists() else "detaudit"
@@ -157,9 +157,11 @@ class DetauditChecker:
 
 
 def _failure_text(result: Any) -> str:
-    from detaudit.report import SUITE_STATUS, divergence_line, status_detail
+    from detaudit.render.diff import divergence_line
+    from detaudit.render.suite import status_detail
+    from detaudit.results import VerifyStatus
 
-    lines = [f"detaudit: {SUITE_STATUS.get(result.status, result.status)} against {result.standard_path}"]
+    lines = [f"detaudit: {VerifyStatus(result.status).label} against {result.standard_path}"]
     if result.status == "failed":
         lines[0] += f": {len(result.failures)} of {result.compared} series differ"
         lines += ["  " + divergence_line(name, d) for name, d in result.failures]

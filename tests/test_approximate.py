@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from detaudit.runner_class import RunnerClass
 from detaudit.data.card import load_card
 from detaudit.errors import InputError
 from detaudit.data.approximate import Tolerance, approximate_rule
@@ -34,11 +35,11 @@ def test_card_validation(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text(card_text(tmp_path, '["cpu", "b"]', '[approximate."cpu-b"]\nagainst = "cpu-a"\n"x/*" = { rtol = -1 }\n'))
     with pytest.raises(InputError, match=r"approximate.cpu-b.x/\*.rtol: must be a non-negative number"):
-        approximate_rule(load_card(path), ["cpu", "b"])
+        approximate_rule(load_card(path), RunnerClass(("cpu", "b")))
     path.write_text(card_text(tmp_path, '["cpu", "b"]', '[approximate."cpu-b"]\n"x" = { rtol = 0.1 }\n'))
     with pytest.raises(InputError, match="needs against"):
-        approximate_rule(load_card(path), ["cpu", "b"])
-    assert approximate_rule(load_card(path), ["cpu", "c"]) is None
+        approximate_rule(load_card(path), RunnerClass(("cpu", "b")))
+    assert approximate_rule(load_card(path), RunnerClass(("cpu", "c"))) is None
 
 
 def test_verify_on_another_class_within_tolerance_is_approximate_never_identical(tmp_path: Path) -> None:

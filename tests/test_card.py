@@ -8,6 +8,7 @@ import pytest
 
 from detaudit.data.card import load_card, run_argv, run_env, standard_path
 from detaudit.errors import InputError
+from detaudit.runner_class import RunnerClass
 
 
 def card(tmp_path: Path, text: str) -> Path:
@@ -33,9 +34,9 @@ suite = "gpu"
 pythonpath = [".."]
 """)
     c = load_card(path)
-    assert (c.name, c.timeout_s, c.runner, c.gpus_per_run, c.step_key) == ("x", 12.5, ("h200", "1gpu"), 1, "it")
+    assert (c.name, c.timeout_s, c.runner, c.gpus_per_run, c.step_key) == ("x", 12.5, RunnerClass(("h200", "1gpu")), 1, "it")
     # No pyproject.toml or .git above a tmp dir: a relative standards_dir is under the card's folder.
-    assert standard_path(c, list(c.runner)) == tmp_path / "standards" / "x.h200-1gpu.json"
+    assert standard_path(c, c.runner) == tmp_path / "standards" / "x.h200-1gpu.json"
     wd, metrics = tmp_path / "w", tmp_path / "w" / "m.jsonl"
     argv = run_argv(c, wd, metrics, ("--extra",), python="/py")
     assert argv == ["/py", "-m", "pkg", "--out", str(metrics), "--extra"]

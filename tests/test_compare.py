@@ -11,7 +11,7 @@ from conftest import run_cli, write_jsonl
 from detaudit.data.compare import classify, diff_runs
 from detaudit.data.values import same_value, ulp_distance
 from detaudit.data.metrics import read_metrics
-from detaudit.report import root_summary
+from detaudit.render.diff import root_summary
 
 BASE = [
     '{"step_key": "rollout/step", "rollout/step": 0, "rollout/r": 0.5, "rollout/n": 8}',

@@ -21,8 +21,9 @@ from detaudit.data.compare import SeriesData, diff_runs
 from detaudit.errors import InputError, UsageError
 from detaudit.data.values import same_value
 from detaudit.data.metrics import read_metrics
-from detaudit.report import diff_json
-from detaudit.standards.standard import Standard, load_standard, render_standard, standard_lock, write_atomic
+from detaudit.render.diff import diff_json
+from detaudit.fileio import write_atomic
+from detaudit.standards.standard import Standard, load_standard, render_standard, standard_lock
 from detaudit.flows.verify import verify
 
 
@@ -89,7 +90,7 @@ def test_deep_nesting_is_a_one_line_error(tmp_path: Path) -> None:
         error = one_line_error(run_cli("diff", str(deep), str(deep)))
         assert f"{deep}:1:" in error and "nested deeper than 64 levels" in error
         std = tmp_path / f"deep{levels}.json"
-        std.write_text('{"schema": "detaudit/standards/standard/1", "series": {"x": {"points": [[0, '
+        std.write_text('{"schema": "detaudit/standard/1", "series": {"x": {"points": [[0, '
                        + "[" * levels + "]" * levels + "]]}}}")
         with pytest.raises(InputError, match="nested deeper than 64 levels"):
             load_standard(std)
@@ -110,7 +111,7 @@ def test_huge_integers(tmp_path: Path) -> None:
     digits = write_jsonl(tmp_path / "d.jsonl", ['{"x": ' + "7" * 5000 + "}"])
     assert "Exceeds the limit" in one_line_error(run_cli("diff", str(digits), str(digits)))
     std = tmp_path / "d.json"
-    std.write_text('{"schema": "detaudit/standards/standard/1", "series": {"x": {"points": [[0, ' + "7" * 5000 + "]]}}}")
+    std.write_text('{"schema": "detaudit/standard/1", "series": {"x": {"points": [[0, ' + "7" * 5000 + "]]}}}")
     assert "invalid JSON" in one_line_error(run_cli("verify", "--metrics", str(a), "--standard", str(std)))
 
 
@@ -206,7 +207,7 @@ def test_write_errors_are_input_errors_and_keep_the_old_file(tmp_path: Path) -> 
 FULL_DISK = """
 import resource, signal, sys
 from detaudit.errors import InputError
-from detaudit.standards.standard import write_atomic
+from detaudit.fileio import write_atomic
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))  # writes past 1000 bytes fail (EFBIG), as on a full disk
 try:
@@ -352,7 +353,7 @@ def test_miles_standards_match_integer_steps_leniently(tmp_path: Path) -> None:
     run = write_jsonl(tmp_path / "run.jsonl", ['{"step_key": "s", "s": 0, "a": 0.5}', '{"step_key": "s", "s": 1, "a": 0.25}'])
     assert verify(metrics=run, standard=path).status == "passed"
     ours = tmp_path / "ours.json"
-    ours.write_text('{"schema": "detaudit/standards/standard/1", "series": {"a": {"step_key": "s", "points": [[0.0, 0.5], [1.0, 0.25]]}}}')
+    ours.write_text('{"schema": "detaudit/standard/1", "series": {"a": {"step_key": "s", "points": [[0.0, 0.5], [1.0, 0.25]]}}}')
     result = verify(metrics=run, standard=ours)
     assert result.status == "failed" and result.failures[0][1].kind == "steps"
 
@@ -366,7 +367,7 @@ def test_dropped_series_are_not_reported_as_extra(tmp_path: Path) -> None:
 
 def test_an_empty_standard_never_passes(tmp_path: Path) -> None:
     std = tmp_path / "empty.json"
-    std.write_text('{"schema": "detaudit/standards/standard/1", "name": "t", "series": {}}')
+    std.write_text('{"schema": "detaudit/standard/1", "name": "t", "series": {}}')
     run = write_jsonl(tmp_path / "run.jsonl", ['{"x": 1.0}'])
     assert verify(metrics=run, standard=std).status == "empty-standard"
     result = run_cli("verify", "--metrics", str(run), "--standard", str(std))

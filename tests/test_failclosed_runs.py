@@ -82,7 +82,7 @@ def test_update_keeps_format_mode_and_symlink(toy_card: Path, tmp_path: Path) ->
     assert set(doc) == {"meta", "metrics"} and len(doc["metrics"]["train/loss"]) == 4  # still miles, updated
     assert "update: changed: rollout/reward/raw_mean: steps added: 3" in updated.out
     native = run_cli("record", str(toy_card), "--runs", "2", "--update", "--out", str(link), "--format", "detaudit")
-    assert native.code == 0 and json.loads(real.read_text())["schema"] == "detaudit/standards/standard/1"
+    assert native.code == 0 and json.loads(real.read_text())["schema"] == "detaudit/standard/1"
 
 
 def test_record_no_write_compares_and_writes_nothing(toy_card: Path, tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, run_cli, write_card
 
+from detaudit.runner_class import RunnerClass
 from detaudit.data.card import load_card, probe_env
 from detaudit.env.probes.envprobe import cpu_info
 from detaudit.errors import InputError
@@ -59,15 +60,15 @@ def test_same_isa_on_two_vendors_is_two_runner_classes() -> None:
     # Both dispatch torch's AVX512 kernels, yet the tiny recipe's bits differ between them.
     amd = runner_class(_info(AMD_ZEN4), 0)
     intel = runner_class(_info(INTEL_AMX), 0)
-    assert amd == ["cpu", "amd-25.17", "avx512"]
-    assert intel == ["cpu", "intel-6.143", "avx512", "amx"]
-    assert runner_class(_info(AMD_ZEN4, "AVX2"), 0) == ["cpu", "amd-25.17", "avx2"]
+    assert amd == RunnerClass(("cpu", "amd-25.17", "avx512"))
+    assert intel == RunnerClass(("cpu", "intel-6.143", "avx512", "amx"))
+    assert runner_class(_info(AMD_ZEN4, "AVX2"), 0) == RunnerClass(("cpu", "amd-25.17", "avx2"))
     gpu = {"gpu": {"name": "NVIDIA H200", "count": 1}, **_info(INTEL_AMX)}
-    assert runner_class(gpu, 1) == ["h200", "1gpu"]
+    assert runner_class(gpu, 1) == RunnerClass(("h200", "1gpu"))
 
 
 def test_every_differing_field_is_named_and_packages_apart() -> None:
-    recorded = standard_runner(["cpu", "intel-6.143", "avx512", "amx"], {
+    recorded = standard_runner(RunnerClass(("cpu", "intel-6.143", "avx512", "amx")), {
         **_info(INTEL_AMX), "torch": "2.13.0+cpu", "threads": {"torch_intra_op": 2},
         "packages": {"torch": "2.13.0+cpu", "transformers": "5.17.0", "gone": "1"}})
     here = {**_info(AMD_ZEN4), "torch": "2.13.0+cpu", "threads": {"torch_intra_op": 2, "OMP_NUM_THREADS": "1"},
@@ -91,7 +92,7 @@ def test_probe_runs_in_the_cards_environment(tmp_path: Path) -> None:
     info = detect_environment(env=probe_env(card))
     assert info["cpu_capability"] == "DEFAULT"  # torch honours the card's dispatch cap, so the class does too
     assert info["threads"]["OMP_NUM_THREADS"] == "1" and info["threads"]["torch_intra_op"] == 1
-    assert runner_class(info, 0)[2] == "default"
+    assert runner_class(info, 0).parts[2] == "default"
     assert info["packages"]["torch"].startswith(info["torch"].split("+")[0])
     assert info["torch_config"]["blas"] and info["cpu"]["vendor"]
     gpus = probe_env(card, ["3", "5"])
@@ -114,7 +115,7 @@ def test_env_command_prints_the_class_record_uses(tmp_path: Path) -> None:
     assert text.code == 0, text.text
     assert "runner class: cpu-test" in text.out  # the card names its class
     doc = json.loads(run_cli("env", "--json", str(REPO / "recipes" / "sd3_pickscore_nft.toml")).out)
-    assert doc["runner_class"][0] == "cpu" and doc["runner_class"] == runner_class(doc["environment"], 0)
+    assert doc["runner_class"][0] == "cpu" and doc["runner_class"] == runner_class(doc["environment"], 0).to_json()
     assert doc["environment"]["cpu"]["vendor"] in open("/proc/cpuinfo").read()
     bad = run_cli("env", str(tmp_path / "missing.toml"))
     assert bad.code == 2 and bad.err.startswith("detaudit: error: ") and len(bad.err.strip().splitlines()) == 1

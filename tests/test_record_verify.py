@@ -38,7 +38,7 @@ def test_seeded_record_writes_standard_and_verify_passes(toy_card: Path, tmp_pat
     path = standard_of(toy_card)
     assert f"RECORDED: 4 metric series identical across 3 runs -> {path}" in result.out
     doc = json.loads(path.read_text())
-    assert doc["schema"] == "detaudit/standards/standard/1" and doc["name"] == "toy"
+    assert doc["schema"] == "detaudit/standard/1" and doc["name"] == "toy"
     assert doc["runner"]["class"] == ["cpu", "test"] and doc["runner"]["python"]
     assert doc["recorded"]["runs"] == doc["recorded"]["agreeing"] == 3
     assert doc["series"]["train/grad_norm"]["points"][0] == [0.0, {"float": "NaN"}]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from detaudit.data.compare import SeriesData
 from detaudit.standards.formats import render_as
-from detaudit.report import change_line
+from detaudit.render.review import change_line
 from detaudit.standards.diff import diff_standards
 from detaudit.standards.standard import Standard
 

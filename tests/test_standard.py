@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from detaudit.data.compare import SeriesData
+from detaudit.fileio import write_atomic
 from detaudit.errors import InputError, UsageError
 from detaudit.standards.standard import (
     Standard,
     load_standard,
     render_standard,
     standard_lock,
-    write_atomic,
 )
 
 VALUES = [0.1, -0.0, 0.0, 5e-324, 1.7976931348623157e308, math.nan, math.inf, -math.inf, 3, True, None, "NaN",
@@ -84,10 +84,10 @@ def test_reads_an_existing_miles_standard(tmp_path: Path) -> None:
     [
         ("{", r"s\.json:1: invalid JSON"),
         ("[]", r"s\.json: a standard must be a JSON object"),
-        ('{"schema": "detaudit/standards/standard/9", "series": {}}', "unsupported standard schema"),
+        ('{"schema": "detaudit/standard/9", "series": {}}', "unsupported standard schema"),
         ('{"foo": 1}', "not a standard"),
         ('{"metrics": {"a": [[1]]}}', r"series 'a': point 0 must be \[step, value\]"),
-        ('{"schema": "detaudit/standards/standard/1", "series": {"a": {"points": [[1, {"float": "Nope"}]]}}}', "unknown non-finite float"),
+        ('{"schema": "detaudit/standard/1", "series": {"a": {"points": [[1, {"float": "Nope"}]]}}}', "unknown non-finite float"),
     ],
 )
 def test_bad_standards(tmp_path: Path, text: str, expected: str) -> None:

@@ -15,7 +15,7 @@ from conftest import REPO, run_cli, write_card
 from detaudit.trace import DIR_ENV, KEEP_ENV, MODE_ENV, trace_env
 from detaudit.trace.compare import compare_traces, seed_collisions, unseeded_uses
 from detaudit.trace.files import read_trace
-from detaudit.trace.report import comparison_lines
+from detaudit.render.trace import comparison_lines
 
 TRACE_RECIPE = REPO / "tests" / "recipes" / "trace_recipe.py"
 

@@ -3,7 +3,12 @@
 Both read the same ``Case`` rows, built from verify, suite and record results by ``cases``.
 """
 
-from detaudit.ci.cases import Case, cases_from_record, cases_from_suite, cases_from_verify
+from detaudit.ci.cases import (
+    Case,
+    cases_from_record,
+    cases_from_suite,
+    cases_from_verify,
+)
 from detaudit.ci.junit import junit_xml, write_junit
 from detaudit.ci.summary import append_step_summary, summary_markdown
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from detaudit.report import SUITE_STATUS, divergence_line, outcome_detail, status_detail
+from detaudit.render.diff import divergence_line
+from detaudit.render.suite import outcome_detail, status_detail
+from detaudit.results import VerifyStatus
 
 FIRST_DIVERGENCES = 10  # failing series listed in a suite case's text
 
@@ -41,7 +43,7 @@ def cases_from_verify(result: Any, classname: str, *, time_s: float = 0.0) -> li
     """Per series of the standard: passed, or failed with its first divergence."""
     if result.status not in ("passed", "failed", "approximate"):
         detail = status_detail(result.status, result)
-        return _not_per_series(classname, result, SUITE_STATUS.get(result.status, result.status), detail, time_s)
+        return _not_per_series(classname, result, VerifyStatus(result.status).label, detail, time_s)
     failing = dict(result.failures)
     within = dict(result.approximate)
     cases = []
@@ -61,10 +63,10 @@ def cases_from_verify(result: Any, classname: str, *, time_s: float = 0.0) -> li
 def cases_from_suite(suite: Any) -> list[Case]:
     """One case per card: passed, skipped, failed (first divergences in the text), error."""
     cases = []
-    classname = f"detaudit.flows.suite.{suite.suite}"
+    classname = f"detaudit.suite.{suite.suite}"
     for o in suite.outcomes:
         status = {"passed": "passed", "skipped": "skipped", "error": "error"}.get(o.status, "failed")
-        message = f"{SUITE_STATUS.get(o.status, o.status)}: {outcome_detail(o, limit=1)}"
+        message = f"{VerifyStatus(o.status).label}: {outcome_detail(o, limit=1)}"
         text = ""
         if o.status == "failed":
             lines = [divergence_line(name, d) for name, d in o.result.failures[:FIRST_DIVERGENCES]]

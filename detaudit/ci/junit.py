@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from detaudit.ci.cases import Case
-from detaudit.standards.standard import write_atomic
+from detaudit.fileio import write_atomic
 
 
 def junit_xml(suite_name: str, cases: list[Case]) -> str:

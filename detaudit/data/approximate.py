@@ -23,8 +23,9 @@ from typing import Any
 
 from detaudit.data.card import Card
 from detaudit.data.compare import ABSENT, PairDivergence, SeriesData, classify
-from detaudit.errors import InputError
 from detaudit.data.values import same_value, ulp_distance
+from detaudit.errors import InputError
+from detaudit.runner_class import RunnerClass
 
 _KEYS = ("rtol", "atol", "max_ulps")
 
@@ -69,9 +70,9 @@ class ApproximateRule:
         return None
 
 
-def approximate_rule(card: Card, runner_class: list[str] | tuple[str, ...]) -> ApproximateRule | None:
+def approximate_rule(card: Card, runner_class: RunnerClass) -> ApproximateRule | None:
     """The card's approximate rule for this runner class, validated; None when there is none."""
-    here = "-".join(runner_class)
+    here = str(runner_class)
     entry = card.approximate.get(here)
     if entry is None:
         return None

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from detaudit.errors import InputError
+from detaudit.runner_class import RunnerClass, check_plain_name
 
 DEFAULT_METRICS_ENV = "DETAUDIT_METRICS_JSONL"
 MAX_CARD_BYTES = 1 << 20  # a card is a few lines; anything this big is not one
@@ -43,7 +44,7 @@ class Card:
     exclude: tuple[str, ...] = ()
     include: tuple[str, ...] = ()
     step_key: str | None = None
-    runner: tuple[str, ...] | None = None  # None: detect ("auto")
+    runner: RunnerClass | None = None  # None: detect ("auto")
     gpus_per_run: int = 0
     cpus_per_run: float = 1  # what a cluster job asks Ray for (--cluster)
     est_time: float | None = None  # seconds, for CI planning
@@ -156,8 +157,10 @@ def load_card(path: str | Path) -> Card:
         return tuple(value)
 
     name = data["name"]
-    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name or name.startswith("."):
-        raise fail("name", f"must be a plain file name (no path separators, not empty, no leading dot), got {name!r}")
+    try:
+        check_plain_name(name, "name")
+    except InputError as exc:
+        raise fail("name", exc.message.removeprefix("name ")) from None
     command = str_list("command")
     if not command:
         raise fail("command", "must not be empty")
@@ -182,9 +185,10 @@ def load_card(path: str | Path) -> Card:
             raise fail("runner", f'must be a list of strings or "auto", got {runner_value!r}')
         runner = None
     else:
-        runner = str_list("runner")
-        if not runner:
-            raise fail("runner", "must not be empty")
+        try:
+            runner = RunnerClass.of(str_list("runner"), what="runner")
+        except InputError as exc:
+            raise fail("runner", exc.message.removeprefix("runner: ")) from None
     gpus = data.get("gpus_per_run", 0)
     if gpus < 0:
         raise fail("gpus_per_run", "must be 0 or more")
@@ -229,12 +233,12 @@ def _expand(text: str, values: dict[str, str]) -> str:
     return text
 
 
-def standard_file_name(card: Card, runner_class: list[str] | tuple[str, ...]) -> str:
-    """``<name>.<runner class joined by '-'>.json``."""
-    return f"{card.name}.{'-'.join(runner_class)}.json"
+def standard_file_name(card: Card, runner_class: RunnerClass) -> str:
+    """``<name>.<runner class>.json``."""
+    return runner_class.standard_file_name(card.name)
 
 
-def standard_path(card: Card, runner_class: list[str] | tuple[str, ...]) -> Path:
+def standard_path(card: Card, runner_class: RunnerClass) -> Path:
     """``<standards_dir>/<name>.<runner class>.json``, the dir resolved as ``Card.standards_path`` says."""
     return card.standards_path / standard_file_name(card, runner_class)
 

@@ -26,8 +26,14 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from detaudit.data.values import ABSENT, first_difference, same_value, to_float, ulp_distance
 from detaudit.data.metrics import MetricsRun, Series, steps_at
+from detaudit.data.values import (
+    ABSENT,
+    first_difference,
+    same_value,
+    to_float,
+    ulp_distance,
+)
 
 # Reordered float reductions land a few ULPs to ~1e-9 relative apart in fp32/fp64 metrics;
 # 1e-6 relative still reads as "same data, different order" rather than different data.

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from detaudit.data.card import Card
 
 # Globs over series names (fnmatch, case-sensitive; '*' also crosses '/').
 DEFAULT_EXCLUDE: tuple[str, ...] = (
@@ -68,3 +72,12 @@ class Exclusion:
             "cli": list(self.cli),
             "include": list(self.include),
         }
+
+
+def exclusion_for(card: "Card | None", exclude: Sequence[str] = (), include: Sequence[str] = ()) -> Exclusion:
+    """The card's exclude/include patterns plus the command line's."""
+    return Exclusion(
+        card=card.exclude if card else (),
+        cli=tuple(exclude),
+        include=tuple(include) + (card.include if card else ()),
+    )

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from detaudit.errors import InputError
 from detaudit.data.exclusion import Exclusion
-from detaudit.data.values import encode_value, to_float
 from detaudit.data.metrics import read_metrics
+from detaudit.data.values import encode_value, to_float
+from detaudit.errors import InputError
 
 
 @dataclass
@@ -99,42 +99,3 @@ def curve_health(path: str | Path, metric: str, *, window: int = 20, buckets: in
     drops.sort(key=lambda d: (-d.size, str(d.step)))
     report.drops = drops[:worst]
     return report
-
-
-def plot(report: HealthReport, png: str | Path) -> Path:
-    """Write the series, its bucket means and the first/last window means as a PNG.
-
-    The PNG's folder must exist: a mistyped path is an error, never a tree of new dirs.
-    """
-    if not Path(png).parent.is_dir():
-        raise InputError(png, "cannot write the plot: no such directory")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise InputError(None, "the plot needs matplotlib: pip install 'detaudit[plot]'") from None
-    x = [float(s) if isinstance(s, (int, float)) else i for i, s in enumerate(report.steps)]
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
-    ax.plot(x, report.values, lw=1, color="#4C72B0", label=report.metric)
-    centres = []
-    for (first, last, mean) in report.buckets:
-        a, b = float(first), float(last)
-        centres.append(((a + b) / 2, mean))
-    ax.plot([c[0] for c in centres], [c[1] for c in centres], "o-", color="#DD8452", label="bucket means")
-    ax.axhline(report.first_mean, ls="--", lw=0.8, color="grey", label=f"first {report.window}: {report.first_mean:.4g}")
-    ax.axhline(report.last_mean, ls=":", lw=0.8, color="black", label=f"last {report.window}: {report.last_mean:.4g}")
-    ax.set_xlabel("step")
-    ax.set_ylabel(report.metric)
-    ax.set_title(f"{Path(report.path).name}: {report.metric} (delta {report.delta:+.4g})")
-    ax.legend(loc="best", fontsize=8)
-    fig.tight_layout()
-    png = Path(png)
-    try:
-        fig.savefig(png, metadata={"Software": None})
-    except OSError as exc:
-        raise InputError(png, f"cannot write the plot: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
-    return png

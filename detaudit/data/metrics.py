@@ -32,9 +32,9 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any, Iterable
 
-from detaudit.errors import InputError
 from detaudit.data.exclusion import Exclusion
 from detaudit.data.values import MAX_DEPTH, contains_encoded_nonfinite, depth
+from detaudit.errors import InputError
 
 try:  # orjson is ~5x faster; it rejects NaN/Infinity literals, which Python's json writes.
     import orjson

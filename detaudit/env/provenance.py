@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from detaudit.errors import InputError
+from detaudit.runner_class import RunnerClass
 
 PROBE_SCRIPT = Path(__file__).parent / "probes" / "envprobe.py"
 
@@ -71,26 +72,26 @@ def cpu_model_tag(cpu: dict[str, Any]) -> str:
     return f"{vendor}-{model}" if model else vendor
 
 
-def runner_class(info: dict[str, Any], gpus_per_run: int) -> list[str]:
-    """The class a standard is bound to: ['h200', '1gpu'] or ['cpu', 'intel-6.207', 'avx512'].
+def runner_class(info: dict[str, Any], gpus_per_run: int) -> RunnerClass:
+    """The class a standard is bound to: h200-1gpu or cpu-intel-6.207-avx512.
 
     CPU: vendor and family.model, torch's CPU capability, and 'amx' where the CPU shows AMX
     tiles (oneDNN then runs bf16/int8 matmuls on other units).
     """
     if gpus_per_run > 0 and info.get("gpu"):
-        return [gpu_short_name(info["gpu"]["name"]), f"{gpus_per_run}gpu"]
+        return RunnerClass.of([gpu_short_name(info["gpu"]["name"]), f"{gpus_per_run}gpu"], None, "detected runner class")
     if gpus_per_run > 0:
-        return ["nogpu", f"{gpus_per_run}gpu"]
+        return RunnerClass.of(["nogpu", f"{gpus_per_run}gpu"])
     cpu = info.get("cpu") or {}
     cls = ["cpu", cpu_model_tag(cpu), str(info.get("cpu_capability", "unknown")).lower()]
     if "amx_tile" in (cpu.get("flags") or []):
         cls.append("amx")
-    return cls
+    return RunnerClass.of(cls, None, "detected runner class")
 
 
-def standard_runner(cls: list[str], info: dict[str, Any]) -> dict[str, Any]:
+def standard_runner(cls: RunnerClass, info: dict[str, Any]) -> dict[str, Any]:
     """The ``runner`` section of a standard: the class and every probe field that is known."""
-    runner: dict[str, Any] = {"class": list(cls)}
+    runner: dict[str, Any] = {"class": cls.to_json()}
     for key in RUNNER_KEYS:
         if info.get(key) is not None:
             runner[key] = info[key]

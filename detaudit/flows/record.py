@@ -5,17 +5,19 @@ from __future__ import annotations
 import datetime as _dt
 import shutil
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from detaudit import __version__
 from detaudit.data.card import load_card, standard_path
-from detaudit.run.cluster import runner_mismatch
 from detaudit.data.compare import DiffReport, SeriesData, diff_runs
-from detaudit.errors import UsageError
-from detaudit.data.values import encode_value
 from detaudit.data.metrics import MetricsRun
+from detaudit.data.values import encode_value
+from detaudit.env.provenance import git_state, standard_runner
+from detaudit.errors import UsageError
+from detaudit.results import RecordResult, RecordStatus
+from detaudit.run.cluster import runner_mismatch
+from detaudit.run.local import interrupts_as_exceptions
 from detaudit.run.plan import (
     EnvHook,
     Executor,
@@ -27,44 +29,20 @@ from detaudit.run.plan import (
     read_run_metrics,
     resolve_runner,
 )
-from detaudit.env.provenance import git_state, standard_runner
-from detaudit.run.local import RunState, interrupts_as_exceptions
+from detaudit.run.spec import RunState
+from detaudit.standards.diff import diff_standards
 from detaudit.standards.formats import FORMATS, load_any, render_as
 from detaudit.standards.formats import drop_nan_series as drop_nan
-from detaudit.standards.diff import StandardDiff, diff_standards
-from detaudit.standards.standard import Standard, standard_lock, write_atomic
+from detaudit.fileio import write_atomic
+from detaudit.standards.standard import Standard, standard_lock
 from detaudit.trace import MODE_ENV, run_trace_dir, trace_hook
-from detaudit.trace.compare import RunsTraceReport, audit_runs
-from detaudit.trace.saved import check_replaceable, replace_saved_trace, standard_trace_dir, trace_meta
-
-
-@dataclass
-class RecordResult:
-    """What a record did.
-
-    ``status``: written; agreed (``write=False``: the runs agree, nothing written);
-    disagree; empty (no series left to compare: nothing a standard could hold);
-    run-failed; runner-mismatch (cluster runs on another runner class than the probe's).
-    """
-
-    status: str
-    standard_path: Path | None
-    runs: list[RunState]
-    workdir: Path
-    report: DiffReport | None = None
-    standard: Standard | None = None
-    dropped: dict[str, Any] = field(default_factory=dict)
-    workdir_removed: bool = False
-    nan_dropped: list[str] = field(default_factory=list)  # --drop-nan-series: series left out for holding NaN
-    review: StandardDiff | None = None  # with update: the old standard against the new (``standard diff``)
-    trace: RunsTraceReport | None = None  # with ``trace``: the runs' traces compared
-    runner_class: list[str] | None = None  # with runner-mismatch: the class the probe found
-    standard_trace: Path | None = None  # traced and written: run 1's trace, saved next to the standard
-    stale_trace_removed: Path | None = None  # --update without --trace: the old standard's trace, removed
-
-    @property
-    def ok(self) -> bool:
-        return self.status in ("written", "agreed")
+from detaudit.trace.compare import audit_runs
+from detaudit.trace.saved import (
+    check_replaceable,
+    replace_saved_trace,
+    standard_trace_dir,
+    trace_meta,
+)
 
 
 def record(
@@ -145,24 +123,24 @@ def _judge(plan: RunPlan, states: list[RunState], path: Path | None, old: Standa
            allow_partial: bool, fmt: str, drop_nan_series: bool = False) -> RecordResult:
     """Compare the finished runs; write the standard to ``path`` (None: write nothing) if they agree."""
     if not all(s.ok for s in states):
-        return RecordResult("run-failed", path, states, plan.workdir)
+        return RecordResult(RecordStatus.RUN_FAILED, path, states, plan.workdir)
     if runner_mismatch(states, plan.runner_class):  # cluster runs report where they ran
-        return RecordResult("runner-mismatch", path, states, plan.workdir, runner_class=plan.runner_class)
+        return RecordResult(RecordStatus.RUNNER_MISMATCH, path, states, plan.workdir, runner_class=plan.runner_class)
     plan.environment = getattr(states[0], "environment", None) or plan.environment
     parsed = read_run_metrics(plan)
     report = diff_runs(parsed, labels=[f"run{i + 1}" for i in range(len(plan.specs))])
     report.exclude_patterns = plan.exclusion.patterns()
-    result = RecordResult("disagree", path, states, plan.workdir, report=report)
+    result = RecordResult(RecordStatus.DISAGREE, path, states, plan.workdir, report=report, runner_class=plan.runner_class)
     traced = any(MODE_ENV in spec.env for spec in plan.specs)
     if traced:
         result.trace = audit_runs([run_trace_dir(spec.workdir) for spec in plan.specs])
     if not report.ok and not allow_partial:
         return result
     if not report.identical:
-        result.status = "empty"  # a standard of 0 series would pass any run
+        result.status = RecordStatus.EMPTY  # a standard of 0 series would pass any run
         return result
     if path is None:
-        result.status = "agreed"
+        result.status = RecordStatus.AGREED
         result.workdir_removed = finish(plan, passed=not traced)  # traced: keep the traces
         return result
     standard = build_standard(plan, parsed[0], report, fmt)
@@ -172,7 +150,7 @@ def _judge(plan: RunPlan, states: list[RunState], path: Path | None, old: Standa
     # Exact in every format, or an InputError (exit 2) before anything is written.
     write_atomic(path, render_as(standard, fmt, target=path), overwrite=update)
     standard.path = path
-    result.status = "written"
+    result.status = RecordStatus.WRITTEN
     _keep_standard_trace(result, plan, path, traced)
     result.standard = standard
     result.dropped = standard.dropped

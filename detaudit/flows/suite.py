@@ -11,13 +11,13 @@ check with a card that has no ``est_time`` cannot be proven to fit, so it does n
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from detaudit.data.card import Card, load_card
 from detaudit.errors import InputError, UsageError
 from detaudit.flows.verify import verify
+from detaudit.results import CardOutcome, SuitePlan, SuiteResult, VerifyStatus
 
 DEFAULT_CARDS_DIR = "recipes"
 
@@ -41,34 +41,6 @@ def find_cards(cards_dir: str | Path = DEFAULT_CARDS_DIR, suite: str | None = No
     return cards
 
 
-@dataclass
-class SuitePlan:
-    suite: str | None
-    cards: list[Card]
-    budget: float | None = None
-
-    @property
-    def unknown(self) -> list[str]:
-        """Cards without ``est_time``: their time cannot be planned."""
-        return [c.name for c in self.cards if c.est_time is None]
-
-    @property
-    def total(self) -> float:
-        """Sum of the known ``est_time`` (runs one after another)."""
-        return sum(c.est_time or 0.0 for c in self.cards)
-
-    @property
-    def gpu_seconds(self) -> float:
-        return sum((c.est_time or 0.0) * c.gpus_per_run for c in self.cards)
-
-    @property
-    def fits(self) -> bool | None:
-        """None without a budget; False over it, or when any card's time is unknown."""
-        if self.budget is None:
-            return None
-        return not self.unknown and self.total <= self.budget
-
-
 def plan_suite(cards_dir: str | Path = DEFAULT_CARDS_DIR, suite: str | None = None, budget: float | None = None) -> SuitePlan:
     return SuitePlan(suite, find_cards(cards_dir, suite), budget)
 
@@ -76,39 +48,6 @@ def plan_suite(cards_dir: str | Path = DEFAULT_CARDS_DIR, suite: str | None = No
 def over_estimate(card: Card, elapsed: float) -> bool:
     """True when a run took longer than the card's ``est_time`` (plans built on it are wrong)."""
     return card.est_time is not None and elapsed > card.est_time
-
-
-@dataclass
-class CardOutcome:
-    """One card of a suite verify: ``status`` is verify's, or ``error`` (bad input, message in ``error``)."""
-
-    card: Card
-    status: str
-    result: Any = None  # detaudit.flows.verify.VerifyResult
-    error: str | None = None
-    elapsed: float = 0.0  # wall time of the card's verify, run included
-
-    @property
-    def ok(self) -> bool:
-        return self.status in ("passed", "skipped", "approximate")
-
-    @property
-    def run_elapsed(self) -> float | None:
-        run = getattr(self.result, "run", None)
-        return run.elapsed if run is not None and run.started is not None else None
-
-
-@dataclass
-class SuiteResult:
-    suite: str | None
-    outcomes: list[CardOutcome] = field(default_factory=list)
-
-    @property
-    def exit_code(self) -> int:
-        """0 every card passed (or skipped), 2 a card had bad input, else 1."""
-        if any(o.status == "error" for o in self.outcomes):
-            return 2
-        return 0 if all(o.ok for o in self.outcomes) else 1
 
 
 def verify_suite(
@@ -128,7 +67,7 @@ def verify_suite(
         try:
             outcome = verify(card.path, allow_other_runner=allow_other_runner, on_update=on_update)
         except InputError as exc:
-            result.outcomes.append(CardOutcome(card, "error", error=str(exc), elapsed=time.monotonic() - started))
+            result.outcomes.append(CardOutcome(card, VerifyStatus.ERROR, error=str(exc), elapsed=time.monotonic() - started))
             continue
         result.outcomes.append(CardOutcome(card, outcome.status, outcome, elapsed=time.monotonic() - started))
     return result

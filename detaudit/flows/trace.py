@@ -8,37 +8,23 @@ existing folder.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from detaudit.data.card import load_card
 from detaudit.errors import UsageError
+from detaudit.results import TraceResult, TraceStatus
+from detaudit.run.local import interrupts_as_exceptions, run_batch
 from detaudit.run.plan import make_specs, prepare_workdir
-from detaudit.run.local import RunState, interrupts_as_exceptions, run_batch
+from detaudit.run.spec import RunState
 from detaudit.trace import MODES, run_trace_dir, trace_hook
-from detaudit.trace.compare import Collision, TraceComparison, UnseededUse, compare_traces, seed_collisions, unseeded_uses
+from detaudit.trace.compare import (
+    compare_traces,
+    seed_collisions,
+    unseeded_uses,
+)
 from detaudit.trace.files import RunTrace, read_trace
 from detaudit.trace.saved import read_saved, save_trace, trace_meta
-
-@dataclass
-class TraceResult:
-    """``status``: ok, run-failed."""
-
-    status: str
-    mode: str
-    run: RunState
-    trace_dir: Path
-    trace: RunTrace | None = None
-    unseeded: list[UnseededUse] = field(default_factory=list)
-    collisions: list[Collision] = field(default_factory=list)
-    comparison: TraceComparison | None = None
-    saved: Path | None = None
-    against: Path | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok" and (self.comparison is None or self.comparison.identical)
 
 
 def trace_card(
@@ -68,7 +54,7 @@ def trace_card(
     trace_dir = run_trace_dir(spec.workdir)
     with interrupts_as_exceptions():
         state = run_batch([spec], on_update=on_update)[0]
-    result = TraceResult("ok" if state.ok else "run-failed", mode, state, trace_dir)
+    result = TraceResult(TraceStatus.OK if state.ok else TraceStatus.RUN_FAILED, mode, state, trace_dir)
     if not state.ok:
         return result
     run = read_trace(trace_dir)

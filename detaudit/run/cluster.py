@@ -41,10 +41,12 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from detaudit.data.card import Card
-from detaudit.run.cluster_job import MAX_RESULT_BYTES, decode_result, encode_spec
 from detaudit.env.determinism import DETERMINISTIC_ENV_VARS
 from detaudit.errors import InputError
-from detaudit.run.local import Interrupted, RunSpec, RunState, log_tail
+from detaudit.run.cluster_job import MAX_RESULT_BYTES, decode_result, encode_spec
+from detaudit.run.local import Interrupted, log_tail
+from detaudit.run.spec import RunSpec, RunState, RunStatus
+from detaudit.runner_class import RunnerClass
 
 POLL_S = 0.5
 # On top of the card's timeout: runtime env set-up and the runner probe on the node.
@@ -60,7 +62,7 @@ class JobState(RunState):
     """A run that is a Ray job: the local state plus where and how it ran on the cluster."""
 
     job_id: str | None = None
-    runner_class: list[str] | None = None  # detected on the node, in the run's environment
+    runner_class: RunnerClass | None = None  # detected on the node, in the run's environment
     environment: dict[str, Any] | None = None
     node: str | None = None
     error: str | None = None  # why the results could not be read back
@@ -91,7 +93,7 @@ class ClusterExecutor:
         self.extra_args = tuple(extra_args)
         self.client = connect(address)
 
-    def probe(self) -> tuple[dict[str, Any], list[str]]:
+    def probe(self) -> tuple[dict[str, Any], RunnerClass]:
         """(environment, runner class) of a node where the card's jobs run."""
         with tempfile.TemporaryDirectory(prefix="detaudit-probe-") as tmp:
             folder = Path(tmp) / "probe"
@@ -110,9 +112,9 @@ class ClusterExecutor:
                              extra_args=self.extra_args, on_update=on_update, client=self.client))
 
 
-def runner_mismatch(states: Sequence[RunState], expected: list[str]) -> list[RunState]:
+def runner_mismatch(states: Sequence[RunState], expected: RunnerClass) -> list[RunState]:
     """Runs that report a runner class other than ``expected`` (local runs report none)."""
-    return [s for s in states if getattr(s, "runner_class", None) not in (None, list(expected))]
+    return [s for s in states if getattr(s, "runner_class", None) not in (None, expected)]
 
 
 def project_root(card: Card) -> Path:
@@ -215,7 +217,7 @@ def run_jobs(
             failed = None
             for state in list(running):
                 _poll(client, state, max_bytes)
-                if state.status in ("pending", "running"):
+                if state.status.active:
                     continue
                 running.remove(state)
                 if not state.ok and failed is None:
@@ -225,7 +227,7 @@ def run_jobs(
             if failed is not None:
                 stop_jobs(client, states)
                 for state in waiting:
-                    state.status = "killed"  # never submitted: nothing to stop
+                    state.status = RunStatus.KILLED  # never submitted: nothing to stop
                 if on_update:
                     on_update(list(states))
                 return states
@@ -271,10 +273,10 @@ def _submit(client: Any, state: JobState, card: Card, card_rel: str, token: str,
             metadata={"detaudit_card": card.name, "detaudit_batch": token, "detaudit_run": str(spec.index + 1)},
         ))
     except Exception as exc:
-        state.status = "failed"
+        state.status = RunStatus.FAILED
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(runtime_env["working_dir"], f"Ray did not accept job {name}: {first}") from None
-    state.status = "pending"
+    state.status = RunStatus.PENDING
     state.started = time.monotonic()
 
 
@@ -298,19 +300,19 @@ def _poll(client: Any, state: JobState, max_bytes: int) -> None:
     if status == "PENDING":
         if waited > state.spec.timeout_s + SETUP_GRACE_S:
             state.error = f"waited {waited:.0f}s for the cluster to start the job ({info.message or 'pending'})"
-            _give_up(client, state, "timeout")
+            _give_up(client, state, RunStatus.TIMEOUT)
         return
     if status == "RUNNING":
-        state.status = "running"
+        state.status = RunStatus.RUNNING
         if waited > state.spec.timeout_s + SETUP_GRACE_S:
             state.error = f"the job ran past the card's timeout ({state.spec.timeout_s:g}s) and its set-up grace"
-            _give_up(client, state, "timeout")
+            _give_up(client, state, RunStatus.TIMEOUT)
         return
     state.finished = time.monotonic()
     _collect(client, state, status, info.message or "", max_bytes)
 
 
-def _give_up(client: Any, state: JobState, status: str) -> None:
+def _give_up(client: Any, state: JobState, status: RunStatus) -> None:
     stop_jobs(client, [state])
     state.status = status
     state.finished = time.monotonic()
@@ -329,14 +331,18 @@ def _collect(client: Any, state: JobState, status: str, message: str, max_bytes:
     except Exception as exc:
         state.error = f"cannot read the job's results: {exc}"
     if result is None:
-        state.status = "killed" if status == "STOPPED" else "failed"
+        state.status = RunStatus.KILLED if status == "STOPPED" else RunStatus.FAILED
         state.error = state.error or f"the job ended {status} without results: {message}".rstrip(": ")
         # What the job log has (Ray's set-up messages, a traceback) is all there is.
         _write_local(state, None, "\n".join(logs.splitlines()[-200:]) + f"\n[detaudit] {state.error}\n")
         return
-    state.status = str(result.get("status", "failed"))
+    state.status = RunStatus(result["status"]) if result.get("status") in set(RunStatus) else RunStatus.FAILED
     state.returncode = result.get("returncode")
-    state.runner_class = list(result.get("runner_class") or []) or None
+    try:  # the class names the standard's file: it must be plain tokens, like every class
+        state.runner_class = RunnerClass.of(result["runner_class"], f"Ray job {state.job_id}") if result.get("runner_class") else None
+    except InputError as exc:
+        state.status, state.runner_class = RunStatus.FAILED, None
+        state.error = f"the job reported an unusable runner class: {exc.message}"
     state.environment = result.get("environment")
     state.node = result.get("node")
     if result.get("error"):
@@ -392,7 +398,7 @@ def stop_jobs(client: Any, states: Sequence[JobState]) -> list[str]:
         state.job_status = status
         if status not in TERMINAL:
             state.error = f"job {state.job_id} still {status} {STOP_WAIT_S:g}s after it was stopped"
-        if state.status in ("pending", "running"):
-            state.status = "killed"
+        if state.status.active:
+            state.status = RunStatus.KILLED
             state.finished = time.monotonic()
     return stopped

@@ -17,45 +17,13 @@ import threading
 import time
 from collections import deque
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from detaudit.run.spec import RunSpec, RunState, RunStatus
+
 KILL_GRACE_S = 5.0
 POLL_S = 0.1
-
-
-@dataclass
-class RunSpec:
-    index: int  # 0-based
-    argv: list[str]
-    env: dict[str, str]
-    workdir: Path
-    log_path: Path
-    metrics_path: Path
-    timeout_s: float
-    gpus: list[str] | None = None  # CUDA_VISIBLE_DEVICES for this run
-
-
-@dataclass
-class RunState:
-    spec: RunSpec
-    status: str = "waiting"  # waiting, running, ok, failed, timeout, killed
-    returncode: int | None = None
-    started: float | None = None
-    finished: float | None = None
-    proc: subprocess.Popen | None = field(default=None, repr=False)
-    group_survived: bool = False  # its process group was still alive after SIGKILL and the grace
-
-    @property
-    def elapsed(self) -> float:
-        if self.started is None:
-            return 0.0
-        return (self.finished or time.monotonic()) - self.started
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
 
 
 def log_tail(path: Path, lines: int = 20) -> str:
@@ -226,14 +194,14 @@ def _start(state: RunState) -> None:
         )
     except OSError as exc:
         log.write(f"detaudit: cannot start {spec.argv[0]!r}: {exc}\n".encode())
-        state.status = "failed"
+        state.status = RunStatus.FAILED
         state.returncode = 127
         state.started = state.finished = time.monotonic()
         return
     finally:
         log.close()
     state.started = time.monotonic()
-    state.status = "running"
+    state.status = RunStatus.RUNNING
 
 
 def run_batch(
@@ -266,11 +234,11 @@ def run_batch(
             failed = None
             for index in list(running):
                 state = by_index[index]
-                if state.status == "running":
+                if state.status == RunStatus.RUNNING:
                     code = state.proc.poll() if state.proc else 127
                     if code is None:
                         if time.monotonic() - (state.started or 0) > state.spec.timeout_s:
-                            state.status = "timeout"
+                            state.status = RunStatus.TIMEOUT
                             _kill_group(state)
                             state.finished = time.monotonic()
                         else:
@@ -278,7 +246,7 @@ def run_batch(
                     else:
                         state.returncode = code
                         state.finished = time.monotonic()
-                        state.status = "ok" if code == 0 else "failed"
+                        state.status = RunStatus.OK if code == 0 else RunStatus.FAILED
                         # Whatever the run left behind in its group (a forked daemon) goes too.
                         _kill_group(state)
                 gpus = running.pop(index)
@@ -312,7 +280,7 @@ def _stop_all(states: Sequence[RunState]) -> list[int]:
         _kill_groups(states, hurry=caught)
         now = time.monotonic()
         for state in states:
-            if state.status == "running":
-                state.status = "killed"
+            if state.status == RunStatus.RUNNING:
+                state.status = RunStatus.KILLED
                 state.finished = now
     return caught

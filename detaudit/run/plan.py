@@ -28,12 +28,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
-from detaudit.data.card import DEFAULT_METRICS_ENV, Card, probe_env, run_argv, run_env, standard_file_name
-from detaudit.errors import InputError, UsageError
-from detaudit.data.exclusion import Exclusion
+from detaudit.data.card import (
+    DEFAULT_METRICS_ENV,
+    Card,
+    probe_env,
+    run_argv,
+    run_env,
+    standard_file_name,
+)
+from detaudit.data.exclusion import Exclusion, exclusion_for
 from detaudit.data.metrics import MetricsRun, read_metrics_many
 from detaudit.env.provenance import detect_environment, runner_class
-from detaudit.run.local import RunSpec, RunState, gpu_slots, run_batch
+from detaudit.errors import InputError, UsageError
+from detaudit.run.local import gpu_slots, run_batch
+from detaudit.run.spec import RunSpec, RunState
+from detaudit.runner_class import RunnerClass
 from detaudit.standards.standard import Standard, load_standard
 
 EnvHook = Callable[[RunSpec], dict[str, str]]
@@ -62,15 +71,6 @@ def local_executor(
     return run_batch(specs, parallel=parallel, gpu_sets=slots, on_update=on_update)
 
 
-def exclusion_for(card: Card | None, exclude: Sequence[str] = (), include: Sequence[str] = ()) -> Exclusion:
-    """The card's exclude/include patterns plus the command line's."""
-    return Exclusion(
-        card=card.exclude if card else (),
-        cli=tuple(exclude),
-        include=tuple(include) + (card.include if card else ()),
-    )
-
-
 def environment_for(card: Card, parallel: int = 1) -> dict[str, Any]:
     """The environment as one run of ``card`` sees it: probed in the recipe's interpreter with
     the card's environment and the GPU set the first run would get."""
@@ -78,9 +78,9 @@ def environment_for(card: Card, parallel: int = 1) -> dict[str, Any]:
     return detect_environment(env=probe_env(card, slots[0] if slots else None))
 
 
-def resolve_runner(card: Card, info: dict[str, Any]) -> list[str]:
+def resolve_runner(card: Card, info: dict[str, Any]) -> RunnerClass:
     """The card's runner class if it names one, else the one detected here."""
-    return list(card.runner) if card.runner is not None else runner_class(info, card.gpus_per_run)
+    return card.runner if card.runner is not None else runner_class(info, card.gpus_per_run)
 
 
 def prepend_pythonpath(env: dict[str, str], paths: Sequence[str]) -> None:
@@ -131,7 +131,7 @@ class RunPlan:
     """What will run: the card, the runner class, the runs' specs, and where they live."""
 
     card: Card
-    runner_class: list[str]
+    runner_class: RunnerClass
     environment: dict[str, Any]
     workdir: Path
     specs: list[RunSpec]
@@ -268,6 +268,10 @@ def standards_of_card(card: Card) -> list[tuple[Path, Standard]]:
             std = load_standard(path)
         except InputError:
             continue
-        if std.name == card.name and path.name == standard_file_name(card, std.runner_class or []):
+        try:
+            cls = std.runner_class
+        except InputError:
+            continue
+        if std.name == card.name and cls is not None and path.name == standard_file_name(card, cls):
             found.append((path, std))
     return found

@@ -17,7 +17,7 @@ def _fingerprint(f: Finding) -> tuple[str, str, str]:
 
 def write_baseline(path: str | Path, findings: list[Finding]) -> None:
     """Write every finding's (path, rule, code line) atomically; a one-line InputError if it cannot."""
-    from detaudit.standards.standard import write_atomic
+    from detaudit.fileio import write_atomic
 
     entries = sorted({_fingerprint(f) for f in findings})
     doc = {"schema": SCHEMA, "findings": [{"path": p, "rule": r, "code": c} for p, r, c in entries]}

@@ -2,9 +2,9 @@
 
 Two formats:
 
-* ``detaudit/standards/standard/1`` (ours)::
+* ``detaudit/standard/1`` (ours)::
 
-    {"schema": "detaudit/standards/standard/1", "name": ..., "runner": {...}, "recorded": {...},
+    {"schema": "detaudit/standard/1", "name": ..., "runner": {...}, "recorded": {...},
      "excluded": {...}, "dropped": {...},
      "series": {"train/loss": {"step_key": "train/step", "points": [[1.0, 0.25], ...]}}}
 
@@ -24,18 +24,24 @@ from __future__ import annotations
 import errno
 import json
 import os
-import stat
-import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 from detaudit.data.compare import SeriesData
+from detaudit.data.values import (
+    MAX_DEPTH,
+    NONFINITE_KEY,
+    decode_value,
+    depth,
+    encode_value,
+)
 from detaudit.errors import InputError, UsageError
-from detaudit.data.values import MAX_DEPTH, NONFINITE_KEY, decode_value, depth, encode_value
+from detaudit.fileio import make_parents, os_error, remove_empty
+from detaudit.runner_class import RunnerClass
 
-SCHEMA = "detaudit/standards/standard/1"
+SCHEMA = "detaudit/standard/1"
 FORMATS = ("detaudit", "miles")
 # A standard holds a short run's metrics: megabytes. Reading stops here (bounded memory).
 MAX_STANDARD_BYTES = 256 << 20
@@ -56,9 +62,10 @@ class Standard:
     path: Path | None = None
 
     @property
-    def runner_class(self) -> list[str] | None:
+    def runner_class(self) -> RunnerClass | None:
+        """The class it was recorded on (checked when the file was read), None when it names none."""
         cls = self.runner.get("class")
-        return list(cls) if isinstance(cls, list) else None
+        return None if cls is None else RunnerClass.of(cls, self.path, "runner.class")
 
 
 def series_document(series: dict[str, SeriesData]) -> dict[str, Any]:
@@ -201,6 +208,8 @@ def _load_detaudit(path: Path, doc: dict[str, Any]) -> Standard:
     for key in ("runner", "recorded", "excluded", "dropped"):
         if key in doc and not isinstance(doc[key], dict):
             raise InputError(path, f'"{key}" must be an object')
+    if "class" in doc.get("runner", {}):
+        RunnerClass.of(doc["runner"]["class"], path, "runner.class")  # a class names files: checked here
     return Standard(
         series=series,
         format="detaudit",
@@ -227,91 +236,7 @@ def _load_miles(path: Path, doc: dict[str, Any]) -> Standard:
     return Standard(series=series, format="miles", meta=meta, path=path)
 
 
-# --- writing -------------------------------------------------------------------------
-
-
-def _new_file_mode(path: Path) -> int:
-    """The mode a replaced file keeps, else what the user's umask gives a new file."""
-    try:
-        return stat.S_IMODE(os.stat(path).st_mode)
-    except OSError:
-        mask = os.umask(0)
-        os.umask(mask)
-        return 0o666 & ~mask
-
-
-def _os_error(path: Path, exc: OSError, doing: str) -> InputError:
-    return InputError(path, f"cannot {doing}: {exc.strerror or exc}")
-
-
-def write_atomic(path: str | Path, text: str, *, overwrite: bool) -> None:
-    """Write ``text`` to ``path`` via a temporary file and a rename: readers never see half.
-
-    Without ``overwrite`` an existing file is never replaced (``UsageError``), also when
-    another process created it in the meantime (the final step is a hard link, which
-    fails if the name exists). A replaced symlink's target is written, not the link; a
-    replaced file keeps its mode, a new one gets the user's umask. Any OS error (read-only
-    dir, full disk, a parent that is a file) is an ``InputError`` and leaves the old file
-    as it was.
-    """
-    path = Path(path)
-    if overwrite and path.is_symlink():
-        path = Path(os.path.realpath(path))
-    created = _make_parents(path)
-    tmp = None
-    try:
-        try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                os.fchmod(fh.fileno(), _new_file_mode(path))
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            if overwrite:
-                os.replace(tmp, path)
-            else:
-                try:
-                    os.link(tmp, path)
-                except FileExistsError:
-                    raise UsageError("exists; pass --update to replace it", path) from None
-                os.unlink(tmp)
-        except OSError as exc:
-            raise _os_error(path, exc, "write the file") from None
-    except BaseException:
-        _remove_empty(created)
-        raise
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _make_parents(path: Path) -> list[Path]:
-    """Create the missing parent dirs of ``path``; return those created (deepest last)."""
-    missing = []
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        missing.append(parent)
-        parent = parent.parent
-    missing.reverse()
-    try:
-        for folder in missing:
-            folder.mkdir()
-    except FileExistsError as exc:
-        _remove_empty(missing)
-        raise InputError(path, f"cannot create {exc.filename}: a file is in the way") from None
-    except OSError as exc:
-        _remove_empty(missing)
-        raise _os_error(path, exc, f"create {exc.filename or path.parent}") from None
-    return missing
-
-
-def _remove_empty(folders: list[Path]) -> None:
-    """Remove dirs we created if they are still empty (deepest first)."""
-    for folder in reversed(folders):
-        try:
-            folder.rmdir()
-        except OSError:
-            return
+# --- the lock ----------------------------------------------------------------------------
 
 
 @contextmanager
@@ -323,7 +248,7 @@ def standard_lock(path: str | Path) -> Iterator[Path]:
     """
     path = Path(path)
     lock = Path(str(path) + ".lock")
-    created = _make_parents(lock)
+    created = make_parents(lock)
     try:
         for _ in range(2):
             try:
@@ -339,17 +264,17 @@ def standard_lock(path: str | Path) -> Iterator[Path]:
                 except FileNotFoundError:
                     pass
                 except OSError as exc:
-                    raise _os_error(lock, exc, "remove a stale lock") from None
+                    raise os_error(lock, exc, "remove a stale lock") from None
                 continue
             except OSError as exc:
-                raise _os_error(lock, exc, "create the lock") from None
+                raise os_error(lock, exc, "create the lock") from None
             with os.fdopen(fd, "w") as fh:
                 fh.write(f"{os.getpid()}\n")
             break
         else:
             raise UsageError(f"could not take the lock {lock}", path)
     except BaseException:
-        _remove_empty(created)
+        remove_empty(created)
         raise
     try:
         yield lock
@@ -359,7 +284,7 @@ def standard_lock(path: str | Path) -> Iterator[Path]:
                 lock.unlink()
         except FileNotFoundError:
             pass
-        _remove_empty(created)
+        remove_empty(created)
 
 
 def _lock_holder(lock: Path) -> int | None:

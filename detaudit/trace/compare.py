@@ -1,7 +1,7 @@
 """Compare traces: the first draw or module call that differs between two runs (or two
 machines), the draws from generators a process never seeded, and seed collisions.
 
-Returns data only; ``detaudit.trace.report`` words it.
+Returns data only; ``detaudit.render.trace`` words it.
 
 Processes are matched across runs by (kind, label, actor name); replicas of one actor
 class are paired by the longest common prefix of their records, so that replicas seeded by

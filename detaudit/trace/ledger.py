@@ -20,7 +20,7 @@ import functools
 import hashlib
 from typing import Any, Callable
 
-from detaudit.trace.bootstrap import PostImportFinder, Recorder
+from detaudit.trace.recorder import PostImportFinder, Recorder
 
 TORCH_FUNCTIONS = ("rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "normal",
                    "bernoulli", "multinomial", "poisson", "binomial", "_standard_gamma", "_sample_dirichlet")

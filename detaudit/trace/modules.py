@@ -15,7 +15,7 @@ import hashlib
 import weakref
 from typing import Any
 
-from detaudit.trace.bootstrap import Recorder
+from detaudit.trace.recorder import Recorder
 
 MAX_DEPTH = 4  # nesting of tuples/lists/dicts searched for tensors
 

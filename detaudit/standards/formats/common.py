@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from detaudit.data.compare import SeriesData
-from detaudit.errors import InputError
 from detaudit.data.values import format_value
+from detaudit.errors import InputError
 
 
 def int_step_key(path: Path, series: str, key: Any) -> int:

@@ -14,7 +14,11 @@ from typing import Any
 
 from detaudit.data.compare import SeriesData
 from detaudit.errors import InputError
-from detaudit.standards.formats.common import int_step_key, require_int_steps, require_number
+from detaudit.standards.formats.common import (
+    int_step_key,
+    require_int_steps,
+    require_number,
+)
 from detaudit.standards.standard import Standard
 
 NAME = "nemo"

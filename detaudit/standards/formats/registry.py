@@ -2,7 +2,7 @@
 
 ``load_any(path)`` detects the format from the content (never the file name):
 
-* ``detaudit``   a JSON object with ``"schema": "detaudit/standards/standard/1"``
+* ``detaudit``   a JSON object with ``"schema": "detaudit/standard/1"``
 * ``miles``      a JSON object with ``"metrics": {series: [[step, value], ...]}``
 * ``megatron``   a JSON object of metrics, each ``{"start_step", "end_step", "step_interval", "values"}``
 * ``nemo``       a JSON object of metrics, each ``{"<step>": value}``
@@ -22,7 +22,14 @@ from typing import Any
 from detaudit.data.compare import SeriesData
 from detaudit.errors import InputError, UsageError
 from detaudit.standards.formats import megatron, nemo, torchtitan
-from detaudit.standards.standard import Standard, load_standard, parse_json_document, read_standard_text, render_standard, write_atomic
+from detaudit.standards.standard import (
+    Standard,
+    load_standard,
+    parse_json_document,
+    read_standard_text,
+    render_standard,
+)
+from detaudit.fileio import write_atomic
 
 FORMATS = ("detaudit", "miles", "megatron", "torchtitan", "nemo")
 # Formats that keep a sample of a run's points (every Nth step) and cannot hold a step's

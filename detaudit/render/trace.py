@@ -5,8 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from detaudit.trace.compare import (Collision, DrawDifference, ModuleDifference, RunsTraceReport, TraceComparison,
-                                     UnseededUse)
+from detaudit.trace.compare import (
+    Collision,
+    DrawDifference,
+    ModuleDifference,
+    RunsTraceReport,
+    TraceComparison,
+    UnseededUse,
+)
 from detaudit.trace.files import RunTrace
 
 GENERATOR_WORDS = {"torch.cpu": "a global torch generator", "numpy": "numpy's global RandomState",
@@ -216,3 +222,14 @@ def runs_trace_json(report: RunsTraceReport) -> dict[str, Any]:
                         "first": c.first.to_json(), "summary": collision_line(c)} for c in report.collisions],
         "missing": report.missing,
     }
+
+
+def print_runs_trace(console: Any, report: RunsTraceReport | None) -> None:
+    """With ``record --trace`` / ``verify --trace``: the first differing draw or module, unseeded
+    draws, collisions, what is incomplete. Nothing without a trace."""
+    if report is None:
+        return
+    from rich.markup import escape
+
+    for style, line in runs_trace_lines(report):
+        console.print(f"[{style}]\\[detaudit] trace: {escape(line)}[/{style}]")

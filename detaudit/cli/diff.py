@@ -1,0 +1,40 @@
+"""``detaudit diff``: compare metrics files exactly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from detaudit.cli.base import exit_with, handle_errors
+from detaudit.cli.options import exclude_include, step_key_option
+from detaudit.render.console import console
+
+
+@click.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+@step_key_option("Step field for lines without a step_key (default: line index).")
+@exclude_include
+@handle_errors
+def diff(runs: tuple[Path, ...], as_json: bool, step_key: str | None, exclude: tuple[str, ...], include: tuple[str, ...]) -> None:
+    """Compare metrics JSONL files exactly; each run against the first.
+
+    Exit 0 when every compared series is identical, 1 when any differ, 2 on bad input.
+    """
+    from detaudit.data.compare import diff_runs
+    from detaudit.data.exclusion import Exclusion
+    from detaudit.data.metrics import read_metrics_many
+    from detaudit.render.diff import diff_json, print_diff
+
+    if len(runs) < 2:
+        raise click.UsageError("diff needs at least two metrics files")
+    exclusion = Exclusion(cli=exclude, include=include)
+    parsed = read_metrics_many(runs, default_step_key=step_key, exclusion=exclusion)
+    report = diff_runs(parsed, labels=[str(p) for p in runs])
+    report.exclude_patterns = exclusion.patterns()
+    if as_json:
+        click.echo(diff_json(report))
+    else:
+        print_diff(report, console())
+    exit_with(report.ok)

@@ -1,0 +1,87 @@
+"""``detaudit env``, ``doctor`` and ``plan``: the environment, the determinism preflight, CI planning."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import click
+
+from detaudit.cli.base import EXIT_FAIL, EXIT_OK, default_card, exit_with, handle_errors
+from detaudit.render.console import console
+
+
+@click.command("env")
+@click.argument("card", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the probe and the runner class as one JSON object.")
+@handle_errors
+def env_command(card: Path | None, as_json: bool) -> None:
+    """Show the runner class and the environment a run of CARD would record.
+
+    The probe runs in the recipe's interpreter with the card's environment, exactly as
+    record and verify do. CARD defaults to the embedded tiny CPU recipe.
+    """
+    from detaudit.data.card import load_card
+    from detaudit.render.environment import environment_json, print_environment
+    from detaudit.run.plan import environment_for, resolve_runner
+
+    loaded = load_card(card or default_card())
+    info = environment_for(loaded)
+    cls = resolve_runner(loaded, info)
+    if as_json:
+        click.echo(environment_json(cls, info))
+    else:
+        print_environment(cls, info, console())
+
+
+@click.command()
+@click.argument("card", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--seed", default=1234, show_default=True, type=int, help="Seed the probe expects each process to be seeded with.")
+@click.option("--no-ray", is_flag=True, help="Skip the Ray worker probe.")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+@handle_errors
+def doctor(card: Path | None, seed: int, no_ray: bool, as_json: bool) -> None:
+    """Determinism preflight for each process of CARD's run, Ray workers included.
+
+    Checks deterministic algorithms, CUBLAS_WORKSPACE_CONFIG, cuDNN flags, TF32, NCCL_ALGO,
+    PYTHONHASHSEED, the allowed SDPA backends and per-process seeds, in the process as the
+    card's environment starts it, in the driver after determinism.enable(seed), and in a Ray
+    worker started through determinism.ray_runtime_env(seed). Exit 0 all pass, 1 any fails.
+    """
+    from detaudit.data.card import load_card
+    from detaudit.env.doctor import run_doctor
+    from detaudit.render.environment import print_doctor
+    from detaudit.render.jsonout import dump_json
+
+    rows = run_doctor(load_card(card or default_card()), seed=seed, ray=not no_ray)
+    if as_json:
+        click.echo(dump_json([asdict(r) for r in rows]))
+    else:
+        print_doctor(rows, console())
+    exit_with(all(r.ok for r in rows))
+
+
+@click.command("plan")
+@click.option("--suite", metavar="NAME", help="Only the cards of this suite (default: every card).")
+@click.option("--cards", type=click.Path(file_okay=False, path_type=Path), default=Path("recipes"), show_default=True,
+              help="Folder of cards (*.toml).")
+@click.option("--budget", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="Exit 1 when the suite's total est_time exceeds SECONDS (or a card has no est_time).")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@handle_errors
+def plan(suite: str | None, cards: Path, budget: float | None, as_json: bool) -> None:
+    """List cards with est_time, GPUs and the suite total; check it against a CI time budget.
+
+    Exit 0 within the budget (or without one), 1 over it, 2 on bad input.
+    """
+    from detaudit.flows.suite import plan_suite
+    from detaudit.render.jsonout import dump_json
+    from detaudit.render.suite import plan_document, print_plan
+
+    result = plan_suite(cards, suite, budget)
+    if as_json:
+        click.echo(dump_json(plan_document(result)))
+    else:
+        print_plan(result, console())
+    sys.exit(EXIT_FAIL if result.fits is False else EXIT_OK)

@@ -1,0 +1,41 @@
+"""``detaudit health``: curve health of one series."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from detaudit.cli.base import handle_errors
+from detaudit.cli.options import step_key_option
+from detaudit.render.console import console
+
+
+@click.command()
+@click.argument("metrics", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--metric", required=True, help="Series to judge, e.g. rollout/reward/raw_mean.")
+@click.option("--window", default=20, show_default=True, type=click.IntRange(min=1), help="Points in the first/last means.")
+@click.option("--buckets", default=10, show_default=True, type=click.IntRange(min=1))
+@click.option("--worst", default=5, show_default=True, type=click.IntRange(min=0), help="Worst single-step drops to list.")
+@click.option("--png", type=click.Path(dir_okay=False, path_type=Path), help="Plot file (default: next to METRICS).")
+@click.option("--no-png", is_flag=True, help="Do not write the plot.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@step_key_option()
+@handle_errors
+def health(metrics: Path, metric: str, window: int, buckets: int, worst: int, png: Path | None, no_png: bool,
+           as_json: bool, step_key: str | None) -> None:
+    """Curve health of one series: first/last means, bucket means, worst drops, a PNG plot."""
+    from detaudit.data.health import curve_health
+    from detaudit.render.health import plot, print_health
+    from detaudit.render.jsonout import dump_json
+
+    report = curve_health(metrics, metric, window=window, buckets=buckets, worst=worst, step_key=step_key)
+    written = None
+    if not no_png:
+        written = plot(report, png or metrics.with_name(f"{metrics.stem}.{metric.replace('/', '_')}.png"))
+    if as_json:
+        doc = report.to_json()
+        doc["png"] = str(written) if written else None
+        click.echo(dump_json(doc))
+        return
+    print_health(report, metrics, metric, written, console())

@@ -1,0 +1,82 @@
+"""``detaudit standard convert | diff | show``: review and convert standard files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from detaudit.cli.base import exit_with, handle_errors
+from detaudit.render.console import console
+from detaudit.standards.formats.registry import FORMATS
+
+
+@click.group("standard")
+def standard_group() -> None:
+    """Review and convert standard files (detaudit, miles, Megatron-LM, TorchTitan, NeMo-RL)."""
+
+
+@standard_group.command("convert")
+@click.argument("source", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("dest", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), required=True, help="Format of DEST.")
+@click.option("--series", metavar="NAME", help="Write only this series (TorchTitan files hold one).")
+@click.option("--drop-nan-series", is_flag=True, help="Leave out every series holding a NaN, naming each (miles meta lists them).")
+@click.option("--overwrite", is_flag=True, help="Replace DEST if it exists.")
+@handle_errors
+def standard_convert(source: Path, dest: Path, fmt: str, series: str | None, drop_nan_series: bool, overwrite: bool) -> None:
+    """Convert a standard to another format, exactly (the source format is detected).
+
+    Exit 2, writing nothing, where the target format cannot hold a value bit for bit.
+    """
+    from detaudit.standards.formats import drop_nan_series as drop_nan
+    from detaudit.standards.formats import load_any, write_as
+
+    std = load_any(source)
+    dropped = drop_nan(std) if drop_nan_series else []
+    for name in dropped:
+        click.echo(f"detaudit: dropped {name} (holds NaN)", err=True)
+    write_as(dest, std, fmt, overwrite=overwrite, series=series)
+    n = 1 if series or fmt == "torchtitan" else len(std.series)
+    click.echo(f"detaudit: converted {source} ({std.format}) -> {dest} ({fmt}), {n} series")
+
+
+@standard_group.command("diff")
+@click.argument("old", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("new", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the review as one JSON object.")
+@handle_errors
+def standard_diff(old: Path, new: Path, as_json: bool) -> None:
+    """Review a change to a standard: per series added/removed, first differing step, max abs/rel
+    difference, ULPs, and steps added or removed. Any two formats.
+
+    Exit 0 when every series is identical, 1 when any changed, 2 on bad input.
+    """
+    from detaudit.render.review import print_review, review_json
+    from detaudit.standards.diff import diff_standards
+    from detaudit.standards.formats import load_any
+
+    result = diff_standards(load_any(old), load_any(new), old_label=str(old), new_label=str(new))
+    if as_json:
+        click.echo(review_json(result))
+    else:
+        print_review(result, console())
+    exit_with(result.identical)
+
+
+@standard_group.command("show")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@handle_errors
+def standard_show(path: Path, as_json: bool) -> None:
+    """Summarise a standard: format, runner class, how it was recorded, and per series its step key,
+    points, step range, value types and NaN count."""
+    from detaudit.render.jsonout import dump_json
+    from detaudit.render.standard import print_standard_summary, standard_summary
+    from detaudit.standards.formats import load_any
+
+    std = load_any(path)
+    if as_json:
+        click.echo(dump_json(standard_summary(std)))
+    else:
+        print_standard_summary(std, console())

@@ -1,0 +1,97 @@
+"""Files written whole or not at all: atomic writes that honour the user's umask and never replace
+a file without being told to. Every file the tool writes (standards, reports, baselines) goes
+through here."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from detaudit.errors import InputError, UsageError
+
+
+def _new_file_mode(path: Path) -> int:
+    """The mode a replaced file keeps, else what the user's umask gives a new file."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
+
+
+def os_error(path: Path, exc: OSError, doing: str) -> InputError:
+    return InputError(path, f"cannot {doing}: {exc.strerror or exc}")
+
+
+def write_atomic(path: str | Path, text: str, *, overwrite: bool, replace_flag: str = "--update") -> None:
+    """Write ``text`` to ``path`` via a temporary file and a rename: readers never see half.
+
+    Without ``overwrite`` an existing file is never replaced (``UsageError`` naming
+    ``replace_flag``, the option that would replace it), also when
+    another process created it in the meantime (the final step is a hard link, which
+    fails if the name exists). A replaced symlink's target is written, not the link; a
+    replaced file keeps its mode, a new one gets the user's umask. Any OS error (read-only
+    dir, full disk, a parent that is a file) is an ``InputError`` and leaves the old file
+    as it was.
+    """
+    path = Path(path)
+    if overwrite and path.is_symlink():
+        path = Path(os.path.realpath(path))
+    created = make_parents(path)
+    tmp = None
+    try:
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                os.fchmod(fh.fileno(), _new_file_mode(path))
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            if overwrite:
+                os.replace(tmp, path)
+            else:
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    raise UsageError(f"exists; pass {replace_flag} to replace it", path) from None
+                os.unlink(tmp)
+        except OSError as exc:
+            raise os_error(path, exc, "write the file") from None
+    except BaseException:
+        remove_empty(created)
+        raise
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def make_parents(path: Path) -> list[Path]:
+    """Create the missing parent dirs of ``path``; return those created (deepest last)."""
+    missing = []
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    missing.reverse()
+    try:
+        for folder in missing:
+            folder.mkdir()
+    except FileExistsError as exc:
+        remove_empty(missing)
+        raise InputError(path, f"cannot create {exc.filename}: a file is in the way") from None
+    except OSError as exc:
+        remove_empty(missing)
+        raise os_error(path, exc, f"create {exc.filename or path.parent}") from None
+    return missing
+
+
+def remove_empty(folders: list[Path]) -> None:
+    """Remove dirs we created if they are still empty (deepest first)."""
+    for folder in reversed(folders):
+        try:
+            folder.rmdir()
+        except OSError:
+            return

@@ -1,0 +1,92 @@
+"""``detaudit verify``: the verdict in English and as ``--json``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from detaudit.render.console import PREFIX
+from detaudit.render.diff import divergence_document, divergence_line
+from detaudit.render.runs import print_failed_runs, print_workdir_note, runner_mismatch_message, runs_document
+from detaudit.render.suite import approximate_line, other_classes_text
+from detaudit.render.trace import print_runs_trace, runs_trace_json
+from detaudit.results import VerifyResult, VerifyStatus
+from detaudit.runner_class import class_text
+
+
+def verify_document(result: VerifyResult, card: str | None) -> dict[str, Any]:
+    """``detaudit verify --json``: the outcome, each failing series, the environment's
+    differences from the standard's, and the trace report."""
+    return {
+        "command": "verify", "card": card, "status": result.status, "ok": result.ok,
+        "standard": str(result.standard_path), "compared": result.compared,
+        "failures": [divergence_document(name, d) for name, d in result.failures],
+        "extra_series": list(result.extra_series),
+        "approximate": [{"series": s, "tolerance": t} for s, t in result.approximate],
+        "runner_class": result.runner_here, "standard_runner_class": result.runner_standard,
+        "other_classes": list(result.other_classes),
+        "provenance": list(result.provenance), "package_changes": list(result.package_changes),
+        "trace": runs_trace_json(result.trace) if result.trace is not None else None,
+        "standard_trace": str(result.standard_trace) if result.standard_trace else None,
+        "runs": runs_document([result.run]) if result.run is not None else [],
+        "metrics": str(result.metrics_path) if result.metrics_path else None,
+        "workdir": str(result.workdir) if result.workdir else None, "workdir_removed": result.workdir_removed,
+    }
+
+
+def print_verify(result: VerifyResult, *, out: Console, err: Console) -> None:
+    """The verdict of a verify, for people: what passed, what differs from where, or why nothing was proven."""
+    path = escape(str(result.standard_path))
+    status = VerifyStatus(result.status)
+    if status == VerifyStatus.RUNNER_MISMATCH:
+        message = runner_mismatch_message(result.runner_here, [result.run], "not verified")
+        out.print(f"[red]{PREFIX} NOT VERIFIED: {escape(message)}[/red]")
+        return
+    if status in (VerifyStatus.SKIPPED, VerifyStatus.NOT_VERIFIED):
+        here, others = class_text(result.runner_here), escape(other_classes_text(result))
+        if status == VerifyStatus.SKIPPED:
+            out.print(f"[yellow]{PREFIX} SKIPPED: no standard for runner class {here} (standards exist for "
+                      f"{others}: {path}); bitwise agreement is only promised on the class a standard "
+                      "was recorded on (--allow-other-runner)[/yellow]")
+            return
+        out.print(f"[red]{PREFIX} NOT VERIFIED: no standard for runner class {here} (standards exist for "
+                  f"{others}: {path}); record one on this class, or pass --allow-other-runner to exit 0[/red]")
+        return
+    if status == VerifyStatus.EMPTY_STANDARD:
+        out.print(f"[red]{PREFIX} NOT VERIFIED: the standard {path} has no metric series, so it "
+                  "proves nothing; re-record it with series to compare[/red]")
+        return
+    if status == VerifyStatus.RUN_FAILED:
+        assert result.run is not None
+        print_failed_runs(err, [result.run])
+        out.print(f"[red]{PREFIX} FAILED: the run did not finish[/red]")
+        print_workdir_note(err, result.workdir, False, False)
+        return
+    if status == VerifyStatus.APPROXIMATE:
+        print_runs_trace(out, result.trace)
+        out.print(f"[yellow]{PREFIX} PASSED (approximate, not identical): {escape(approximate_line(result))} "
+                  f"({path})[/yellow]")
+        print_workdir_note(err, result.workdir, result.workdir_removed, True)
+        return
+    if status == VerifyStatus.PASSED:
+        print_runs_trace(out, result.trace)
+        out.print(f"[green]{PREFIX} PASSED: {result.compared} metric series match {path}[/green]")
+        if result.extra_series:
+            out.print(f"{PREFIX} note: {len(result.extra_series)} series not in the standard: "
+                      + escape(", ".join(result.extra_series[:20])))
+        if result.package_changes:
+            err.print(f"[yellow]detaudit: warning: the bits match, but {len(result.package_changes)} package "
+                      "version(s) differ from the standard's: " + escape("; ".join(result.package_changes)) + "[/yellow]")
+        print_workdir_note(err, result.workdir, result.workdir_removed, True)
+        return
+    out.print(f"[red]{PREFIX} FAILED: {len(result.failures)} of {result.compared} metric series differ from {path}[/red]")
+    for name, d in result.failures:
+        out.print("  " + escape(divergence_line(name, d)))
+    print_runs_trace(out, result.trace)
+    if result.provenance:
+        out.print(f"[yellow]{PREFIX} this environment differs from the standard's:[/yellow]")
+        for line in result.provenance:
+            out.print("  " + escape(line))
+    print_workdir_note(err, result.workdir, result.workdir_removed, False)

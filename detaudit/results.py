@@ -1,0 +1,210 @@
+"""What each use case returns: typed results and their statuses (data only, no rendering).
+
+Statuses are ``StrEnum`` members: they compare equal to their text and serialise as it, so a
+JSON report and an ``if result.status == VerifyStatus.PASSED`` read the same value. Which
+statuses count as success is said here, once, by each enum's ``ok``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from detaudit.data.card import Card
+from detaudit.data.compare import DiffReport, PairDivergence
+from detaudit.run.spec import RunState
+from detaudit.runner_class import RunnerClass
+
+if TYPE_CHECKING:
+    from detaudit.standards.diff import StandardDiff
+    from detaudit.standards.standard import Standard
+    from detaudit.trace.compare import (
+        Collision,
+        RunsTraceReport,
+        TraceComparison,
+        UnseededUse,
+    )
+    from detaudit.trace.files import RunTrace
+
+
+class RecordStatus(StrEnum):
+    WRITTEN = "written"
+    AGREED = "agreed"  # write=False: the runs agree, nothing written
+    DISAGREE = "disagree"
+    EMPTY = "empty"  # no series left to compare: nothing a standard could hold
+    RUN_FAILED = "run-failed"
+    RUNNER_MISMATCH = "runner-mismatch"  # cluster runs on another runner class than the probe's
+
+    @property
+    def ok(self) -> bool:
+        return self in (RecordStatus.WRITTEN, RecordStatus.AGREED)
+
+
+class VerifyStatus(StrEnum):
+    PASSED = "passed"
+    APPROXIMATE = "approximate"  # passed within the card's tolerances for this class, never "passed"
+    SKIPPED = "skipped"  # the standard is for another class, and other runners are allowed
+    FAILED = "failed"
+    RUN_FAILED = "run-failed"
+    NOT_VERIFIED = "not-verified"  # the standard is for another runner class
+    EMPTY_STANDARD = "empty-standard"  # it has no series, so proves nothing
+    RUNNER_MISMATCH = "runner-mismatch"  # a --cluster run landed on another class than its probe
+    ERROR = "error"  # a suite card with bad input (the message is in CardOutcome.error)
+
+    @property
+    def ok(self) -> bool:
+        return self in (VerifyStatus.PASSED, VerifyStatus.APPROXIMATE, VerifyStatus.SKIPPED)
+
+    @property
+    def label(self) -> str:
+        """The verdict as reports print it."""
+        return _VERIFY_LABELS[self]
+
+
+_VERIFY_LABELS = {
+    VerifyStatus.PASSED: "PASSED", VerifyStatus.FAILED: "FAILED", VerifyStatus.RUN_FAILED: "RUN FAILED",
+    VerifyStatus.NOT_VERIFIED: "NOT VERIFIED", VerifyStatus.SKIPPED: "SKIPPED",
+    VerifyStatus.APPROXIMATE: "PASSED (approximate)", VerifyStatus.EMPTY_STANDARD: "NOT VERIFIED (empty standard)",
+    VerifyStatus.RUNNER_MISMATCH: "NOT VERIFIED (runner mismatch)", VerifyStatus.ERROR: "ERROR",
+}
+
+
+class TraceStatus(StrEnum):
+    OK = "ok"
+    RUN_FAILED = "run-failed"
+
+
+@dataclass
+class RecordResult:
+    """What a record did (see ``RecordStatus``)."""
+
+    status: RecordStatus
+    standard_path: Path | None
+    runs: list[RunState]
+    workdir: Path
+    report: DiffReport | None = None
+    standard: "Standard | None" = None
+    dropped: dict[str, Any] = field(default_factory=dict)
+    workdir_removed: bool = False
+    nan_dropped: list[str] = field(default_factory=list)  # --drop-nan-series: series left out for holding NaN
+    review: "StandardDiff | None" = None  # with update: the old standard against the new (``standard diff``)
+    trace: "RunsTraceReport | None" = None  # with ``trace``: the runs' traces compared
+    runner_class: RunnerClass | None = None  # the class the runs were planned for
+    standard_trace: Path | None = None  # traced and written: run 1's trace, saved next to the standard
+    stale_trace_removed: Path | None = None  # --update without --trace: the old standard's trace, removed
+
+    @property
+    def ok(self) -> bool:
+        return RecordStatus(self.status).ok
+
+
+@dataclass
+class VerifyResult:
+    """What a verify found (see ``VerifyStatus``)."""
+
+    status: VerifyStatus
+    standard_path: Path
+    standard: "Standard | None" = None
+    failures: list[tuple[str, PairDivergence]] = field(default_factory=list)
+    compared: int = 0
+    extra_series: list[str] = field(default_factory=list)  # in the run, not in the standard
+    runner_here: RunnerClass | None = None
+    runner_standard: RunnerClass | None = None
+    other_classes: list[RunnerClass] = field(default_factory=list)  # classes that have a standard of the card
+    provenance: list[str] = field(default_factory=list)  # how this environment differs (on failure)
+    package_changes: list[str] = field(default_factory=list)  # package versions that differ, even on a pass
+    run: RunState | None = None
+    metrics_path: Path | None = None
+    workdir: Path | None = None
+    workdir_removed: bool = False
+    trace: "RunsTraceReport | None" = None  # with ``trace``: the run's unseeded draws and collisions
+    standard_trace: Path | None = None  # the trace the standard carries, compared with this run's
+    approximate: list[tuple[str, str]] = field(default_factory=list)  # (series, tolerance) passed only within tolerance
+    approximate_against: str | None = None  # set when checked approximately: the standard's runner class
+
+    @property
+    def ok(self) -> bool:
+        return VerifyStatus(self.status).ok
+
+
+@dataclass
+class TraceResult:
+    """One traced run of a card, summarised, saved or compared (see ``TraceStatus``)."""
+
+    status: TraceStatus
+    mode: str
+    run: RunState
+    trace_dir: Path
+    trace: "RunTrace | None" = None
+    unseeded: "list[UnseededUse]" = field(default_factory=list)
+    collisions: "list[Collision]" = field(default_factory=list)
+    comparison: "TraceComparison | None" = None
+    saved: Path | None = None
+    against: Path | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == TraceStatus.OK and (self.comparison is None or self.comparison.identical)
+
+
+@dataclass
+class SuitePlan:
+    suite: str | None
+    cards: list[Card]
+    budget: float | None = None
+
+    @property
+    def unknown(self) -> list[str]:
+        """Cards without ``est_time``: their time cannot be planned."""
+        return [c.name for c in self.cards if c.est_time is None]
+
+    @property
+    def total(self) -> float:
+        """Sum of the known ``est_time`` (runs one after another)."""
+        return sum(c.est_time or 0.0 for c in self.cards)
+
+    @property
+    def gpu_seconds(self) -> float:
+        return sum((c.est_time or 0.0) * c.gpus_per_run for c in self.cards)
+
+    @property
+    def fits(self) -> bool | None:
+        """None without a budget; False over it, or when any card's time is unknown."""
+        if self.budget is None:
+            return None
+        return not self.unknown and self.total <= self.budget
+
+
+@dataclass
+class CardOutcome:
+    """One card of a suite verify: verify's status, or ``error`` (bad input, message in ``error``)."""
+
+    card: Card
+    status: VerifyStatus
+    result: VerifyResult | None = None
+    error: str | None = None
+    elapsed: float = 0.0  # wall time of the card's verify, run included
+
+    @property
+    def ok(self) -> bool:
+        return VerifyStatus(self.status).ok
+
+    @property
+    def run_elapsed(self) -> float | None:
+        run = self.result.run if self.result is not None else None
+        return run.elapsed if run is not None and run.started is not None else None
+
+
+@dataclass
+class SuiteResult:
+    suite: str | None
+    outcomes: list[CardOutcome] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        """0 every card passed (or skipped), 2 a card had bad input, else 1."""
+        if any(o.status == VerifyStatus.ERROR for o in self.outcomes):
+            return 2
+        return 0 if all(o.ok for o in self.outcomes) else 1
