@@ -265,7 +265,7 @@ def _body(page: Page, salt: str, plotter: plots.Plotter, level: int = 1) -> str:
     if page.cards:
         rows = "".join(f"<tr><td><a href=\"#card-{i}\">{_e(name)}</a></td><td>{_e(status_)}</td><td>{_e(detail)}</td></tr>"
                        for i, (name, status_, detail, _) in enumerate(page.cards))
-        parts.append(f"<section id=\"cards\"><h2>Cards</h2><table><tr><th>card</th><th>status</th><th>detail</th></tr>{rows}"
+        parts.append(f"<section id=\"cards\"><h2>Cards</h2><table class=\"cards\"><tr><th>card</th><th>status</th><th>detail</th></tr>{rows}"
                      "</table></section>")
         for i, (name, _, _, sub) in enumerate(page.cards):
             if sub is not None:
