@@ -120,6 +120,18 @@ def test_diff_page_holds_each_differing_series_its_first_step_and_the_root(tmp_p
     # every differing series carries its curves: a static SVG, and the data of the interactive chart
     assert text.count('<svg class="plot"') == len(doc["mismatched"])
     assert text.count('class="chart-data"') == len(doc["mismatched"])
+    # the difference curves start at the first divergence with the figures the text report gives
+    charts = {name: json.loads(data) for name, data in re.findall(
+        r'<article class="series" id="[^"]*" data-series="([^"]*)".*?class="chart-data">(.*?)</script>', text)}
+    for m in doc["mismatched"]:
+        chart = charts[html.unescape(m["series"])]
+        x = float(decode_value(m["step"]))
+        assert chart["first"] == x
+        if m["abs_diff"]:
+            curves = {c["label"].split()[0]: c["y"] for c in chart["diff"]["curves"]}
+            at = chart["diff"]["x"].index(x)
+            assert curves["abs"][at] == pytest.approx(m["abs_diff"], rel=1e-3)
+            assert curves["rel"][at] == pytest.approx(m["rel_diff"], rel=1e-3)
 
 
 def test_verify_page_of_a_failing_tiny_recipe_run(tmp_path: Path) -> None:
@@ -332,10 +344,13 @@ def test_pages_name_no_host_and_fetch_nothing(tmp_path: Path) -> None:
 
 
 def test_same_inputs_give_a_byte_identical_page(tmp_path: Path) -> None:
-    a, b = tmp_path / "a.html", tmp_path / "b.html"
+    a, b, c = tmp_path / "a.html", tmp_path / "b.html", tmp_path / "c.html"
     for page in (a, b):
         assert run_cli("diff", str(RUN1), str(RUN2), "--html", str(page)).code == 1
     assert a.read_bytes() == b.read_bytes()
+    # the plots drawn in one process give the same page as drawn in two
+    assert run_cli("diff", str(RUN1), str(RUN2), "--html", str(c), env={"DETAUDIT_JOBS": "1"}).code == 1
+    assert c.read_bytes() == a.read_bytes()
     text = a.read_text()
     assert "<dc:date>" not in text and "<metadata>" not in text and "Matplotlib v" not in text
 

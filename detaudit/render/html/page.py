@@ -79,6 +79,7 @@ def chart_data(panel: Panel) -> dict[str, Any] | None:
         return None
     doc: dict[str, Any] = {
         "xLabel": panel.x_label,
+        "integral": all(bool(np.all(np.mod(c.x, 1) == 0)) for c in panel.curves),
         "first": panel.divergence.x if panel.divergence is not None else None,
         "firstText": f"first divergence: {panel.divergence.step_text} ({panel.divergence.kind})"
         if panel.divergence is not None else "",
@@ -127,7 +128,7 @@ def _divergence_table(d: FirstDivergence) -> str:
     return f"<table class=\"first\"><tr>{head}</tr><tr>{body}</tr></table>"
 
 
-def _panel_html(panel: Panel, index: int, salt: str, plotter: plots.Plotter) -> str:
+def _panel_html(panel: Panel, index: int, salt: str, plotter: Any) -> str:
     d = panel.divergence
     attrs = f' data-series="{_e(panel.name)}" data-state="{_e(panel.state)}"'
     if d is not None:
@@ -174,7 +175,7 @@ def _legend(panel: Panel) -> str:
                     for colour, style, label in keys)
 
 
-def _identical_html(panels: list[Panel], salt: str, plotter: plots.Plotter) -> str:
+def _identical_html(panels: list[Panel], salt: str, plotter: Any) -> str:
     if not panels:
         return "<p class=\"note\">none</p>"
     rows = []
@@ -246,7 +247,8 @@ def _findings_html(view: FindingsView | None) -> str:
     return "".join(parts)
 
 
-def _body(page: Page, salt: str, plotter: plots.Plotter, level: int = 1) -> str:
+def _body(page: Page, salt: str, plotter: Any, level: int = 1) -> str:
+    """The page's sections; ``plotter`` draws (or, on a first pass, notes) each plot."""
     h = f"h{level}"
     status = "ok" if page.ok else "bad"
     parts = [f'<header class="verdict {status}"><{h}>{_e(page.verdict)}</{h}><p>{_e(page.headline)}</p>'
@@ -287,8 +289,9 @@ def _body(page: Page, salt: str, plotter: plots.Plotter, level: int = 1) -> str:
 
 def render_page(page: Page) -> str:
     """The page's HTML text (the same page, the same bytes)."""
-    with plots.Plotter() as plotter:
-        body = _body(page, "detaudit", plotter)
+    jobs = plots.PlotJobs()
+    _body(page, "detaudit", jobs)  # a first pass notes the plots, which are then drawn at once
+    body = _body(page, "detaudit", plots.Drawn(plots.draw_all(jobs.jobs)))
     scripts = _uplot_script() + "\n" + _asset("report.js")
     if "</script" in scripts.lower():  # would end the inline script early
         raise ValueError("an inline script holds '</script'")

@@ -11,6 +11,7 @@ matplotlib is imported here only, when a page is written (the ``plot`` extra).
 from __future__ import annotations
 
 import io
+import os
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,9 @@ _RC = {
     "legend.fontsize": 7.5,
     "path.simplify": True,
     "axes.grid": True,
+    "axes.grid.axis": "y",  # gridlines and tick marks are drawn per tick: what a plot costs is mostly its ticks
+    "xtick.bottom": False,
+    "ytick.left": False,
     "grid.color": "#e9ecef",
     "grid.linewidth": 0.6,
     "axes.spines.top": False,
@@ -131,9 +135,9 @@ class Plotter:
         self.alone.set_ylabel("value")
         self.single.subplots_adjust(left=0.1, right=0.98, top=0.95, bottom=0.17)
         for axes in (self.top, self.alone):
-            axes.yaxis.set_major_locator(MaxNLocator(6))
+            axes.yaxis.set_major_locator(MaxNLocator(5))
         for axes in (self.bottom, self.alone):
-            axes.xaxis.set_major_locator(MaxNLocator(9))
+            axes.xaxis.set_major_locator(MaxNLocator(8))
         self.spark_figure = _figure((1.8, 0.32))
         self.spark_axes = self.spark_figure.add_axes((0.01, 0.06, 0.98, 0.88))
         self.spark_axes.set_axis_off()
@@ -146,6 +150,12 @@ class Plotter:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    @staticmethod
+    def _locator(bins: int, integer: bool) -> Any:
+        from matplotlib.ticker import MaxNLocator
+
+        return MaxNLocator(bins, integer=integer)
 
     @staticmethod
     def _clear(axes: Any) -> None:
@@ -177,6 +187,8 @@ class Plotter:
             top.annotate(f"first divergence: {first.step_text} ({first.kind})", xy=(first.x, 1.0),
                          xycoords=("data", "axes fraction"), xytext=(4, -10), textcoords="offset points",
                          color=MARK_COLOUR, fontsize=7.5, va="top")
+        integral = all(np.all(np.mod(c.x, 1) == 0) for c in panel.curves)
+        (bottom if bottom is not None else top).xaxis.set_major_locator(self._locator(8, integer=integral))
         if bottom is not None:
             for j, d in enumerate(panel.diffs):
                 dash = "-" if j == 0 else (0, (4, 2))
@@ -201,3 +213,79 @@ class Plotter:
             axes.plot(x, y, ls="none", marker="o", ms=2, color=RUN_COLOURS[0])
         _rescale(axes)
         return _save(self.spark_figure, salt, "spark")
+
+
+# --- drawing a page's plots, in two processes when there are many ----------------------------------
+
+# Below this many plots a second process costs more (fork, a second set of figures) than it saves.
+PARALLEL_MIN_PLOTS = 8
+Job = tuple[str, str, Any]  # ("panel", salt, Panel) or ("spark", salt, (x, y))
+
+
+class PlotJobs:
+    """Stands in for a Plotter on a first pass over the page: notes each plot the page will hold."""
+
+    def __init__(self) -> None:
+        self.jobs: list[Job] = []
+
+    def panel_svg(self, panel: "Panel", salt: str) -> str:
+        self.jobs.append(("panel", salt, panel))
+        return ""
+
+    def sparkline_svg(self, x: np.ndarray, y: np.ndarray, salt: str) -> str:
+        self.jobs.append(("spark", salt, (x, y)))
+        return ""
+
+
+class Drawn:
+    """Stands in for a Plotter on the second pass: the plots, drawn (keyed by their salt)."""
+
+    def __init__(self, svgs: dict[str, str]) -> None:
+        self.svgs = svgs
+
+    def panel_svg(self, panel: "Panel", salt: str) -> str:
+        return self.svgs[salt]
+
+    def sparkline_svg(self, x: np.ndarray, y: np.ndarray, salt: str) -> str:
+        return self.svgs[salt]
+
+
+def _draw(jobs: list[Job]) -> list[str]:
+    with Plotter() as plotter:
+        return [plotter.panel_svg(job, salt) if kind == "panel" else plotter.sparkline_svg(*job, salt)
+                for kind, salt, job in jobs]
+
+
+_SHARE: list[Job] = []  # the jobs a forked worker draws (inherited, never pickled)
+
+
+def _draw_share() -> list[str]:
+    return _draw(_SHARE)
+
+
+def draw_all(jobs: list[Job]) -> dict[str, str]:
+    """Every plot's SVG by salt. With many plots and two or more CPUs, a forked process draws every
+    other plot while this one draws the rest; each plot's SVG depends only on its own data (the
+    axes are rescaled, the artists replaced), so the page is the same either way
+    (``DETAUDIT_JOBS=1``: one process)."""
+    _matplotlib()
+    parallel = (len(jobs) >= PARALLEL_MIN_PLOTS and (os.cpu_count() or 1) >= 2
+                and os.environ.get("DETAUDIT_JOBS") != "1" and hasattr(os, "fork"))
+    if not parallel:
+        svgs = _draw(jobs)
+        return {salt: svg for (_, salt, _), svg in zip(jobs, svgs)}
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    mine, theirs = jobs[0::2], jobs[1::2]
+    _SHARE[:] = theirs
+    try:
+        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork")) as pool:
+            future = pool.submit(_draw_share)
+            drawn = _draw(mine)
+            other = future.result()
+    finally:
+        _SHARE.clear()
+    out = {salt: svg for (_, salt, _), svg in zip(mine, drawn)}
+    out.update({salt: svg for (_, salt, _), svg in zip(theirs, other)})
+    return out

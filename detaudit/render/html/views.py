@@ -428,8 +428,9 @@ def verify_page(result: VerifyResult, card: str | None, *, step_key: str | None 
                 findings: Findings | None = None, title: str | None = None) -> Page:
     """``detaudit verify``: one run against its standard."""
     status = VerifyStatus(result.status)
-    page = Page(title or f"detaudit verify {card or result.metrics_path}", status.label, result.ok,
-                f"{status_detail(status, result)}")
+    headline = (f"{len(result.failures)} of {result.compared} metric series differ from {result.standard_path}"
+                if status == VerifyStatus.FAILED else status_detail(status, result))
+    page = Page(title or f"detaudit verify {card or result.metrics_path}", status.label, result.ok, headline)
     std = result.standard
     page.facts = [("card", card or "-"), ("runner class here", class_text(result.runner_here)),
                   ("standard's runner class", class_text(result.runner_standard)),

@@ -7,6 +7,7 @@
   var COLOURS = ["#1f5fbf", "#d9480f", "#2b8a3e", "#7048e8", "#c2255c", "#0b7285", "#5c940d", "#862e9c"];
   var DIFF_COLOURS = ["#343a40", "#f08c00"];
   var MARK = "#e03131";
+  var INTEGER_STEPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6, 5e6, 1e7];
 
   function markFirst(x, text) {
     return function (u) {
@@ -56,7 +57,7 @@
       height: opts.diff ? 170 : 240,
       scales: { x: { time: false }, y: opts.diff ? { distr: 3, log: 10, range: decadeRange } : {} },
       series: series,
-      axes: [{ label: opts.xLabel }, yAxis],
+      axes: [opts.integral ? { label: opts.xLabel, incrs: INTEGER_STEPS } : { label: opts.xLabel }, yAxis],
       cursor: { sync: { key: key }, drag: { x: true, y: false } },
       hooks: { draw: [markFirst(opts.first, opts.diff ? "" : opts.firstText)] },
       legend: { live: true },
@@ -92,9 +93,11 @@
     var live = figure.querySelector(".interactive");
     var width = Math.max(320, Math.min(figure.clientWidth || 760, 980) - 8);
     var key = "s" + index;
-    var made = [chart(live, data.values, key, width, { xLabel: data.xLabel, first: data.first, firstText: data.firstText })];
+    var made = [chart(live, data.values, key, width, { xLabel: data.xLabel, first: data.first, firstText: data.firstText,
+                                                      integral: data.integral })];
     if (data.diff) {
-      made.push(chart(live, data.diff, key, width, { xLabel: data.xLabel, first: data.first, diff: true }));
+      made.push(chart(live, data.diff, key, width, { xLabel: data.xLabel, first: data.first, diff: true,
+                                                     integral: data.integral }));
     }
     // one zoom for both charts
     made.forEach(function (u) {
