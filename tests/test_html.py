@@ -122,7 +122,7 @@ def test_diff_page_holds_each_differing_series_its_first_step_and_the_root(tmp_p
     assert text.count('class="chart-data"') == len(doc["mismatched"])
     # the difference curves start at the first divergence with the figures the text report gives
     charts = {name: json.loads(data) for name, data in re.findall(
-        r'<article class="series" id="[^"]*" data-series="([^"]*)".*?class="chart-data">(.*?)</script>', text)}
+        r'<article class="series" id="[^"]*" data-series="([^"]*)".*?class="chart-data">(.*?)</script>', text, re.S)}
     for m in doc["mismatched"]:
         chart = charts[html.unescape(m["series"])]
         x = float(decode_value(m["step"]))
