@@ -230,7 +230,8 @@ def _finding_rows(rows: list[FindingRow], matched: bool) -> str:
         f"<tr><td class=\"mono\">{_e(r.where)}</td><td>{_e(r.rule)}</td><td class=\"sev-{_e(r.severity)}\">{_e(r.severity)}</td>"
         f"<td>{_e(r.message)}<br><code>{_e(r.code)}</code><br><span class=\"note\">{_e(r.processes)}</span>"
         + (f"<br>ran in this run: {_e(', '.join(r.matched))}" if matched else "") + "</td></tr>" for r in rows)
-    return f"<table class=\"findings\"><tr><th>where</th><th>rule</th><th>severity</th><th>finding</th></tr>{body}</table>"
+    table = "findings" if matched else "findings-others"
+    return f"<table class=\"{table}\"><tr><th>where</th><th>rule</th><th>severity</th><th>finding</th></tr>{body}</table>"
 
 
 def _findings_html(view: FindingsView | None) -> str:
