@@ -152,9 +152,19 @@ def test_verify_page_of_a_failing_tiny_recipe_run(tmp_path: Path) -> None:
     expected = [line for line in doc["provenance"] + doc["package_changes"] if ": standard " in line]
     assert [f"{field}: standard {old}, here {new}" for field, old, new in rows] == list(dict.fromkeys(expected))
     assert str(TINY_STANDARD) in dom.sections["compared"]
-    # the root divergence is the failing series whose first divergent point comes first in the run
-    first = dom.sections["root"].split("first difference ")[1].split(" @ ")[0]
-    assert first in dom.articles
+    # the root divergence is the failing series whose first divergent point comes first in the run's
+    # lines; the others follow in that order (found here from the file itself)
+    lines = [json.loads(line) for line in RUN2.read_text().splitlines() if line.strip()]
+
+    def line_of(series: str, step: Any) -> int:
+        return next(i + 1 for i, obj in enumerate(lines) if series in obj and obj[obj["step_key"]] == step)
+
+    order = sorted((line_of(f["series"], decode_value(f["step"])), f["series"]) for f in doc["failures"])
+    root = dom.sections["root"]
+    assert root.split("first difference ")[1].split(" @ ")[0] == order[0][1]
+    assert f"(line {order[0][0]} of the run)" in root
+    listed = re.findall(r'<ol class="following">(.*?)</ol>', text)[0]
+    assert [html.unescape(n) for n in re.findall(r'<a href="#[^"]+">([^<]*)</a> @ ', listed)] == [n for _, n in order[1:]]
 
 
 def test_standard_diff_page_names_each_changed_series(tmp_path: Path) -> None:
@@ -355,6 +365,31 @@ def test_same_inputs_give_a_byte_identical_page(tmp_path: Path) -> None:
     assert c.read_bytes() == a.read_bytes()
     text = a.read_text()
     assert "<dc:date>" not in text and "<metadata>" not in text and "Matplotlib v" not in text
+
+
+def test_a_plot_depends_only_on_its_own_data() -> None:
+    """What makes reusing figures, and drawing in two processes, safe: the plots drawn before
+    (one with nothing finite to draw among them) leave no trace in the next."""
+    import numpy as np
+
+    from detaudit.data.compare import diff_runs
+    from detaudit.data.metrics import read_metrics_many
+    from detaudit.render.html.plots import Plotter
+    from detaudit.render.html.views import Curve, DiffCurve, Panel, diff_page
+
+    runs = read_metrics_many([RUN1, RUN2])
+    page = diff_page(diff_runs(runs), runs)
+    panel, other = page.differing[0], page.differing[-1]
+    x = np.array([0.0, 1.0])
+    nothing = Panel("nothing", "step", "differs", "step", curves=[Curve("run 1", x, np.array([math.nan, math.nan]), 2)],
+                    diffs=[DiffCurve("run 2 vs run 1", x, np.array([1e-3, 1e-2]), x, np.array([1e-3, 1e-2]))])
+    with Plotter() as plotter:
+        alone = plotter.panel_svg(panel, "p")
+    with Plotter() as plotter:
+        plotter.panel_svg(other, "o")
+        plotter.panel_svg(nothing, "n")
+        after = plotter.panel_svg(panel, "p")
+    assert after == alone
 
 
 def test_a_long_pair_is_drawn_downsampled_and_marks_the_exact_first_step(tmp_path: Path) -> None:
