@@ -20,7 +20,7 @@ import numpy as np
 
 from detaudit import __version__
 from detaudit.render.html import plots
-from detaudit.render.html.views import Curve, DiffCurve, FirstDivergence, Page, Panel, TraceView
+from detaudit.render.html.views import FirstDivergence, Page, Panel, TraceView
 from detaudit.render.html.findings import FindingRow, FindingsView
 
 UPLOT_VERSION = "1.6.32"
@@ -270,7 +270,7 @@ def _body(page: Page, salt: str, plotter: Any, level: int = 1) -> str:
                        for i, (name, status_, detail, _) in enumerate(page.cards))
         parts.append(f"<section id=\"cards\"><h2>Cards</h2><table class=\"cards\"><tr><th>card</th><th>status</th><th>detail</th></tr>{rows}"
                      "</table></section>")
-        for i, (name, _, _, sub) in enumerate(page.cards):
+        for i, (_, _, _, sub) in enumerate(page.cards):
             if sub is not None:
                 parts.append(f'<section class="card" id="card-{i}">{_body(sub, f"{salt}-c{i}", plotter, 2)}</section>')
         return "".join(parts)

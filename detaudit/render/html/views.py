@@ -12,7 +12,6 @@ say the same thing in the same words.
 from __future__ import annotations
 
 import glob
-import math
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -519,29 +518,41 @@ def _fill_verify_series(page: Page, result: VerifyResult, std: Standard, run: Me
                 summary += f" (passed within tolerance {within[name]})"
             panel = _panel(name, step_key, state, sources, first, summary)
         page.differing.append(panel)
-        if first is not None and run is not None and name in run.series:
-            series = run.series[name]
-            index = min(first.index, len(series.lines) - 1)
-            lines.append((series.lines[index] if len(series.lines) else 1 << 31, name, first))
-        else:
-            lines.append((1 << 31, name, first) if first is not None else (1 << 31, name, PairDivergence(1, 0, "missing", None, None, None)))
-    if lines and run is not None:
-        lines.sort(key=lambda t: (t[0], t[1]))
-        order = {name: i for i, (_, name, _) in enumerate(lines)}
-        page.differing.sort(key=lambda p: order.get(p.name, 1 << 31))
-        line, name, first = lines[0]
-        if line < (1 << 31):
-            keys = run.line_step_keys
-            through: dict[str, Any] = {}
-            for i in range(min(line, len(run.line_steps))):
-                through[keys[i]] = run.line_steps[i]
-            before = ", ".join(f"{k} through {format_value(s)}" for k, s in sorted(through.items()))
-            step_text = f"{std.series[name].step_key} {format_value(first.step)}"
-            page.root = ((f"all series identical to the standard before it ({before}); " if before else
-                          "at the run's very first line: ")
-                         + f"first difference {name} @ {step_text} ({first.kind}) (line {run.line_number(line)} of the run)")
-        page.following = [(n, f"{std.series[n].step_key} {format_value(d.step)} ({kind_label(d.kind)})")
-                          for _, n, d in lines[1:]]
+        if first is not None:
+            lines.append((_run_line(run, name, first), name, first))
+    if run is not None and lines:
+        _order_by_run_lines(page, std, run, lines)
+
+
+NOT_IN_RUN = 1 << 62  # the series' first divergent point is on no line of the run
+
+
+def _run_line(run: MetricsRun | None, name: str, first: PairDivergence) -> int:
+    """The index of the run's line holding the series' first divergent point (its last line
+    when the run has fewer points)."""
+    series = run.series.get(name) if run is not None else None
+    if series is None or not len(series.lines):
+        return NOT_IN_RUN
+    return series.lines[min(first.index, len(series.lines) - 1)]
+
+
+def _order_by_run_lines(page: Page, std: Standard, run: MetricsRun, lines: list[tuple[int, str, PairDivergence]]) -> None:
+    """Panels, the root divergence and the series that follow, in the order the run's lines
+    first show each difference (as ``diff`` orders two runs)."""
+    lines.sort(key=lambda t: (t[0], t[1]))
+    order = {name: i for i, (_, name, _) in enumerate(lines)}
+    page.differing.sort(key=lambda p: order.get(p.name, len(order)))
+    line, name, first = lines[0]
+    if line != NOT_IN_RUN:
+        keys = run.line_step_keys
+        through = {keys[i]: run.line_steps[i] for i in range(min(line, len(run.line_steps)))}
+        before = ", ".join(f"{k} through {format_value(s)}" for k, s in sorted(through.items()))
+        step_text = f"{std.series[name].step_key} {format_value(first.step)}"
+        page.root = ((f"all series identical to the standard before it ({before}); " if before
+                      else "at the run's very first line: ")
+                     + f"first difference {name} @ {step_text} ({first.kind}) (line {run.line_number(line)} of the run)")
+    page.following = [(n, f"{std.series[n].step_key} {format_value(d.step)} ({kind_label(d.kind)})")
+                      for _, n, d in lines[1:]]
 
 
 # --- suite ----------------------------------------------------------------------------------
