@@ -167,6 +167,35 @@ def test_verify_page_of_a_failing_tiny_recipe_run(tmp_path: Path) -> None:
     assert [html.unescape(n) for n in re.findall(r'<a href="#[^"]+">([^<]*)</a> @ ', listed)] == [n for _, n in order[1:]]
 
 
+def test_every_kind_of_divergence_gets_its_panel(tmp_path: Path) -> None:
+    """Types, signed zeros, arrays, null, infinities, a missing series, NaN, strings, bools and
+    steps that part: each its panel, its kind and step as diff --json says."""
+    nan, inf = float("nan"), float("inf")
+    a = [{"t": 1, "z": 0.0, "arr": [1.0, 2.0], "none": None, "inf": 1.0, "only_a": 1.0, "f": 1.0, "n": 0.5,
+          "str": "a", "b": True, "g": 5.0},
+         {"t": 2, "z": 0.0, "arr": [1.0], "none": None, "inf": 2.0, "only_a": 1.0, "f": 2.0, "n": 0.6, "str": "b",
+          "b": False, "g": 5.0},
+         {"t": 3, "z": 0.0, "arr": [1.0], "none": None, "inf": 3.0, "only_a": 1.0, "f": 3.0, "n": 0.7, "str": "c",
+          "b": True, "g": 5.0}]
+    b = [{"t": 1.0, "z": -0.0, "arr": [1.0, 2.5], "none": 0.5, "inf": inf, "f": 1.0, "n": 0.5, "str": "a", "b": True,
+          "g": 5.0},
+         {"t": 2, "z": 0.0, "arr": [1.0], "none": None, "inf": 2.0, "f": 2.0000000001, "n": nan, "str": "x", "b": True,
+          "g": 5.0},
+         {"t": 3, "z": 0.0, "arr": [1.0], "none": None, "inf": 3.0, "f": 3.0, "n": 0.7, "str": "c", "b": True,
+          "g": 5.0}]
+    for name, rows, steps in (("a.jsonl", a, (0, 1, 2)), ("b.jsonl", b, (0, 1, 3))):
+        (tmp_path / name).write_text("".join(json.dumps({"step_key": "s", "s": step, **row}) + "\n"
+                                             for step, row in zip(steps, rows)))
+    files = (str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"))
+    doc = json.loads(run_cli("diff", *files, "--json").out)
+    page = tmp_path / "kinds.html"
+    assert run_cli("diff", *files, "--html", str(page)).code == 1
+    _, dom = _page(page)
+    kinds = {m["series"]: (m["kind"], _step_text(m["step"])) for m in doc["mismatched"]}
+    assert {"type", "signed-zero", "value", "missing", "close", "nan", "steps"} <= {k for k, _ in kinds.values()}
+    assert {n: (a["data-kind"], a["data-first-step"]) for n, a in dom.articles.items()} == kinds
+
+
 def test_standard_diff_page_names_each_changed_series(tmp_path: Path) -> None:
     old, new = _standard_from(RUN1, tmp_path / "old.json"), _standard_from(RUN2, tmp_path / "new.json")
     doc = json.loads(run_cli("standard", "diff", str(old), str(new), "--json").out)
