@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from detaudit.cli.base import exit_with, handle_errors
+from detaudit.cli.html_report import emit_html, html_options, prepare_html
 from detaudit.cli.options import exclude_include, step_key_option
 from detaudit.render.console import console
 
@@ -16,8 +17,10 @@ from detaudit.render.console import console
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 @step_key_option("Step field for lines without a step_key (default: line index).")
 @exclude_include
+@html_options(scan=False)
 @handle_errors
-def diff(runs: tuple[Path, ...], as_json: bool, step_key: str | None, exclude: tuple[str, ...], include: tuple[str, ...]) -> None:
+def diff(runs: tuple[Path, ...], as_json: bool, step_key: str | None, exclude: tuple[str, ...], include: tuple[str, ...],
+         html: Path | None, overwrite_html: bool) -> None:
     """Compare metrics JSONL files exactly; each run against the first.
 
     Exit 0 when every compared series is identical, 1 when any differ, 2 on bad input.
@@ -29,6 +32,7 @@ def diff(runs: tuple[Path, ...], as_json: bool, step_key: str | None, exclude: t
 
     if len(runs) < 2:
         raise click.UsageError("diff needs at least two metrics files")
+    prepare_html(html, overwrite_html)
     exclusion = Exclusion(cli=exclude, include=include)
     parsed = read_metrics_many(runs, default_step_key=step_key, exclusion=exclusion)
     report = diff_runs(parsed, labels=[str(p) for p in runs])
@@ -37,4 +41,8 @@ def diff(runs: tuple[Path, ...], as_json: bool, step_key: str | None, exclude: t
         click.echo(diff_json(report))
     else:
         print_diff(report, console())
+    if html is not None:
+        from detaudit.render.html.views import diff_page
+
+        emit_html(html, overwrite_html, diff_page(report, parsed), console(stderr=True))
     exit_with(report.ok)

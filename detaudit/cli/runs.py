@@ -10,6 +10,7 @@ import click
 from rich.markup import escape
 
 from detaudit.cli.base import EXIT_FAIL, default_card, exit_with, handle_errors
+from detaudit.cli.html_report import emit_html, html_options, prepare_html
 from detaudit.cli.options import (
     card_and_extra_args,
     cluster_option,
@@ -73,11 +74,12 @@ def _elapsed(states: list[Any]) -> list[float]:
 @click.option("--no-doctor", is_flag=True, help="Skip the determinism preflight (detaudit doctor --no-ray) that runs first.")
 @json_option("the outcome (the runs' diff, the trace report)")
 @trace_option
+@html_options(scan=True)
 @handle_errors
 def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: int, out: Path | None, update: bool,
            no_write: bool, allow_partial: bool, fmt: str | None, drop_nan_series: bool, exclude: tuple[str, ...],
            include: tuple[str, ...], workdir: Path | None, cluster: str | None, junit_xml: Path | None, no_doctor: bool,
-           as_json: bool, trace: str | None) -> None:
+           as_json: bool, trace: str | None, html: Path | None, overwrite_html: bool, scan_report: Path | None) -> None:
     """Run CARD's command N times; write its standard only if all runs agree.
 
     CARD defaults to the embedded tiny CPU recipe (recipes/sd3_pickscore_nft.toml).
@@ -93,6 +95,7 @@ def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: 
     if no_write and (update or out is not None or allow_partial or fmt is not None or drop_nan_series):
         raise click.UsageError("--no-write writes nothing: it takes no --update, --out, --allow-partial or --format")
     card = card or default_card()
+    findings = prepare_html(html, overwrite_html, scan_report)
     out_console, err_console = console(), console(stderr=True)
     display = RunDisplay(err_console, runs, f"detaudit record {card}")
     nothing = "nothing written" if no_write else "no standard written"
@@ -130,6 +133,12 @@ def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: 
         print_workdir_note(err_console, result.workdir, result.workdir_removed, result.ok)
     else:
         print_record(result, str(card), runs, written_word=nothing, out=out_console, err=err_console)
+    if html is not None:
+        from detaudit.data.card import load_card
+        from detaudit.render.html.views import record_page
+
+        page = record_page(result, str(card), runs, step_key=load_card(card).step_key, findings=findings)
+        emit_html(html, overwrite_html, page, err_console)
     exit_with(result.ok)
 
 
@@ -148,11 +157,12 @@ def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: 
 @junit_option("one testcase per series (per card with --suite)")
 @trace_option
 @json_option("the outcome (failing series, environment differences, the trace report)")
+@html_options(scan=True)
 @handle_errors
 def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None, standard: Path | None,
            allow_other_runner: bool, strict_runner: bool, step_key: str | None, workdir: Path | None,
            cluster: str | None, suite: str | None, cards: Path, junit_xml: Path | None, trace: str | None,
-           as_json: bool) -> None:
+           as_json: bool, html: Path | None, overwrite_html: bool, scan_report: Path | None) -> None:
     """Check one run of CARD (or --metrics RUN.jsonl) against its standard, exactly.
 
     CARD defaults to the embedded tiny CPU recipe when neither CARD nor --metrics is given.
@@ -176,7 +186,8 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
                 or trace or as_json:
             raise click.UsageError("--suite verifies the suite's cards: it takes no CARD, --metrics, --standard, --workdir, "
                                    "--cluster, --trace, --json or extra args (--junit-xml gives one report)")
-        _verify_suite(suite, cards, allow_other_runner, junit_xml)
+        _verify_suite(suite, cards, allow_other_runner, junit_xml, html, overwrite_html, scan_report)
+    findings = prepare_html(html, overwrite_html, scan_report)
     if card is None and metrics is None:
         card = default_card()
     out_console, err_console = console(), console(stderr=True)
@@ -209,16 +220,23 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
             print_workdir_note(err_console, result.workdir, result.workdir_removed, result.ok)
     else:
         print_verify(result, out=out_console, err=err_console)
+    if html is not None:
+        from detaudit.render.html.views import verify_page
+
+        page = verify_page(result, str(card) if card is not None else None, step_key=step_key, findings=findings)
+        emit_html(html, overwrite_html, page, err_console)
     exit_with(result.ok)
 
 
-def _verify_suite(suite: str, cards_dir: Path, allow_other_runner: bool, junit_xml: Path | None) -> None:
+def _verify_suite(suite: str, cards_dir: Path, allow_other_runner: bool, junit_xml: Path | None, html: Path | None = None,
+                  overwrite_html: bool = False, scan_report: Path | None = None) -> None:
     from detaudit.ci import cases_from_suite
     from detaudit.flows.suite import find_cards, over_estimate, verify_suite
     from detaudit.render.runs import print_est_time_warning, print_interrupted
     from detaudit.render.suite import print_suite
     from detaudit.results import VerifyStatus
 
+    findings = prepare_html(html, overwrite_html, scan_report)
     out_console, err_console = console(), console(stderr=True)
     found = find_cards(cards_dir, suite)
     total = len(found)
@@ -243,6 +261,10 @@ def _verify_suite(suite: str, cards_dir: Path, allow_other_runner: bool, junit_x
     passed = sum(1 for o in result.outcomes if o.status == VerifyStatus.PASSED)
     _ci_reports(junit_xml, f"detaudit verify --suite {suite}", cases_from_suite(result),
                 f"{passed} of {len(result.outcomes)} cards passed")
+    if html is not None:
+        from detaudit.render.html.views import suite_page
+
+        emit_html(html, overwrite_html, suite_page(result, findings=findings), err_console)
     sys.exit(result.exit_code)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from detaudit.cli.base import exit_with, handle_errors
+from detaudit.cli.html_report import emit_html, html_options, prepare_html
 from detaudit.render.console import console
 from detaudit.standards.formats.registry import FORMATS
 
@@ -45,8 +46,9 @@ def standard_convert(source: Path, dest: Path, fmt: str, series: str | None, dro
 @click.argument("old", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("new", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the review as one JSON object.")
+@html_options(scan=False)
 @handle_errors
-def standard_diff(old: Path, new: Path, as_json: bool) -> None:
+def standard_diff(old: Path, new: Path, as_json: bool, html: Path | None, overwrite_html: bool) -> None:
     """Review a change to a standard: per series added/removed, first differing step, max abs/rel
     difference, ULPs, and steps added or removed. Any two formats.
 
@@ -56,11 +58,17 @@ def standard_diff(old: Path, new: Path, as_json: bool) -> None:
     from detaudit.standards.diff import diff_standards
     from detaudit.standards.formats import load_any
 
-    result = diff_standards(load_any(old), load_any(new), old_label=str(old), new_label=str(new))
+    prepare_html(html, overwrite_html)
+    old_std, new_std = load_any(old), load_any(new)
+    result = diff_standards(old_std, new_std, old_label=str(old), new_label=str(new))
     if as_json:
         click.echo(review_json(result))
     else:
         print_review(result, console())
+    if html is not None:
+        from detaudit.render.html.views import review_page
+
+        emit_html(html, overwrite_html, review_page(result, old_std, new_std), console(stderr=True))
     exit_with(result.identical)
 
 
