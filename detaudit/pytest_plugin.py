@@ -281,10 +281,8 @@ class DetauditChecker:
             warnings.simplefilter("error")  # a torn last line is no standard
             run = read_metrics(metrics, default_step_key=step_key)
         series = {name: SeriesData.from_run(run, s) for name, s in run.series.items()}
+        # The metrics file is not named: it lies in the test's tmp_path, a new folder every run.
         recorded = {"by": "pytest --detaudit-update", "test": self.item.nodeid}
-        where = _project_relative(self.config, metrics)
-        if where is not None:  # a file outside the project (tmp_path) is not named: it changes every run
-            recorded["metrics"] = where
         new, change = _updated_standard(old, series, name=standard.stem, recorded=recorded,
                                         excluded={"series": run.excluded})
         if not new.series:
