@@ -72,6 +72,9 @@ def cases_from_verify(result: Any, classname: str, *, time_s: float = 0.0) -> li
         elif name in failing:
             line = divergence_line(name, failing[name])
             cases.append(Case(classname, name, "failed", 0.0, line, line))
+        elif result.status == VerifyStatus.APPROXIMATE:  # identical, but to another runner class's standard
+            cases.append(Case(classname, name, "passed", 0.0, f"identical to the {result.approximate_against} standard "
+                              "(approximate: another runner class)", approximate=True))
         else:
             cases.append(Case(classname, name, "passed"))
     if cases:

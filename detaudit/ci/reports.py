@@ -23,12 +23,12 @@ def write_ci_reports(junit_xml: Path | None, title: str, cases: list[Case], verd
     return warnings + ([summary_warning] if summary_warning else [])
 
 
-def write_error_reports(junit_xml: Path | None, title: str, classname: str, message: str, *, verdict: str = "ERROR",
-                        env: Mapping[str, str] | None = None) -> list[str]:
+def write_error_reports(junit_xml: Path | None, title: str, classname: str, name: str, message: str, *,
+                        verdict: str = "ERROR", env: Mapping[str, str] | None = None) -> list[str]:
     """The reports of a command that ended without a verdict (bad input, interrupted): one
     JUnit ``<error>`` case holding the one-line reason. Never raises: the command is already
     failing, and its own error is the one to show; a report that cannot be written is a warning."""
     try:
-        return write_ci_reports(junit_xml, title, [error_case(classname, "detaudit", message)], verdict, message, env)
+        return write_ci_reports(junit_xml, title, [error_case(classname, name, message)], verdict, message, env)
     except InputError as exc:
         return [f"{exc} (the JUnit report of this error)"]

@@ -27,14 +27,19 @@ def warn(message: str) -> None:
 
 def ci_title(ctx: click.Context) -> str:
     """The title of a command's CI reports: the command and what it checks (card, metrics, suite)."""
+    names, at = [], ctx
+    while at.parent is not None:  # the root's name may be `python -m detaudit`: always "detaudit"
+        names.insert(0, at.info_name or "")
+        at = at.parent
+    command = " ".join(["detaudit", *names])
     params = ctx.params
     if params.get("suite"):
-        return f"{ctx.command_path} --suite {params['suite']}"
+        return f"{command} --suite {params['suite']}"
     target = params.get("card") or params.get("metrics")
-    return f"{ctx.command_path} {target}" if target else ctx.command_path
+    return f"{command} {target}" if target else command
 
 
-def ci_error_reports(ctx: click.Context | None, message: str, verdict: str = "ERROR") -> None:
+def ci_error_reports(ctx: click.Context | None, message: str, verdict: str = "ERROR", case: str = "bad input") -> None:
     """For a command with --junit-xml that ends without a verdict: a JUnit file holding one
     ``<error>`` case, and the step summary, so CI shows why (pytest does the same for an error
     at collection). Commands without --junit-xml write no CI report."""
@@ -42,8 +47,8 @@ def ci_error_reports(ctx: click.Context | None, message: str, verdict: str = "ER
         return
     from detaudit.ci import write_error_reports
 
-    for text in write_error_reports(ctx.params.get(JUNIT_PARAM), ci_title(ctx), f"detaudit.{ctx.info_name}", message,
-                                    verdict=verdict):
+    for text in write_error_reports(ctx.params.get(JUNIT_PARAM), ci_title(ctx), f"detaudit.{ctx.info_name}", case,
+                                    message, verdict=verdict):
         warn(text)
 
 

@@ -41,7 +41,7 @@ def _interrupted(err: Any, exc: KeyboardInterrupt, what: str) -> NoReturn:
     from detaudit.render.runs import print_interrupted
 
     print_interrupted(err, exc, what)
-    ci_error_reports(click.get_current_context(silent=True), f"interrupted: {what}", verdict="INTERRUPTED")
+    ci_error_reports(click.get_current_context(silent=True), f"interrupted: {what}", "INTERRUPTED", "interrupted")
     sys.exit(EXIT_FAIL)
 
 
