@@ -251,3 +251,18 @@ def test_approximate_pass_is_a_pass_marked_approximate_everywhere(tmp_path: Path
     assert len(cases) == 4 and not any(c.find("failure") is not None for c in cases)
     assert all("identical to the cpu-ref standard (approximate: another runner class)" in c.find("system-out").text
                for c in cases)
+
+
+def test_not_verified_on_a_new_runner_class_says_how_to_go_on(tmp_path: Path) -> None:
+    """The first run on a runner class without a standard: the reports name the way forward."""
+    card = write_card(tmp_path / "toy.toml")
+    assert run_cli("record", str(card), "--runs", "2").code == 0  # class cpu-test
+    card.write_text(card.read_text().replace('runner = ["cpu", "test"]', 'runner = ["cpu", "hosted"]'))
+    junit, summary = tmp_path / "junit.xml", tmp_path / "summary.md"
+    result = run_cli("verify", str(card), "--junit-xml", str(junit), env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert result.code == 1 and "NOT VERIFIED" in result.out, result.text
+    failure = valid_junit(junit).find("testsuite/testcase/failure")
+    for text in (failure.get("message"), summary.read_text()):
+        assert "no standard for runner class cpu-hosted" in text
+        assert "record a standard on this runner class (detaudit record CARD" in text
+        assert "the workflow's record job uploads it as an artifact" in text and "--allow-other-runner" in text
