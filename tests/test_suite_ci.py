@@ -164,9 +164,10 @@ def test_interrupted_verify_writes_its_reports(tmp_path: Path) -> None:
         out, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
-    assert proc.returncode == 1, "".join(seen) + err
+    report = "".join(seen) + err + (junit.read_text() if junit.exists() else "(no JUnit file)")
+    assert proc.returncode == 1 and "interrupted (SIGINT)" in err, report
     error = valid_junit(junit).find("testsuite/testcase/error")
-    assert error is not None and error.get("message") == "interrupted: not verified"
+    assert error is not None and error.get("message") == "interrupted: not verified", report
     assert "**INTERRUPTED**" in summary.read_text()
 
 
