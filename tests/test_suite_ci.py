@@ -1,12 +1,35 @@
-"""Suites (`detaudit plan`, `verify --suite`), est_time warnings, JUnit XML and GitHub job summaries."""
+"""Suites (`detaudit plan`, `verify --suite`), est_time warnings, JUnit XML and GitHub job summaries.
+
+Every JUnit file written here is validated against Jenkins' junit-10.xsd (tests/data), the
+schema CI readers hold reports to.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from conftest import run_cli, write_card
+from lxml import etree
+from markdown_it import MarkdownIt
+
+from conftest import REPO, TOY, run_cli, write_card
+
+from detaudit.ci import Case, summary_markdown
+
+JUNIT_SCHEMA = etree.XMLSchema(etree.parse(str(REPO / "tests" / "data" / "junit-10.xsd")))
+
+
+def valid_junit(path: Path) -> ET.Element:
+    """The JUnit file's root, after checking it against the common JUnit schema."""
+    doc = etree.parse(str(path))
+    assert JUNIT_SCHEMA.validate(doc), f"{path}: {JUNIT_SCHEMA.error_log}"
+    return ET.parse(path).getroot()
 
 
 def cards_dir(tmp_path: Path) -> Path:
@@ -48,7 +71,7 @@ def test_verify_suite_one_table_one_exit_code_junit_and_summary(tmp_path: Path) 
     assert "PASSED" in result.out and "FAILED" in result.out and "1 of 2 cards passed" in result.out
     assert "a: the run took" in result.err and "over the card's est_time" in result.err  # est_time 0.001 s
     assert "b: the run took" not in result.err
-    root = ET.parse(junit).getroot()
+    root = valid_junit(junit)
     suite = root.find("testsuite")
     assert suite.get("tests") == "2" and suite.get("failures") == "1"
     cases = {c.get("name"): c for c in suite.iter("testcase")}
@@ -56,7 +79,7 @@ def test_verify_suite_one_table_one_exit_code_junit_and_summary(tmp_path: Path) 
     assert cases["a"].find("failure") is None and failure is not None
     assert "points in the standard" in failure.text and "rollout/reward/raw_mean" in failure.text
     text = summary.read_text()
-    assert text.startswith("earlier step\n### detaudit verify --suite toy")  # appended, not replaced
+    assert text.startswith("earlier step\n### `detaudit verify --suite toy`")  # appended, not replaced
     assert "| ❌ failed | `b` |" in text and "| ✅ passed | `a` |" in text
     bad = run_cli("verify", "--suite", "toy", str(folder / "a.toml"))
     assert bad.code == 2 and "--suite verifies the suite's cards" in bad.err
@@ -68,7 +91,7 @@ def test_single_verify_junit_has_a_case_per_series(tmp_path: Path) -> None:
     junit = tmp_path / "v.xml"
     failed = run_cli("verify", str(card), "--junit-xml", str(junit), "--", "--unseeded")
     assert failed.code == 1
-    suite = ET.parse(junit).getroot().find("testsuite")
+    suite = valid_junit(junit).find("testsuite")
     names = sorted(c.get("name") for c in suite.iter("testcase"))
     assert names == ["rollout/reward/raw_mean", "rollout/reward/raw_num_samples", "train/grad_norm", "train/loss"]
     assert suite.get("failures") == "3"
@@ -82,7 +105,165 @@ def test_record_junit_and_summary_name_disagreeing_series(tmp_path: Path) -> Non
     result = run_cli("record", str(card), "--runs", "2", "--junit-xml", str(junit), "--", "--unseeded",
                      env={"GITHUB_STEP_SUMMARY": str(summary)})
     assert result.code == 1
-    suite = ET.parse(junit).getroot().find("testsuite")
+    suite = valid_junit(junit).find("testsuite")
     assert suite.get("tests") == "4" and suite.get("failures") == "3"
-    assert "disagree: 1 of 4 series identical across 2 runs" in summary.read_text()
-    assert "| ❌ failed | `train/loss` | train/loss: step 0.0: run 1 " in summary.read_text()
+    assert "**DISAGREE** `1 of 4 series identical across 2 runs`" in summary.read_text()
+    assert "| ❌ failed | `train/loss` | `train/loss: step 0.0: run 1 " in summary.read_text()
+
+
+def metrics_and_standard(tmp_path: Path, names: list[str], differ: str | None = None) -> tuple[Path, Path]:
+    """A metrics file and a miles-format standard of the same series; ``differ`` is one step off."""
+    lines = [{"step": step, **{name: step + 0.5 for name in names}} for step in range(2)]
+    metrics = tmp_path / "run.jsonl"
+    metrics.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    standard = tmp_path / "standard.json"
+    series = {name: [[step, step + (0.25 if name == differ and step else 0.5)] for step in range(2)] for name in names}
+    standard.write_text(json.dumps({"metrics": series}))
+    return metrics, standard
+
+
+def test_reports_on_bad_input_hold_one_error_case(tmp_path: Path) -> None:
+    summary, junit = tmp_path / "summary.md", tmp_path / "junit.xml"
+    env = {"GITHUB_STEP_SUMMARY": str(summary)}
+    # An error found while the command runs (the metrics file is missing) ...
+    missing = run_cli("verify", "--metrics", str(tmp_path / "run.jsonl"), "--standard", str(tmp_path / "nope.json"),
+                      "--junit-xml", str(junit), env=env)
+    assert missing.code == 2 and missing.err.count("\n") == 1 and "nope.json: standard file not found" in missing.err
+    suite = valid_junit(junit).find("testsuite")
+    assert (suite.get("tests"), suite.get("errors"), suite.get("failures")) == ("1", "1", "0")
+    error = suite.find("testcase").find("error")
+    assert "nope.json: standard file not found" in error.get("message") and "Traceback" not in error.text
+    assert suite.get("name") == f"detaudit verify {tmp_path / 'run.jsonl'}"
+    assert "**ERROR**" in summary.read_text() and "standard file not found" in summary.read_text()
+    # ... a usage error in the command's body, and one found while parsing the options.
+    for args, reason in ((("record", "--no-write", "--update"), "--no-write writes nothing"),
+                         (("record", "--runs", "1"), "Invalid value for '--runs'")):
+        junit.unlink()
+        result = run_cli(args[0], "--junit-xml", str(junit), *args[1:], env=env)
+        assert result.code == 2 and reason in result.err, result.text
+        assert reason in valid_junit(junit).find("testsuite/testcase/error").get("message")
+        assert summary.read_text().count("**ERROR**") == (2 if "--update" in args else 3)
+
+
+def test_interrupted_verify_writes_its_reports(tmp_path: Path) -> None:
+    card = write_card(tmp_path / "toy.toml")
+    assert run_cli("record", str(card), "--runs", "2").code == 0
+    junit, summary = tmp_path / "junit.xml", tmp_path / "summary.md"
+    env = dict(os.environ, GITHUB_STEP_SUMMARY=str(summary))
+    proc = subprocess.Popen([sys.executable, "-m", "detaudit", "verify", str(card), "--junit-xml", str(junit), "--",
+                             "--sleep", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    seen = []
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 120
+        for line in proc.stderr:  # the run has started: interrupt it, as Ctrl-C or a cancelled job does
+            seen.append(line)
+            if "run 1/1 running" in line or time.monotonic() > deadline:
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    report = "".join(seen) + err + (junit.read_text() if junit.exists() else "(no JUnit file)")
+    assert proc.returncode == 1 and "interrupted (SIGINT)" in err, report
+    error = valid_junit(junit).find("testsuite/testcase/error")
+    assert error is not None and error.get("message") == "interrupted: not verified", report
+    assert "**INTERRUPTED**" in summary.read_text()
+
+
+def test_unwritable_step_summary_is_a_warning_and_the_verdict_stands(tmp_path: Path) -> None:
+    metrics, standard = metrics_and_standard(tmp_path, ["train/loss"])
+    junit = tmp_path / "junit.xml"
+    for target in (tmp_path, Path("/etc/hostname/summary.md")):  # a folder; a path through a file
+        result = run_cli("verify", "--metrics", str(metrics), "--standard", str(standard), "--junit-xml", str(junit),
+                         env={"GITHUB_STEP_SUMMARY": str(target)})
+        assert result.code == 0, result.text
+        assert f"detaudit: warning: {target}: cannot append the step summary (GITHUB_STEP_SUMMARY)" in result.err
+        assert "Traceback" not in result.err
+        assert valid_junit(junit).find("testsuite").get("failures") == "0"
+
+
+def test_names_xml_cannot_carry_are_escaped_and_reported(tmp_path: Path) -> None:
+    metrics, standard = metrics_and_standard(tmp_path, ["train\x1bloss", "ok\x00"], differ="train\x1bloss")
+    junit = tmp_path / "junit.xml"
+    result = run_cli("verify", "--metrics", str(metrics), "--standard", str(standard), "--junit-xml", str(junit))
+    assert result.code == 1, result.text
+    suite = valid_junit(junit).find("testsuite")
+    assert sorted(c.get("name") for c in suite.iter("testcase")) == ["ok\\x00", "train\\x1bloss"]
+    assert "train\\x1bloss: step 1" in suite.find("testcase/failure").get("message")
+    assert f'warning: {junit}: name "train\\x1bloss" holds characters XML cannot carry' in result.err
+    assert f'warning: {junit}: name "ok\\x00" holds characters XML cannot carry' in result.err
+
+
+HOSTILE = ["# heading", "[a link](https://evil.example)", "a|b", "<img src=x onerror=alert(1)>", "``tick` `",
+           "two\nlines", "| --- |", "**bold** _em_", "https://autolink.example", "\\", "trail `"]
+
+
+def test_step_summary_reads_no_markdown_or_html_out_of_a_name() -> None:
+    cases = [Case("c", name, "failed" if i % 2 else "passed", 0.0, f"{name}: step 0" if i % 2 else "")
+             for i, name in enumerate(HOSTILE)]
+    text = summary_markdown("detaudit verify <b>card</b> [x](y)", cases, "FAILED", "# detail [z](w) |")
+    tokens = MarkdownIt("commonmark").enable("table").parse(text)
+    html = MarkdownIt("commonmark").enable("table").render(text)
+    kinds = [t.type for t in tokens]
+    assert kinds.count("heading_open") == 1 and kinds.count("table_open") == 1
+    assert "<a " not in html and "<img" not in html and "<b>" not in html and "<em>" not in html
+    assert html.count("<strong>") == 1  # the verdict, ours
+    rows = [t for t in tokens if t.type == "tr_open"]
+    assert len(rows) == 1 + len(HOSTILE)  # header + one row per case: no row broken, none added
+    cells = [t for t in tokens if t.type == "inline" and t.map is not None and t.map[0] > 4]
+    names = [cells[i].children for i in range(1, len(cells), 3)]  # the name column
+    for name, children in zip([c.name for c in cases if not c.ok] + [c.name for c in cases if c.ok], names):
+        assert [c.type for c in children] == ["code_inline"], name
+        assert children[0].content.replace("\\|", "|") == name.replace("\n", "\\n")
+
+
+def approximate_suite(tmp_path: Path) -> Path:
+    """Card `toy` with a standard recorded on class cpu-ref, then verified as cpu-other within tolerances."""
+    folder = tmp_path / "cards"
+    folder.mkdir()
+    command = json.dumps(["{python}", str(TOY)])
+    base = f'name = "toy"\ncommand = {command}\ntimeout_s = 60\nstandards_dir = "{folder / "standards"}"\n' \
+           'suite = "toy"\n'
+    card = folder / "toy.toml"
+    card.write_text(base + 'runner = ["cpu", "ref"]\n')
+    assert run_cli("record", str(card), "--runs", "2").code == 0
+    card.write_text(base + 'runner = ["cpu", "other"]\n[approximate."cpu-other"]\nagainst = "cpu-ref"\n'
+                    '"train/*" = { rtol = 1e-12 }\n')
+    return folder
+
+
+def test_approximate_pass_is_a_pass_marked_approximate_everywhere(tmp_path: Path) -> None:
+    folder = approximate_suite(tmp_path)
+    junit, summary = tmp_path / "junit.xml", tmp_path / "summary.md"
+    result = run_cli("verify", "--suite", "toy", "--cards", str(folder), "--junit-xml", str(junit),
+                     env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert result.code == 0, result.text
+    assert "1 of 1 cards passed (1 approximate)" in result.out and "FAILED" not in result.out
+    suite = valid_junit(junit).find("testsuite")
+    assert (suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("0", "0", "0")
+    case = suite.find("testcase")
+    assert case.find("failure") is None and "PASSED (approximate)" in case.find("system-out").text
+    text = summary.read_text()
+    assert "**PASSED** `1 of 1 cards passed (1 approximate)`" in text and "| ✅ passed (approximate) | `toy` |" in text
+    single = run_cli("verify", str(folder / "toy.toml"), "--junit-xml", str(junit))
+    assert single.code == 0, single.text
+    cases = list(valid_junit(junit).iter("testcase"))
+    assert len(cases) == 4 and not any(c.find("failure") is not None for c in cases)
+    assert all("identical to the cpu-ref standard (approximate: another runner class)" in c.find("system-out").text
+               for c in cases)
+
+
+def test_not_verified_on_a_new_runner_class_says_how_to_go_on(tmp_path: Path) -> None:
+    """The first run on a runner class without a standard: the reports name the way forward."""
+    card = write_card(tmp_path / "toy.toml")
+    assert run_cli("record", str(card), "--runs", "2").code == 0  # class cpu-test
+    card.write_text(card.read_text().replace('runner = ["cpu", "test"]', 'runner = ["cpu", "hosted"]'))
+    junit, summary = tmp_path / "junit.xml", tmp_path / "summary.md"
+    result = run_cli("verify", str(card), "--junit-xml", str(junit), env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert result.code == 1 and "NOT VERIFIED" in result.out, result.text
+    failure = valid_junit(junit).find("testsuite/testcase/failure")
+    for text in (failure.get("message"), summary.read_text()):
+        assert "no standard for runner class cpu-hosted" in text
+        assert "record a standard on this runner class (detaudit record CARD" in text
+        assert "the workflow's record job uploads it as an artifact" in text and "--allow-other-runner" in text

@@ -1,6 +1,7 @@
-"""Report renderers for CI systems: JUnit XML (``junit``) and GitHub job summaries (``summary``).
+"""Report renderers for CI systems: JUnit XML (``junit``) and GitHub job summaries (``summary``),
+written together by ``reports``; and whether this is a CI run at all (``environment``).
 
-Both read the same ``Case`` rows, built from verify, suite and record results by ``cases``.
+Both reports read the same ``Case`` rows, built from verify, suite and record results by ``cases``.
 """
 
 from detaudit.ci.cases import (
@@ -8,17 +9,27 @@ from detaudit.ci.cases import (
     cases_from_record,
     cases_from_suite,
     cases_from_verify,
+    error_case,
 )
-from detaudit.ci.junit import junit_xml, write_junit
-from detaudit.ci.summary import append_step_summary, summary_markdown
+from detaudit.ci.environment import CI_VARIABLES, ci_variable
+from detaudit.ci.junit import junit_xml, write_junit, xml_text
+from detaudit.ci.reports import write_ci_reports, write_error_reports
+from detaudit.ci.summary import append_step_summary, md_code, summary_markdown
 
 __all__ = [
+    "CI_VARIABLES",
     "Case",
     "append_step_summary",
     "cases_from_record",
     "cases_from_suite",
     "cases_from_verify",
+    "ci_variable",
+    "error_case",
     "junit_xml",
+    "md_code",
     "summary_markdown",
+    "write_ci_reports",
+    "write_error_reports",
     "write_junit",
+    "xml_text",
 ]

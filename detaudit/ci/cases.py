@@ -16,11 +16,21 @@ from detaudit.render.suite import outcome_detail, status_detail
 from detaudit.results import VerifyStatus
 
 FIRST_DIVERGENCES = 10  # failing series listed in a suite case's text
+# NOT VERIFIED on a runner class without a standard (a new CI runner): the way forward.
+NOT_VERIFIED_HINT = (
+    "record a standard on this runner class (detaudit record CARD; in CI, the workflow's record job uploads it "
+    "as an artifact), review it (detaudit standard show) and commit it; or, where the team chooses it, "
+    "verify --allow-other-runner reports SKIPPED instead"
+)
 
 
 @dataclass
 class Case:
-    """One test case. ``status``: passed, failed, skipped, error."""
+    """One test case. ``status``: passed, failed, skipped, error.
+
+    ``approximate``: passed only within the card's tolerances; every report shows it as a
+    pass marked approximate (never as a failure: the exit code is 0).
+    """
 
     classname: str
     name: str
@@ -28,14 +38,22 @@ class Case:
     time_s: float = 0.0
     message: str = ""  # one line
     text: str = ""  # the failure's details: the first divergences
+    approximate: bool = False
 
     @property
     def ok(self) -> bool:
         return self.status in ("passed", "skipped")
 
 
+def error_case(classname: str, name: str, message: str, time_s: float = 0.0) -> Case:
+    """The one case of a command that ended on bad input or an interruption (JUnit ``<error>``)."""
+    return Case(classname, name, "error", time_s, message, message)
+
+
 def _not_per_series(classname: str, result: Any, status_text: str, message: str, time_s: float) -> list[Case]:
     status = "skipped" if result.status == "skipped" else "failed"
+    if result.status == VerifyStatus.NOT_VERIFIED:
+        message = f"{message}; {NOT_VERIFIED_HINT}"
     return [Case(classname, status_text, status, time_s, message, message)]
 
 
@@ -49,10 +67,14 @@ def cases_from_verify(result: Any, classname: str, *, time_s: float = 0.0) -> li
     cases = []
     for name in sorted(result.standard.series):
         if name in within:
-            cases.append(Case(classname, name, "passed", 0.0, f"within tolerance (approximate): {within[name]}"))
+            cases.append(Case(classname, name, "passed", 0.0, f"within tolerance (approximate): {within[name]}",
+                              approximate=True))
         elif name in failing:
             line = divergence_line(name, failing[name])
             cases.append(Case(classname, name, "failed", 0.0, line, line))
+        elif result.status == VerifyStatus.APPROXIMATE:  # identical, but to another runner class's standard
+            cases.append(Case(classname, name, "passed", 0.0, f"identical to the {result.approximate_against} standard "
+                              "(approximate: another runner class)", approximate=True))
         else:
             cases.append(Case(classname, name, "passed"))
     if cases:
@@ -65,7 +87,8 @@ def cases_from_suite(suite: Any) -> list[Case]:
     cases = []
     classname = f"detaudit.suite.{suite.suite}"
     for o in suite.outcomes:
-        status = {"passed": "passed", "skipped": "skipped", "error": "error"}.get(o.status, "failed")
+        status = {"passed": "passed", "approximate": "passed", "skipped": "skipped", "error": "error"}.get(o.status, "failed")
+        approximate = o.status == VerifyStatus.APPROXIMATE
         message = f"{VerifyStatus(o.status).label}: {outcome_detail(o, limit=1)}"
         text = ""
         if o.status == "failed":
@@ -74,7 +97,10 @@ def cases_from_suite(suite: Any) -> list[Case]:
             text = "\n".join(lines + ([f"... and {more} more series"] if more > 0 else []))
         elif status != "passed":
             text = outcome_detail(o)
-        cases.append(Case(classname, o.card.name, status, o.elapsed, message if status != "passed" else "", text))
+        if o.status == VerifyStatus.NOT_VERIFIED:
+            text = f"{text}\n{NOT_VERIFIED_HINT}"
+        shown = message if status != "passed" or approximate else ""
+        cases.append(Case(classname, o.card.name, status, o.elapsed, shown, text, approximate=approximate))
     return cases
 
 

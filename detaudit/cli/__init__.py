@@ -25,7 +25,14 @@ from detaudit.cli.standards import standard_group
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="detaudit")
 def main() -> None:
-    """Audit ML training runs for bitwise determinism, and record and verify e2e standards."""
+    """Audit ML training runs for bitwise determinism, and record and verify e2e standards.
+
+    \b
+    Examples:
+      detaudit record recipes/sd3_pickscore_nft.toml --runs 3      # write the standard if 3 runs agree
+      detaudit verify recipes/sd3_pickscore_nft.toml               # one run against it, exactly
+      detaudit COMMAND --help                         # each command's options and examples
+    """
 
 
 for command in (diff, record, verify, plan, doctor, standard_group, env_command, health, scan_rng, trace):

@@ -1,4 +1,5 @@
-"""What every command shares: exit codes, one-line errors, the embedded default card."""
+"""What every command shares: exit codes, one-line errors, the embedded default card, and the
+CI reports of a command that ended without a verdict (bad input, interrupted)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,46 @@ import click
 from detaudit.errors import InputError
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
+JUNIT_PARAM = "junit_xml"  # commands with --junit-xml write CI reports on every outcome
 
 
 def _one_line_warning(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+    warn(str(message))
+
+
+def warn(message: str) -> None:
     click.echo(f"detaudit: warning: {message}", err=True)
 
 
+def ci_title(ctx: click.Context) -> str:
+    """The title of a command's CI reports: the command and what it checks (card, metrics, suite)."""
+    names, at = [], ctx
+    while at.parent is not None:  # the root's name may be `python -m detaudit`: always "detaudit"
+        names.insert(0, at.info_name or "")
+        at = at.parent
+    command = " ".join(["detaudit", *names])
+    params = ctx.params
+    if params.get("suite"):
+        return f"{command} --suite {params['suite']}"
+    target = params.get("card") or params.get("metrics")
+    return f"{command} {target}" if target else command
+
+
+def ci_error_reports(ctx: click.Context | None, message: str, verdict: str = "ERROR", case: str = "bad input") -> None:
+    """For a command with --junit-xml that ends without a verdict: a JUnit file holding one
+    ``<error>`` case, and the step summary, so CI shows why (pytest does the same for an error
+    at collection). Commands without --junit-xml write no CI report."""
+    if ctx is None or not any(p.name == JUNIT_PARAM for p in ctx.command.params):
+        return
+    from detaudit.ci import write_error_reports
+
+    for text in write_error_reports(ctx.params.get(JUNIT_PARAM), ci_title(ctx), f"detaudit.{ctx.info_name}", case,
+                                    message, verdict=verdict):
+        warn(text)
+
+
 def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn InputError into one stderr line and exit code 2."""
+    """Turn InputError into one stderr line and exit code 2 (after the CI reports)."""
 
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -29,27 +62,51 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
             return func(*args, **kwargs)
         except InputError as exc:
             click.echo(f"detaudit: error: {exc}", err=True)
+            ci_error_reports(click.get_current_context(silent=True), str(exc))
             sys.exit(EXIT_INPUT)
+        except click.ClickException as exc:  # raised in the body: OneLineErrors.main reports it
+            if getattr(exc, "ctx", None) is None:
+                exc.ctx = click.get_current_context(silent=True)  # type: ignore[attr-defined]
+            raise
 
     return wrapper
 
 
+def _tolerant_streams() -> None:
+    """Output never crashes on a terminal or pipe that cannot encode it (``PYTHONIOENCODING=ascii``,
+    a C locale): characters it cannot hold are written as backslash escapes."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a stream that cannot change now keeps its own
+                pass
+
+
 class OneLineErrors(click.Group):
-    """Usage errors as one line, ``detaudit: error: ...``, exit 2 (not click's usage block)."""
+    """Usage errors as one line, ``detaudit: error: ...``, exit 2 (not click's usage block);
+    no arguments at all: the help, as click prints it."""
 
     def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        _tolerant_streams()
         kwargs["standalone_mode"] = False
+        no_args_help = getattr(click.exceptions, "NoArgsIsHelpError", ())
         try:
             code = super().main(*args, **kwargs)
         except click.exceptions.Abort:
             click.echo("detaudit: aborted", err=True)
             sys.exit(EXIT_FAIL)
+        except no_args_help as exc:  # `detaudit`, `detaudit standard`: the help, not an error line
+            exc.show()
+            sys.exit(exc.exit_code)
         except click.ClickException as exc:
             ctx = getattr(exc, "ctx", None)
             where = f"{ctx.info_name}: " if ctx is not None and ctx.parent is not None else ""
             hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
             message = " ".join(exc.format_message().split())
             click.echo(f"detaudit: error: {where}{message}{hint}", err=True)
+            ci_error_reports(ctx, message)
             sys.exit(EXIT_INPUT)
         sys.exit(code if isinstance(code, int) else EXIT_OK)
 

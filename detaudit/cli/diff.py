@@ -24,6 +24,11 @@ def diff(runs: tuple[Path, ...], as_json: bool, step_key: str | None, exclude: t
     """Compare metrics JSONL files exactly; each run against the first.
 
     Exit 0 when every compared series is identical, 1 when any differ, 2 on bad input.
+
+    \b
+    Examples:
+      detaudit diff run1/metrics.jsonl run2/metrics.jsonl
+      detaudit diff a.jsonl b.jsonl c.jsonl --exclude 'debug/*' --json
     """
     from detaudit.data.compare import diff_runs
     from detaudit.data.exclusion import Exclusion

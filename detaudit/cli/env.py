@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from detaudit.cli.base import EXIT_FAIL, EXIT_OK, default_card, exit_with, handle_errors
+from detaudit.cli.options import FiniteFloatRange
 from detaudit.render.console import console
 
 
@@ -21,6 +22,11 @@ def env_command(card: Path | None, as_json: bool) -> None:
 
     The probe runs in the recipe's interpreter with the card's environment, exactly as
     record and verify do. CARD defaults to the embedded tiny CPU recipe.
+
+    \b
+    Examples:
+      detaudit env recipes/sd3_pickscore_nft.toml
+      detaudit env recipes/sd3_pickscore_nft.toml --json
     """
     from detaudit.data.card import load_card
     from detaudit.render.environment import environment_json, print_environment
@@ -48,6 +54,11 @@ def doctor(card: Path | None, seed: int, no_ray: bool, as_json: bool) -> None:
     PYTHONHASHSEED, the allowed SDPA backends and per-process seeds, in the process as the
     card's environment starts it, in the driver after determinism.enable(seed), and in a Ray
     worker started through determinism.ray_runtime_env(seed). Exit 0 all pass, 1 any fails.
+
+    \b
+    Examples:
+      detaudit doctor recipes/sd3_pickscore_nft.toml
+      detaudit doctor recipes/sd3_pickscore_nft.toml --no-ray --json
     """
     from detaudit.data.card import load_card
     from detaudit.env.doctor import run_doctor
@@ -66,7 +77,7 @@ def doctor(card: Path | None, seed: int, no_ray: bool, as_json: bool) -> None:
 @click.option("--suite", metavar="NAME", help="Only the cards of this suite (default: every card).")
 @click.option("--cards", type=click.Path(file_okay=False, path_type=Path), default=Path("recipes"), show_default=True,
               help="Folder of cards (*.toml).")
-@click.option("--budget", type=click.FloatRange(min=0), metavar="SECONDS",
+@click.option("--budget", type=FiniteFloatRange(min=0), metavar="SECONDS",
               help="Exit 1 when the suite's total est_time exceeds SECONDS (or a card has no est_time).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @handle_errors
@@ -74,6 +85,11 @@ def plan(suite: str | None, cards: Path, budget: float | None, as_json: bool) ->
     """List cards with est_time, GPUs and the suite total; check it against a CI time budget.
 
     Exit 0 within the budget (or without one), 1 over it, 2 on bad input.
+
+    \b
+    Examples:
+      detaudit plan --suite cpu --budget 3000         # CI job of 50 minutes
+      detaudit plan --cards recipes --json
     """
     from detaudit.flows.suite import plan_suite
     from detaudit.render.jsonout import dump_json

@@ -24,7 +24,13 @@ from detaudit.render.console import console
 @handle_errors
 def health(metrics: Path, metric: str, window: int, buckets: int, worst: int, png: Path | None, no_png: bool,
            as_json: bool, step_key: str | None) -> None:
-    """Curve health of one series: first/last means, bucket means, worst drops, a PNG plot."""
+    """Curve health of one series: first/last means, bucket means, worst drops, a PNG plot.
+
+    \b
+    Examples:
+      detaudit health run/metrics.jsonl --metric rollout/reward/raw_mean
+      detaudit health run/metrics.jsonl --metric train/loss --no-png --json
+    """
     from detaudit.data.health import curve_health
     from detaudit.render.health import plot, print_health
     from detaudit.render.jsonout import dump_json

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Callable
 
 import click
 
 F = Callable[..., Any]
+
+
+class FiniteFloatRange(click.FloatRange):
+    """A float in a range that is a number: ``nan`` and ``inf`` are refused (exit 2), as a budget
+    of NaN seconds would let every suite fit (NaN compares false) and ``inf`` checks nothing."""
+
+    name = "finite float range"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return super().convert(number, param, ctx)
 
 
 def _stack(*decorators: F) -> F:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from rich.markup import escape
 
-from detaudit.cli.base import EXIT_FAIL, default_card, exit_with, handle_errors
+from detaudit.cli.base import EXIT_FAIL, ci_error_reports, default_card, exit_with, handle_errors, warn
 from detaudit.cli.html_report import emit_html, html_options, prepare_html
 from detaudit.cli.options import (
     card_and_extra_args,
@@ -29,13 +29,21 @@ from detaudit.standards.formats.registry import FORMATS
 # and `verify --metrics` must start fast.
 
 
-def _ci_reports(junit_xml: Path | None, title: str, cases: list[Any], headline: str) -> None:
+def _ci_reports(junit_xml: Path | None, title: str, cases: list[Any], verdict: str, detail: str = "") -> None:
     """--junit-xml FILE, and the GitHub job summary when GITHUB_STEP_SUMMARY is set."""
-    from detaudit.ci import append_step_summary, summary_markdown, write_junit
+    from detaudit.ci import write_ci_reports
 
-    if junit_xml is not None:
-        write_junit(junit_xml, title, cases)
-    append_step_summary(summary_markdown(title, cases, headline))
+    for text in write_ci_reports(junit_xml, title, cases, verdict, detail):
+        warn(text)
+
+
+def _interrupted(err: Any, exc: KeyboardInterrupt, what: str) -> NoReturn:
+    """Ctrl-C (or the CI job's cancel): say so, write the CI reports, exit 1."""
+    from detaudit.render.runs import print_interrupted
+
+    print_interrupted(err, exc, what)
+    ci_error_reports(click.get_current_context(silent=True), f"interrupted: {what}", "INTERRUPTED", "interrupted")
+    sys.exit(EXIT_FAIL)
 
 
 def _warn_est_time(err: Any, card_path: Path | None, elapsed: list[float]) -> None:
@@ -83,14 +91,19 @@ def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: 
     """Run CARD's command N times; write its standard only if all runs agree.
 
     CARD defaults to the embedded tiny CPU recipe (recipes/sd3_pickscore_nft.toml).
-    Arguments after `--` are appended to the command, e.g.
-    `detaudit record recipes/sd3_pickscore_nft.toml --no-write -- --no-seed-rollout-manager`.
+    Arguments after `--` are appended to the command.
+
+    \b
+    Examples:
+      detaudit record recipes/sd3_pickscore_nft.toml --runs 3
+      detaudit record recipes/sd3_pickscore_nft.toml --update      # re-record, printing what changed
+      detaudit record recipes/sd3_pickscore_nft.toml --no-write -- --no-seed-rollout-manager
     """
     from detaudit.ci import cases_from_record
     from detaudit.flows.record import record as run_record
     from detaudit.render.jsonout import dump_json
     from detaudit.render.record import print_record, record_document
-    from detaudit.render.runs import print_failed_runs, print_interrupted, print_jobs, print_workdir_note
+    from detaudit.render.runs import print_failed_runs, print_jobs, print_workdir_note
 
     if no_write and (update or out is not None or allow_partial or fmt is not None or drop_nan_series):
         raise click.UsageError("--no-write writes nothing: it takes no --update, --out, --allow-partial or --format")
@@ -118,13 +131,12 @@ def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: 
                 write=not no_write, cluster=cluster, on_update=display.update, on_start=on_start, trace=trace,
             )
     except KeyboardInterrupt as exc:
-        print_interrupted(err_console, exc, nothing)
-        sys.exit(EXIT_FAIL)
+        _interrupted(err_console, exc, nothing)
     print_jobs(err_console, result.runs)
     record_cases = cases_from_record(result, f"detaudit.record.{card.stem}")
     failed = sum(1 for c in record_cases if not c.ok)
-    _ci_reports(junit_xml, f"detaudit record {card}", record_cases,
-                f"{result.status}: {len(record_cases) - failed} of {len(record_cases)} series identical across {runs} runs")
+    _ci_reports(junit_xml, f"detaudit record {card}", record_cases, str(result.status).upper(),
+                f"{len(record_cases) - failed} of {len(record_cases)} series identical across {runs} runs")
     _warn_est_time(err_console, card, _elapsed(result.runs))
     if as_json:
         if result.status == "run-failed":
@@ -170,11 +182,17 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
     TorchTitan, NeMo-RL). Exit 0 on PASSED (or PASSED (approximate) for a runner class the
     card gives tolerances, or SKIPPED with --allow-other-runner), 1 on a mismatch, a failed run, or NOT VERIFIED (no standard for
     this runner class, or one with no series), 2 on bad input.
+
+    \b
+    Examples:
+      detaudit verify recipes/sd3_pickscore_nft.toml --junit-xml reports/detaudit.xml
+      detaudit verify --metrics run/metrics.jsonl --standard golden_values.json
+      detaudit verify --suite cpu --cards recipes
     """
     from detaudit.ci import cases_from_verify
     from detaudit.flows.verify import verify as run_verify
     from detaudit.render.jsonout import dump_json
-    from detaudit.render.runs import print_failed_runs, print_interrupted, print_jobs, print_workdir_note
+    from detaudit.render.runs import print_failed_runs, print_jobs, print_workdir_note
     from detaudit.render.suite import status_detail
     from detaudit.render.verify import print_verify, verify_document
     from detaudit.results import VerifyStatus
@@ -198,13 +216,12 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
                                 step_key=step_key, extra_args=extra_args, workdir=workdir, cluster=cluster,
                                 on_update=display.update, trace=trace)
     except KeyboardInterrupt as exc:
-        print_interrupted(err_console, exc, "not verified")
-        sys.exit(EXIT_FAIL)
+        _interrupted(err_console, exc, "not verified")
     label = card.stem if card is not None else Path(str(metrics)).stem
     status = VerifyStatus(result.status)
     _ci_reports(junit_xml, f"detaudit verify {card or metrics}",
                 cases_from_verify(result, f"detaudit.verify.{label}", time_s=result.run.elapsed if result.run else 0.0),
-                f"{status.label}: {status_detail(status, result)} ({result.standard_path})")
+                status.label, f"{status_detail(status, result)} ({result.standard_path})")
     if metrics is None and result.run is not None:
         _warn_est_time(err_console, card, _elapsed([result.run]))
     if result.run is not None:
@@ -232,9 +249,8 @@ def _verify_suite(suite: str, cards_dir: Path, allow_other_runner: bool, junit_x
                   overwrite_html: bool = False, scan_report: Path | None = None) -> None:
     from detaudit.ci import cases_from_suite
     from detaudit.flows.suite import find_cards, over_estimate, verify_suite
-    from detaudit.render.runs import print_est_time_warning, print_interrupted
-    from detaudit.render.suite import print_suite
-    from detaudit.results import VerifyStatus
+    from detaudit.render.runs import print_est_time_warning
+    from detaudit.render.suite import print_suite, suite_passed_text
 
     findings = prepare_html(html, overwrite_html, scan_report)
     out_console, err_console = console(), console(stderr=True)
@@ -251,16 +267,14 @@ def _verify_suite(suite: str, cards_dir: Path, allow_other_runner: bool, junit_x
             result = verify_suite(found, suite=suite, allow_other_runner=allow_other_runner, on_card=on_card,
                                   on_update=display.update)
     except KeyboardInterrupt as exc:
-        print_interrupted(err_console, exc, "not verified")
-        sys.exit(EXIT_FAIL)
+        _interrupted(err_console, exc, "not verified")
     print_suite(result, out_console)
     for o in result.outcomes:
         run_time = o.run_elapsed
         if run_time is not None and o.card.est_time is not None and over_estimate(o.card, run_time):
             print_est_time_warning(err_console, o.card.name, o.card.est_time, run_time)
-    passed = sum(1 for o in result.outcomes if o.status == VerifyStatus.PASSED)
     _ci_reports(junit_xml, f"detaudit verify --suite {suite}", cases_from_suite(result),
-                f"{passed} of {len(result.outcomes)} cards passed")
+                {0: "PASSED", 1: "FAILED"}.get(result.exit_code, "ERROR"), suite_passed_text(result))
     if html is not None:
         from detaudit.render.html.views import suite_page
 
@@ -285,10 +299,16 @@ def trace(card: Path | None, extra_args: tuple[str, ...], modules: bool, save: P
     replicas. --against DIR names the first draw or module that differs from a saved trace.
     Exit 0 on success (and identical traces with --against), 1 when the run fails or the
     traces differ, 2 on bad input.
+
+    \b
+    Examples:
+      detaudit trace recipes/sd3_pickscore_nft.toml
+      detaudit trace recipes/sd3_pickscore_nft.toml --save traces/here   # then, on another machine:
+      detaudit trace recipes/sd3_pickscore_nft.toml --against traces/here
     """
     from detaudit.flows.trace import trace_card
     from detaudit.render.jsonout import dump_json
-    from detaudit.render.runs import print_failed_runs, print_interrupted
+    from detaudit.render.runs import print_failed_runs
     from detaudit.render.trace import print_comparison, print_summary, trace_json
     from detaudit.results import TraceStatus
 
@@ -300,8 +320,7 @@ def trace(card: Path | None, extra_args: tuple[str, ...], modules: bool, save: P
             result = trace_card(card, mode="modules" if modules else None, extra_args=extra_args, workdir=workdir,
                                 save=save, against=against, on_update=display.update)
     except KeyboardInterrupt as exc:
-        print_interrupted(err_console, exc, "no trace saved")
-        sys.exit(EXIT_FAIL)
+        _interrupted(err_console, exc, "no trace saved")
     if result.status == TraceStatus.RUN_FAILED:
         print_failed_runs(err_console, [result.run])
         out_console.print(f"[red]{PREFIX} trace failed: the run did not finish[/red]")

@@ -38,6 +38,12 @@ def scan_rng(paths: tuple[Path, ...], fmt: str, fail_on: str, baseline: Path | N
 
     Static: files are parsed, never imported. Exit 0 when no finding reaches --fail-on, 1 when
     one does, 2 on usage errors. Suppress a line with `# detaudit: ignore[DA101]`.
+
+    \b
+    Examples:
+      detaudit scan-rng src/ --format github           # annotations in a GitHub job
+      detaudit scan-rng src/ --write-baseline .detaudit-baseline.json
+      detaudit scan-rng --explain DA101
     """
     from dataclasses import replace
 

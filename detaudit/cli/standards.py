@@ -14,7 +14,14 @@ from detaudit.standards.formats.registry import FORMATS
 
 @click.group("standard")
 def standard_group() -> None:
-    """Review and convert standard files (detaudit, miles, Megatron-LM, TorchTitan, NeMo-RL)."""
+    """Review and convert standard files (detaudit, miles, Megatron-LM, TorchTitan, NeMo-RL).
+
+    \b
+    Examples:
+      detaudit standard show standards/sd3_pickscore_nft.cpu-intel-6.207-avx512.json
+      detaudit standard diff old.json new.json
+      detaudit standard convert golden_values.json std.json --format detaudit
+    """
 
 
 @standard_group.command("convert")
@@ -29,15 +36,21 @@ def standard_convert(source: Path, dest: Path, fmt: str, series: str | None, dro
     """Convert a standard to another format, exactly (the source format is detected).
 
     Exit 2, writing nothing, where the target format cannot hold a value bit for bit.
+
+    \b
+    Examples:
+      detaudit standard convert golden_values_dev.json tiny.json --format detaudit
+      detaudit standard convert tiny.json golden.json --format megatron --overwrite
     """
+    from detaudit.fileio import write_atomic
     from detaudit.standards.formats import drop_nan_series as drop_nan
-    from detaudit.standards.formats import load_any, write_as
+    from detaudit.standards.formats import load_any, render_as
 
     std = load_any(source)
     dropped = drop_nan(std) if drop_nan_series else []
     for name in dropped:
         click.echo(f"detaudit: dropped {name} (holds NaN)", err=True)
-    write_as(dest, std, fmt, overwrite=overwrite, series=series)
+    write_atomic(dest, render_as(std, fmt, target=dest, series=series), overwrite=overwrite, replace_flag="--overwrite")
     n = 1 if series or fmt == "torchtitan" else len(std.series)
     click.echo(f"detaudit: converted {source} ({std.format}) -> {dest} ({fmt}), {n} series")
 
@@ -53,6 +66,11 @@ def standard_diff(old: Path, new: Path, as_json: bool, html: Path | None, overwr
     difference, ULPs, and steps added or removed. Any two formats.
 
     Exit 0 when every series is identical, 1 when any changed, 2 on bad input.
+
+    \b
+    Examples:
+      git show HEAD:standards/sd3_pickscore_nft.cpu-intel-6.207-avx512.json > /tmp/old.json
+      detaudit standard diff /tmp/old.json standards/sd3_pickscore_nft.cpu-intel-6.207-avx512.json
     """
     from detaudit.render.review import print_review, review_json
     from detaudit.standards.diff import diff_standards
@@ -78,7 +96,13 @@ def standard_diff(old: Path, new: Path, as_json: bool, html: Path | None, overwr
 @handle_errors
 def standard_show(path: Path, as_json: bool) -> None:
     """Summarise a standard: format, runner class, how it was recorded, and per series its step key,
-    points, step range, value types and NaN count."""
+    points, step range, value types and NaN count.
+
+    \b
+    Examples:
+      detaudit standard show standards/sd3_pickscore_nft.cpu-intel-6.207-avx512.json
+      detaudit standard show golden_values_dev.json --json
+    """
     from detaudit.render.jsonout import dump_json
     from detaudit.render.standard import print_standard_summary, standard_summary
     from detaudit.standards.formats import load_any
