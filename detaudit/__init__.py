@@ -12,6 +12,18 @@ from detaudit.data.exclusion import DEFAULT_EXCLUDE, Exclusion
 from detaudit.data.metrics import MetricsRun, read_metrics
 from detaudit.errors import InputError
 
+
+
+def __getattr__(name: str) -> object:
+    # `from detaudit import determinism`: the seeding API pipelines call in their own processes
+    # (it lives in detaudit.env; imported on first use, so `import detaudit` stays light).
+    if name == "determinism":
+        from detaudit.env import determinism
+
+        return determinism
+    raise AttributeError(f"module 'detaudit' has no attribute {name!r}")
+
+
 __all__ = [
     "DEFAULT_EXCLUDE",
     "DiffReport",
@@ -19,6 +31,7 @@ __all__ = [
     "InputError",
     "MetricsRun",
     "__version__",
+    "determinism",
     "diff_runs",
     "read_metrics",
 ]

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from detaudit.data.portable import PROFILES, PortableProfile
 from detaudit.errors import InputError
 from detaudit.runner_class import RunnerClass, check_plain_name
 
@@ -54,6 +55,7 @@ class Card:
     standards_dir: str = "standards"
     # runner class ("h100-1gpu") -> {"against": class, series glob -> {rtol, atol, max_ulps}}; see tolerance.py
     approximate: dict[str, Any] = field(default_factory=dict)
+    portable: PortableProfile | None = None  # a portable CPU profile: its settings in every run, its class
 
     @property
     def card_dir(self) -> Path:
@@ -92,6 +94,7 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "pythonpath": ((list,), "a list of paths"),
     "standards_dir": ((str,), "a path"),
     "approximate": ((dict,), "a table of runner classes, each with tolerances per series glob"),
+    "portable": ((str,), f"a portable CPU profile ({', '.join(sorted(PROFILES))})"),
 }
 _REQUIRED = ("name", "command")
 
@@ -192,6 +195,18 @@ def load_card(path: str | Path) -> Card:
     gpus = data.get("gpus_per_run", 0)
     if gpus < 0:
         raise fail("gpus_per_run", "must be 0 or more")
+    portable = None
+    if "portable" in data:
+        portable = PROFILES.get(data["portable"])
+        if portable is None:
+            raise fail("portable", f"unknown profile {data['portable']!r} (known: {', '.join(sorted(PROFILES))})")
+        if gpus > 0:
+            raise fail("portable", "is a CPU profile: a card with gpus_per_run > 0 cannot be portable")
+        if runner is not None:
+            raise fail("portable", "the card also names a runner class (runner): give one of them")
+        for key, value in portable.env.items():
+            if key in env and env[key] != value:
+                raise fail("env", f"{key}={env[key]!r} contradicts portable profile {portable.name} ({key}={value!r})")
     cpus = data.get("cpus_per_run", 1)
     if not 0 < cpus <= 1_000_000:
         raise fail("cpus_per_run", f"must be a positive number of CPUs, got {cpus!r}")
@@ -223,6 +238,7 @@ def load_card(path: str | Path) -> Card:
         pythonpath=str_list("pythonpath"),
         standards_dir=data.get("standards_dir", "standards"),
         approximate=dict(data.get("approximate", {})),
+        portable=portable,
     )
 
 
@@ -254,6 +270,8 @@ def run_env(card: Card, workdir: Path, metrics: Path, index: int, base: dict[str
     env = dict(os.environ if base is None else base)
     values = _placeholders(card, workdir, metrics, python or sys.executable)
     env.update({k: _expand(v, values) for k, v in card.env.items()})
+    if card.portable is not None:  # in every process of the run, and in the probe that names its class
+        env.update(card.portable.env)
     env[DEFAULT_METRICS_ENV] = str(metrics)
     env[card.metrics_env] = str(metrics)
     env["DETAUDIT_RUN_INDEX"] = str(index)

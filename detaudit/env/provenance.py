@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from detaudit.data.card import Card
 from detaudit.errors import InputError
 from detaudit.runner_class import RunnerClass
 
@@ -87,6 +88,16 @@ def runner_class(info: dict[str, Any], gpus_per_run: int) -> RunnerClass:
     if "amx_tile" in (cpu.get("flags") or []):
         cls.append("amx")
     return RunnerClass.of(cls, None, "detected runner class")
+
+
+def card_runner_class(card: Card, info: dict[str, Any]) -> RunnerClass:
+    """The class a run of ``card`` is bound to: the card's own ``runner``, else its portable
+    profile's class, else the one ``info`` (the probe, taken with the card's environment) shows."""
+    if card.runner is not None:
+        return card.runner
+    if card.portable is not None:
+        return card.portable.runner_class
+    return runner_class(info, card.gpus_per_run)
 
 
 def standard_runner(cls: RunnerClass, info: dict[str, Any]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from detaudit.data.card import load_card, run_argv, run_env
-from detaudit.env.provenance import detect_environment, runner_class
+from detaudit.env.provenance import card_runner_class, detect_environment
 from detaudit.run.local import Interrupted, log_tail, run_batch
 from detaudit.run.spec import RunSpec
 
@@ -100,7 +100,7 @@ def run_on_node(spec: dict[str, Any]) -> tuple[dict[str, Any], int]:
         env = run_env(card, run_dir, metrics, index)
         # The runner class of *this* node, seen by the recipe's interpreter in the run's env.
         info = detect_environment(env=env)
-        cls = (card.runner if card.runner is not None else runner_class(info, card.gpus_per_run)).to_json()
+        cls = card_runner_class(card, info).to_json()
         if spec.get("probe"):  # only where a run of this card would run, and on what
             probe = {"status": "ok", "returncode": 0, "runner_class": cls, "environment": info,
                      "node": platform.node(), "log_tail": "", "metrics_b64": None}

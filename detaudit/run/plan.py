@@ -38,7 +38,7 @@ from detaudit.data.card import (
 )
 from detaudit.data.exclusion import Exclusion, exclusion_for
 from detaudit.data.metrics import MetricsRun, read_metrics_many
-from detaudit.env.provenance import detect_environment, runner_class
+from detaudit.env.provenance import card_runner_class, detect_environment
 from detaudit.errors import InputError, UsageError
 from detaudit.run.local import gpu_slots, run_batch
 from detaudit.run.spec import RunSpec, RunState
@@ -80,7 +80,7 @@ def environment_for(card: Card, parallel: int = 1) -> dict[str, Any]:
 
 def resolve_runner(card: Card, info: dict[str, Any]) -> RunnerClass:
     """The card's runner class if it names one, else the one detected here."""
-    return card.runner if card.runner is not None else runner_class(info, card.gpus_per_run)
+    return card_runner_class(card, info)
 
 
 def prepend_pythonpath(env: dict[str, str], paths: Sequence[str]) -> None:
