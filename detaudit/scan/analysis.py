@@ -79,6 +79,7 @@ class Program:
         self._heads: set[str] = set()
         for key, (dotted_name, module_root) in self._names.items():
             self._heads.add(dotted_name.partition(".")[0])
+            self._heads.add(key.partition(".")[0])
             self._heads.update(module_root.strip(os.sep).split(os.sep)[-MAX_NAMESPACE_DEPTH:])
         self._namespace: dict[str, list[str]] | None = None  # see _namespace_module
         self._mro: dict[str, list[str]] = {}
@@ -100,7 +101,7 @@ class Program:
 
     def add(self, path: str, f: dict[str, Any]) -> None:
         module = f["module"]
-        self._heads.add(module.partition(".")[0].partition("#")[0])
+        self._heads.add(module.partition(".")[0])  # module keys: "core.run#2.main" starts with "core"
         self.paths[module] = path
         self.modules[module] = f
         self.functions.update(f["functions"])

@@ -111,6 +111,10 @@ class FileFacts:
         self.values: dict[tuple[str, str], list[ast.expr]] = {}  # (scope, name or "self.x") -> values assigned
         self.returns: list[tuple[ast.Call, _Ctx]] = []
         self._test_classes: set[str] = set()
+        # A file outside any package that does work at its top level is a script: `python x.py`
+        # (or `accelerate launch x.py`) runs its body.
+        self.script = False
+        self._top = "." not in name and not self.is_test_module and not E.is_conftest(name) and not is_package
         self._blocks = 0
         self._unparsed: dict[int, str] = {}  # id(an if's test) -> its text
         self._shared_guards: dict[int, tuple[_Ctx, list[str]]] = {}  # id(ctx) -> (ctx, its guard texts)
@@ -134,6 +138,9 @@ class FileFacts:
         for node in tree.body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 self.top_level.add(node.name)
+            elif isinstance(node, (ast.For, ast.While, ast.With)) or (
+                    isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)):
+                self.script = True  # work done at the top level of the file
         self.body(tree.body, _Ctx(MODULE_BODY, None, ()))
         return self
 
@@ -579,7 +586,8 @@ class FileFacts:
         if MAIN_BLOCK in self.functions:
             entries.append({"kind": "main", "target": f"{self.module}.{MAIN_BLOCK}",
                             "line": self.functions[MAIN_BLOCK]["line"]})
-        elif self.module.rpartition(".")[2].partition("#")[0] == "__main__":  # `python -m pkg` runs __main__.py's body
+        elif self.module.rpartition(".")[2].partition("#")[0] == "__main__" or (self._top and self.script):
+            # `python -m pkg` runs __main__.py's body; `python script.py` a script's
             entries.append({"kind": "main", "target": f"{self.module}.{MODULE_BODY}", "line": 1})
         hooks = []
         for value in self.hooks:

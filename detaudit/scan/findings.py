@@ -112,7 +112,7 @@ def _finding(program: Program, mine: list[Process], draw: dict[str, Any], path: 
     only_tests = "runs only in tests, which are not the pipeline (--tests-as-pipeline: an error)"
     if not family:
         severity, note = "error", "nondeterministic in any process"
-        if not pipeline and (tests or test_code):
+        if not pipeline and test_code:
             severity, note = "warning", f"{note}; {only_tests}"
     elif family in local:
         severity = "warning"
@@ -124,7 +124,7 @@ def _finding(program: Program, mine: list[Process], draw: dict[str, Any], path: 
             note = f"every process that runs it seeds the {family} RNG; reproducible only while the call order stays fixed"
         else:
             severity, note = "error", f"runs in a process that does not seed the {family} RNG before it"
-    elif tests or test_code:
+    elif test_code:
         severity = "warning"
         unseeded = [p.name for p in tests if not seeded[p.name]]
         note = (f"{only_tests}; unseeded in {_names(unseeded)}" if unseeded else
@@ -133,6 +133,9 @@ def _finding(program: Program, mine: list[Process], draw: dict[str, Any], path: 
         where = "module level" if function.endswith(MODULE_BODY) or function in program.classes else "no known process"
         severity = unknown_process
         note = f"{where}: cannot show that a seeded process runs it (no entry point found that runs it)"
+        if tests:  # pipeline code that only tests are seen to run: the pipeline's entry is not known
+            note = (f"no pipeline process: cannot show that a seeded process runs it (only tests run it; no entry "
+                    f"point of the pipeline found that runs it)")
     if draw.get("impact") and family and severity == "error":
         severity = "warning"
         note += f"; at most a warning: {draw['impact']}"

@@ -6,7 +6,8 @@ draw's own statement: the value goes (through ``int()``, ``str()``, comparisons,
 f-strings) into an argument, an assignment target or ``os.environ`` key named like a sink, into a
 sink call (``socket.*``, ``time.sleep``, ``tempfile.*``, ``.bind()``), or out of a function so
 named; or the draw shuffles or picks from a sequence so named (``random.shuffle(port_candidates)``);
-or it is made in a function so named (``_bind_socket_in_range``); or its value is discarded
+or it is made in a function so named (``_bind_socket_in_range``); or it only builds a name
+(``"".join(random.choice(letters) for _ in range(8))``); or its value is discarded
 (``torch.randn(1).cuda()`` as a statement; not an in-place fill or shuffle).
 """
 
@@ -67,6 +68,7 @@ def impact(call: ast.Call, stmt: ast.stmt | None, function: str, resolve: Callab
         for child in ast.iter_child_nodes(node):
             parents[id(child)] = node
     current: ast.AST = call
+    per_element = False  # the draw makes each element of a comprehension
     while True:
         parent = parents.get(id(current))
         if parent is None:
@@ -80,6 +82,9 @@ def impact(call: ast.Call, stmt: ast.stmt | None, function: str, resolve: Callab
             if current is parent.func:
                 return ""
             full = resolve(parent.func)
+            if per_element and isinstance(parent.func, ast.Attribute) and parent.func.attr == "join" and isinstance(
+                    parent.func.value, ast.Constant) and parent.func.value.value == "":
+                return "it only builds a random name (\"\".join of random characters)"
             if full.startswith(SINK_CALLS):
                 return f"it only reaches {full}()"
             last = full.rpartition(".")[2]
@@ -89,6 +94,10 @@ def impact(call: ast.Call, stmt: ast.stmt | None, function: str, resolve: Callab
                 current = parent
                 continue
             return ""
+        if isinstance(parent, (ast.GeneratorExp, ast.ListComp)) and current is parent.elt:
+            current = parent  # a random character of "".join(...): see below
+            per_element = True
+            continue
         if isinstance(parent, (ast.BinOp, ast.UnaryOp, ast.FormattedValue, ast.JoinedStr, ast.Tuple, ast.Compare,
                                ast.BoolOp)):
             current = parent

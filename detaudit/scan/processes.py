@@ -87,8 +87,10 @@ class _Fixtures:
         return out
 
 
-def build_processes(program: Program, scripts: list[str], test_code: Callable[[str], bool] | None = None) -> list[Process]:
-    """Every process of the tree; ``test_code(path)``: the file is test code (its processes are tests)."""
+def build_processes(program: Program, scripts: list[str], test_code: Callable[[str], bool] | None = None,
+                    rel: Callable[[str], str] | None = None) -> list[Process]:
+    """Every process of the tree; ``test_code(path)``: the file is test code (its processes are tests);
+    ``rel(path)``: a path as shown (names a `__main__` whose module name several files share)."""
     hook_families: set[str] = set()
     for facts in list(program.modules.values()):
         for hook in facts["hooks"]:
@@ -125,10 +127,10 @@ def build_processes(program: Program, scripts: list[str], test_code: Callable[[s
                 roots = [target]
                 seeded = start_seeded | set(program.seeds(target))
         elif kind == "main":
-            where = program.paths.get(target.rsplit(".", 1)[0], display_name(target.rsplit(".", 1)[0]))
-            short = f"__main__ of {where}"
-            if short.startswith("__main__ of /"):
-                short = "__main__ of " + display_name(target.rsplit(".", 1)[0])
+            module_key = target.rsplit(".", 1)[0]
+            shared = display_name(module_key) != module_key
+            short = "__main__ of " + (rel(program.paths[module_key]) if shared and rel and module_key in program.paths
+                                      else display_name(module_key))
             roots = [target]
             seeded = set(program.seeds(target))
         elif kind == "test":

@@ -55,13 +55,17 @@ class CallSite:
         value = self.argument(keyword, index)
         return value is not None and not _is_none(value)
 
+    def forwarded_param(self, keyword: str, index: int | None = None) -> str:
+        """The enclosing function's None-default parameter passed as ``keyword=``, or ''."""
+        value = self.argument(keyword, index)
+        return value.id if isinstance(value, ast.Name) and value.id in self._none_params else ""
+
     def generator_param(self, index: int | None = None) -> str:
         """The enclosing function's None-default parameter passed as ``generator=``, or ''.
 
         ``generator=generator`` guards the draw only at the call sites that pass one.
         """
-        value = self.argument("generator", index)
-        return value.id if isinstance(value, ast.Name) and value.id in self._none_params else ""
+        return self.forwarded_param("generator", index)
 
     def passes_generator(self, index: int | None = None) -> bool:
         """A generator other than None (or a None-default parameter of the caller) is passed."""
@@ -256,7 +260,8 @@ def _diffusers_noise(site: CallSite) -> str | None:
         return None
     if site.last == "randn_tensor":
         return "randn_tensor() with generator=None draws the noise from the global torch generator; pass generator="
-    if site.has_argument("latents", index + 1):  # given latents, prepare_latents draws nothing
+    # given latents, prepare_latents draws nothing (a None-default parameter forwarded may be None)
+    if site.has_argument("latents", index + 1) and not site.forwarded_param("latents", index + 1):
         return None
     return "prepare_latents() with generator=None draws the initial noise from the global torch generator; pass generator="
 
