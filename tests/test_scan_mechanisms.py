@@ -406,6 +406,7 @@ def test_seeding_through_a_method_of_an_object_the_tree_builds(root: Path) -> No
     ("dp_rank = int(np.random.choice(ranks))", "it only reaches dp_rank"),
     ("do_print = random.randint(1, 64) == 1", "it only reaches do_print"),
     ("torch.randn(1).cuda()", "its value is discarded"),
+    ("dummy_input = torch.randn(1, 8)", "it only reaches dummy_input"),
 ])
 def test_port_and_name_picks_are_at_most_a_warning(root: Path, line: str, reason: str) -> None:
     write_tree(root, {"net/__init__.py": "", "net/boot.py": f"""
@@ -563,3 +564,100 @@ def test_via_names_the_attribute_that_leads_there_with_every_candidate(root: Pat
     assert result["properties"]["via"] == draw.via and "svc.mixers.mix_e" in result["message"]["text"]
     text = run_cli("scan-rng", "svc", "--no-cache", cwd=root).out
     assert "candidates svc.mixers.mix_a, svc.mixers.mix_b, svc.mixers.mix_c, svc.mixers.mix_d and 1 more" in text
+
+
+# -- how calls are followed (what made real draws "no known process") ---------------------------
+
+REACH = {
+    "rl/__init__.py": "",
+    "rl/losses.py": """
+        import torch
+
+
+        def plain_loss(x):
+            return x.mean()
+
+
+        def shuffled_loss(x):
+            return x[torch.randperm(len(x))].mean()
+
+
+        LOSSES = {"plain": plain_loss, "shuffled": shuffled_loss}
+        """,
+    "rl/data.py": """
+        import random
+
+
+        class Stream:
+            def __init__(self, items):
+                self.items = items
+
+            def __iter__(self):
+                order = list(self.items)
+                random.shuffle(order)
+                return iter(order)
+        """,
+    "rl/trainer.py": """
+        import numpy as np
+
+        import rl.losses
+        from rl.data import Stream
+
+
+        class Trainer:
+            def fit(self, n):
+                return np.random.permutation(n)
+
+
+        def loss_for(name):
+            return rl.losses.LOSSES[name]
+
+
+        def run(cfg):
+            trainer = Trainer()
+            trainer.fit(cfg.n)
+            loss = getattr(rl.losses, "plain_loss")
+            pick = rl.losses.LOSSES[cfg.loss]
+            for item in Stream(cfg.items):
+                pick(loss(item))
+
+
+        if __name__ == "__main__":
+            run(None)
+        """,
+}
+
+
+def test_registries_getattr_objects_and_protocol_methods_are_followed(root: Path) -> None:
+    write_tree(root, REACH)
+    found = by_code("rl")
+    main = {"__main__ of rl.trainer": False}
+    assert entries(found["return x[torch.randperm(len(x))].mean()"]) == main  # LOSSES[cfg.loss](...)
+    assert entries(found["return np.random.permutation(n)"]) == main  # trainer = Trainer(); trainer.fit()
+    assert entries(found["random.shuffle(order)"]) == main  # for item in Stream(...): Stream.__iter__
+
+
+def test_imports_through_folders_without_init_are_followed(root: Path) -> None:
+    # PEP 420 namespace packages: flowkit/ and flowkit/patches/ have no __init__.py
+    write_tree(root, {
+        "flowkit/patches/noise.py": """
+            import torch
+
+
+            def perturb(x):
+                return x + torch.randn_like(x)
+            """,
+        "scripts/train.py": """
+            from flowkit.patches.noise import perturb
+
+
+            def main():
+                return perturb(1.0)
+
+
+            if __name__ == "__main__":
+                main()
+            """,
+    })
+    draw = by_code("flowkit", "scripts")["return x + torch.randn_like(x)"]
+    assert entries(draw) == {"__main__ of train": False}

@@ -20,7 +20,7 @@ import os
 from collections import deque
 from typing import Any, Callable
 
-from detaudit.scan.facts import LOCAL, MODULE_BODY, SUPER
+from detaudit.scan.facts import LOCAL, MODULE_BODY, SUPER, TABLE
 from detaudit.scan.rules import BUILTIN_LOADERS, CALLING_LOADERS
 
 _DRAWS = frozenset({"draw"})
@@ -402,6 +402,13 @@ class Program:
             target = self.lookup_attr(cls, attr, skip_own=True)
             if target is not None:
                 out.append((target, ""))
+            return
+        if name.endswith(TABLE):  # REGISTRY[key](...) with REGISTRY a dict of another module
+            owner, _, table = name[: -len(TABLE)].rpartition(".")
+            module = self._module(owner, root, True)
+            if module is not None:
+                for value in self.modules[module].get("tables", {}).get(table, ()):
+                    self._edge(function, value, out, self.root_of.get(module, root))
             return
         target = self.canonical(name, root=root) if LOCAL not in name and "@" not in name else None
         if target is not None:

@@ -52,6 +52,7 @@ def _child_fields(kind: type[ast.AST]) -> tuple[str, ...]:
 # A string literal that names a module attribute by dotted path ("pkg.mod.fn" or "pkg.mod:fn").
 DOTTED_STRING = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?::[A-Za-z_][A-Za-z0-9_.]*)?")
 LOCAL = ".<local>."  # key part of a function-local name: "mod.f.<local>.fn"
+TABLE = ".<table>"  # "mod.LOSSES.<table>": a call of an entry of the dict mod.LOSSES
 SUPER = ".<super>."  # "mod.Cls.<super>.m": super().m() inside Cls
 _SUPPRESS = re.compile(r"#\s*detaudit:\s*ignore(?:\[([A-Za-z0-9_,\s]+)\])?")
 
@@ -509,6 +510,10 @@ class FileFacts:
                 if isinstance(table, ast.Dict):
                     for value in table.values:
                         out += [t for t in self._targets(value, ctx, depth + 1) if t not in out]
+            if not out:  # a table of another module: resolved when the analysis has it
+                qualified = self.resolve(dotted(registry), ctx)
+                if qualified is not None:
+                    out.append(qualified + TABLE)
             return out
         for value in self._values_of(node, ctx):
             out += [t for t in self._targets(value, ctx, depth + 1) if t not in out]
@@ -605,6 +610,13 @@ class FileFacts:
                     rules_text = match.group(1)
                     suppress[number] = [r.strip() for r in rules_text.split(",") if r.strip()] if rules_text else ["*"]
         strings = [[text, attr] for text in sorted(self.strings) for attr in sorted(self.string_attrs.get(text) or {""})]
+        tables = {}  # module-level dicts of functions or classes: NAME -> what each value names
+        for (scope, name), values in self.values.items():
+            if scope == MODULE_BODY:
+                names = [t for v in values if isinstance(v, ast.Dict) for item in v.values if item is not None
+                         for t in self._targets(item, _Ctx(MODULE_BODY, None, ()), 4)]
+                if names:
+                    tables[name] = names
         return {
             "version": FACTS_VERSION,
             "module": self.module,
@@ -618,6 +630,7 @@ class FileFacts:
             "hooks": hooks,
             "suppress": suppress,
             "strings": strings,
+            "tables": tables,
             "binds": self._bind_facts(),
         }
 

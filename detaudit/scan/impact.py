@@ -1,5 +1,5 @@
 """Impact of a draw: whether its value can only reach a port, an address, a sleep, a temp name, a
-server picked for a request, or what is logged, or is thrown away.
+server picked for a request, what is logged, a dummy, or is thrown away.
 
 Such a draw never moves a metric, so it is at most a warning. The test is syntactic, inside the
 draw's own statement: the value goes (through ``int()``, ``str()``, comparisons, arithmetic,

@@ -415,12 +415,13 @@ CALLING_LOADERS = frozenset({"hydra.utils.instantiate", "hydra.utils.call"})
 
 # Impact: where a drawn value may go without making results differ between runs.
 # Identifier words (split at "_") that name a port, an address, a sleep/jitter, a temp name, a
-# server or replica picked for a request (load balancing), or what is printed or logged.
+# server or replica picked for a request (load balancing), what is printed or logged, or a
+# dummy whose values nobody reads (only its shape matters).
 SINK_WORDS = frozenset({
     "port", "ports", "addr", "address", "host", "hostname", "sock", "socket", "sleep", "jitter", "delay",
     "backoff", "tmp", "temp", "tmpdir", "tempdir", "tmpname", "tempname", "tmpfile", "tempfile", "timeout",
     "server", "servers", "replica", "replicas", "endpoint", "endpoints", "url", "urls",
-    "print", "logging", "verbose", "debug", "display",
+    "print", "logging", "verbose", "debug", "display", "dummy", "placeholder",
 })
 # A function named with one of these words picks a port, an address or a temp name: its draws do no more.
 PICKER_WORDS = frozenset({"port", "ports", "addr", "address", "socket", "sock", "tmpdir", "tempdir", "tmpname", "tempname"})
