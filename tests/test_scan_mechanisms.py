@@ -661,3 +661,28 @@ def test_imports_through_folders_without_init_are_followed(root: Path) -> None:
     })
     draw = by_code("flowkit", "scripts")["return x + torch.randn_like(x)"]
     assert entries(draw) == {"__main__ of train": False}
+
+
+def test_a_name_bound_to_two_loaded_functions_reaches_both(root: Path) -> None:
+    write_tree(root, VIA)
+    write_tree(root, {"svc/actor.py": """
+        import ray
+
+        from svc.loading import load_function
+
+
+        @ray.remote
+        class Blender:
+            def __init__(self, args):
+                if args.fast:
+                    self.mix = load_function(args.scorer_path)
+                else:
+                    self.mix = load_function(args.mixer_path)
+
+            def run(self, x):
+                return self.mix(x)
+        """})
+    draw = by_code("svc")["return x[torch.randperm(len(x))]"]
+    assert entries(draw) == {"Blender (Ray actor)": False}
+    assert draw.via == ["reached via load_function(args.mixer_path): candidates "
+                        + ", ".join(f"svc.mixers.mix_{c}" for c in "abcde")]

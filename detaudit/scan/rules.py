@@ -271,8 +271,8 @@ def _shuffling_sampler(site: CallSite) -> str | None:
         return None
     if site.name in RANDOM_SAMPLERS:
         return "RandomSampler without generator= takes its shuffle seed from the global torch generator; pass generator="
-    shuffle = site.argument("shuffle", 2)
-    if shuffle is None or (isinstance(shuffle, ast.Constant) and not shuffle.value) or site.has_argument("sampler", 3):
+    shuffle = site.argument("shuffle", 2)  # (a DataLoader refuses shuffle=True with a sampler=)
+    if shuffle is None or (isinstance(shuffle, ast.Constant) and not shuffle.value):
         return None
     when = "" if isinstance(shuffle, ast.Constant) else f" (shuffle={ast.unparse(shuffle)[:60]})"
     return (f"{site.last}(shuffle=True) without generator= takes its shuffle seed from the global torch generator"
