@@ -23,8 +23,8 @@ from typing import Any, Callable
 from detaudit.scan.facts import LOCAL, MODULE_BODY, SUPER, TABLE
 from detaudit.scan.rules import BUILTIN_LOADERS, CALLING_LOADERS
 
-_DRAWS = frozenset({"draw"})
-_NONE: frozenset[str] = frozenset()
+_DRAW = "<draw>"  # in a summary: the function or what it reaches holds a draw
+_DRAWS = frozenset({_DRAW})
 MAX_NAMESPACE_DEPTH = 4  # folders without __init__.py followed above a module's own name
 MAX_CANDIDATES_SHOWN = 4  # in text output; JSON and SARIF carry every candidate
 # Methods that library code calls on an object the tree builds (a DataLoader iterates a dataset,
@@ -85,12 +85,12 @@ class Program:
         self._mro: dict[str, list[str]] = {}
         self._canonical: dict[tuple[str, str | None], str | None] = {}
         self._protocols: dict[str, list[str]] = {}
+        self._dispatched: dict[tuple[str, str | None], list[tuple[list[str], str]]] = {}
         # short name of a callee -> the functions that call it (built on first use, then kept up to date)
         self._calls_by_short_name: dict[str, set[str]] | None = None
         for path, f in facts.items():
             self.add(path, f)
-        self._seeds: dict[str, frozenset[str]] = {}
-        self._draws: dict[str, frozenset[str]] = {}  # see reaches_draw
+        self._summaries: dict[str, frozenset[str]] = {}  # see _summary
         self._drawing: set[str] | None = None
         self._drawing_at_import: set[str] = set()
         self._callees: dict[str, list[tuple[str, str]]] = {}
@@ -119,6 +119,7 @@ class Program:
         self._mro = {}
         self._canonical = {}
         self._protocols = {}
+        self._dispatched = {}
         if self._calls_by_short_name is not None:
             self._index_calls(f["functions"])
         self._callers = {}
@@ -324,6 +325,12 @@ class Program:
         owner_key, _, last = key.rpartition(".")
         if last not in self._bound_names and owner_key.rpartition(".")[2] not in self._bound_names:
             return []  # nothing of that name is bound anywhere
+        cached = self._dispatched.get((key, root))
+        if cached is None:
+            cached = self._dispatched[(key, root)] = self._dispatch_uncached(key, function, root)
+        return cached
+
+    def _dispatch_uncached(self, key: str, function: str, root: str | None) -> list[tuple[list[str], str]]:
         keys = [key]
         _, sep, rest = key.partition(LOCAL)
         if sep:  # a local name may be a module-level one
@@ -429,17 +436,26 @@ class Program:
 
     def seeds(self, function: str) -> frozenset[str]:
         """RNG families a call of ``function`` seeds, directly or through callees."""
-        return self._closure(function, self._seeds, lambda f: frozenset(self.functions.get(f, {}).get("seeds", ())))
+        return self._summary(function) - _DRAWS
 
     def reaches_draw(self, function: str) -> bool:
         """Whether a call of ``function`` can run a draw: one in a function it reaches, or import-time
         code of a module it reaches."""
+        return _DRAW in self._summary(function)
+
+    def _summary(self, function: str) -> frozenset[str]:
+        """The families that ``function`` and what it reaches seed, and _DRAW when they hold a draw."""
         if self._drawing is None:
             self._drawing = {d["function"] for f in self.modules.values() for d in f["draws"]}
             self._drawing_at_import = {self.module_of.get(d, "") for d in self._drawing
                                        if d.endswith(MODULE_BODY) or d in self.classes}
-        drawing, at_import = self._drawing, self._drawing_at_import
-        return bool(self._closure(function, self._draws, lambda f: _DRAWS if f in drawing or self.module_of.get(f) in at_import else _NONE))
+        drawing, at_import, functions, module_of = self._drawing, self._drawing_at_import, self.functions, self.module_of
+
+        def own(name: str) -> frozenset[str]:
+            seeds = frozenset(functions.get(name, {}).get("seeds", ()))
+            return seeds | _DRAWS if name in drawing or module_of.get(name) in at_import else seeds
+
+        return self._closure(function, self._summaries, own)
 
     def _closure(self, function: str, cache: dict[str, frozenset[str]],
                  own: Callable[[str], frozenset[str]]) -> frozenset[str]:
