@@ -28,7 +28,8 @@ Getting the trees (their sources are not committed here), into one folder::
 (see the "note" of miles-before in trees.json: the tree measured for this repository was rebuilt
 from the files stored at 153b243, as no reachable snapshot held that commit.)
 
-    PYTHONPATH=$PWD python benchmarks/scan_real.py [TREES] [--reference REV] [--repeat N] [--only NAME ...]
+    PYTHONPATH=$PWD python benchmarks/scan_real.py [TREES] [--reference REV | --reference-code DIR] [--repeat N]
+        [--jobs N] [--only NAME ...]
 
 TREES defaults to /work/research/scan/trees. Exit 0 when every check and target holds, 1 otherwise.
 """
@@ -98,11 +99,20 @@ def reference_scanner(rev: str, into: Path) -> Path:
     return into
 
 
-def run_scan(code: Path, tree_root: Path, paths: list[str], cache: Path) -> tuple[float, float, int, list[dict]]:
+def run_scan(code: Path, tree_root: Path, paths: list[str], cache: Path,
+             jobs: int | None = None) -> tuple[float, float, int, list[dict]]:
     """(wall seconds, CPU seconds of the scan and its parser processes, exit code, findings) of one
-    cold scan with the scanner under ``code``."""
+    cold scan with the scanner under ``code``, run in the tree. Settings: the tree's own
+    pyproject.toml, else none (not one found above the tree)."""
     shutil.rmtree(cache, ignore_errors=True)
-    env = dict(os.environ, PYTHONPATH=str(code), XDG_CACHE_HOME=str(cache))
+    config = tree_root / "pyproject.toml"
+    if not config.is_file():
+        config = cache.parent / "empty-pyproject.toml"
+        config.write_text("")
+    paths = [*paths, "--config", str(config), *(["--jobs", str(jobs)] if jobs else [])]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(code), os.environ.get("PYTHONPATH", "")]),
+               XDG_CACHE_HOME=str(cache))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # the scanners' bytecode is compiled once, as an install has it
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "detaudit", "scan-rng", *paths, "--format", "json", "--no-cache"],
@@ -133,6 +143,9 @@ def main() -> int:
     parser.add_argument("trees", nargs="?", default="/work/research/scan/trees", type=Path,
                         help="folder holding the trees (see the module doc for how to get them)")
     parser.add_argument("--reference", default=REFERENCE, help="git revision of the scanner to compare with")
+    parser.add_argument("--reference-code", type=Path,
+                        help="a folder holding the reference scanner's detaudit/ (instead of git archive of --reference)")
+    parser.add_argument("--jobs", type=int, help="--jobs for both scanners (default: theirs, one parser per core)")
     parser.add_argument("--repeat", type=int, default=3, help="cold runs per scanner and tree (fastest counts)")
     parser.add_argument("--only", nargs="*", help="tree names to run (default: all)")
     args = parser.parse_args()
@@ -142,9 +155,13 @@ def main() -> int:
     failed: list[str] = []
     rows = []
     try:
-        before_code = reference_scanner(args.reference, work / "reference")
+        before_code = (args.reference_code.resolve() if args.reference_code
+                       else reference_scanner(args.reference, work / "reference"))
+        for code in (before_code, REPO):  # time the scans, not the compiling of the scanners' source
+            subprocess.run([sys.executable, "-m", "compileall", "-q", str(code / "detaudit")], check=True,
+                           env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
         for tree in trees:
-            root = args.trees / tree["name"]
+            root = (args.trees / tree["name"]).resolve()
             if not root.is_dir():
                 failed.append(f"{tree['name']}: not found under {args.trees} (see the module doc)")
                 continue
@@ -160,7 +177,7 @@ def main() -> int:
             results: dict[str, tuple[int, list[dict]]] = {}
             for _ in range(args.repeat):
                 for name, code in (("before", before_code), ("after", REPO)):
-                    seconds, cpu, exit_code, findings = run_scan(code, root, tree["scan"], work / "cache")
+                    seconds, cpu, exit_code, findings = run_scan(code, root, tree["scan"], work / "cache", args.jobs)
                     times[name].append(seconds)
                     cpus[name].append(cpu)
                     results[name] = (exit_code, findings)
@@ -203,7 +220,9 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print()
-    print(f"scanner before: {args.reference} (git archive); after: this checkout. Cold: --no-cache, the fastest of "
+    print(f"scanner before: {args.reference_code or args.reference + ' (git archive)'}; after: this checkout; "
+          f"{os.cpu_count()} cores, --jobs {args.jobs or 'default'}, Python {sys.version.split()[0]}.")
+    print(f"Cold: --no-cache, the fastest of "
           f"{args.repeat} runs each, the two scanners alternating; wall time, and CPU time of the scan and its "
           f"parser processes (on a shared machine the CPU time is the steadier of the two).")
     print("| tree | files | lines | cold wall before s | after s | cold CPU before s | after s | CPU after/before "

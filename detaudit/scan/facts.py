@@ -365,21 +365,23 @@ class FileFacts:
         todo = [node]
         stmt = self._stmt
         for sub in todo:  # the list grows while it is read: that is the queue
-            if isinstance(sub, ast.Name):
+            kind = type(sub)
+            if kind is ast.Name:
                 continue
-            if isinstance(sub, ast.Call):
+            # `kind is X` first (one cheap test per node), isinstance for the type checker only
+            if kind is ast.Call and isinstance(sub, ast.Call):
                 self.calls.append((sub, ctx, stmt))
                 for keyword in sub.keywords:
                     if keyword.arg and isinstance(keyword.value, ast.Constant):
                         text = _dotted_string(keyword.value.value)
                         if text is not None:
                             self.string_attrs.setdefault(text, set()).add(_option_attr(sub, keyword.arg))
-            elif isinstance(sub, ast.Constant):
+            elif kind is ast.Constant and isinstance(sub, ast.Constant):
                 text = _dotted_string(sub.value)
                 if text is not None:
                     self.strings.add(text)
                 continue
-            elif isinstance(sub, ast.Dict):
+            elif kind is ast.Dict and isinstance(sub, ast.Dict):
                 for key, value in zip(sub.keys, sub.values):
                     if isinstance(key, ast.Constant) and isinstance(key.value, str):
                         if key.value == "worker_process_setup_hook":
@@ -388,7 +390,6 @@ class FileFacts:
                             text = _dotted_string(value.value)
                             if text is not None:
                                 self.string_attrs.setdefault(text, set()).add(key.value)
-            kind = type(sub)
             for name in _CHILD_FIELDS.get(kind) or _child_fields(kind):
                 child = getattr(sub, name, None)
                 if isinstance(child, ast.AST):
