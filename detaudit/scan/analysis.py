@@ -25,6 +25,8 @@ from detaudit.scan.rules import BUILTIN_LOADERS, CALLING_LOADERS
 
 _DRAW = "<draw>"  # in a summary: the function or what it reaches holds a draw
 _DRAWS = frozenset({_DRAW})
+_NO_MARK: frozenset[str] = frozenset()
+_MARKS = _DRAWS
 MAX_NAMESPACE_DEPTH = 4  # folders without __init__.py followed above a module's own name
 MAX_CANDIDATES_SHOWN = 4  # in text output; JSON and SARIF carry every candidate
 # Methods that library code calls on an object the tree builds (a DataLoader iterates a dataset,
@@ -91,6 +93,10 @@ class Program:
         for path, f in facts.items():
             self.add(path, f)
         self._summaries: dict[str, frozenset[str]] = {}  # see _summary
+        self.test_modules: set[str] = set()  # modules of test code
+        self._test_draws: dict[str, frozenset[str]] = {}  # see reaches_draw
+        self._callees_within: dict[str, list[tuple[str, str]]] = {}
+        self._within_heads: set[str] | None = None
         self._drawing: set[str] | None = None
         self._drawing_at_import: set[str] = set()
         self._callees: dict[str, list[tuple[str, str]]] = {}
@@ -376,6 +382,26 @@ class Program:
         self._callees[function] = out
         return out
 
+    def callees_within(self, function: str, within: set[str]) -> list[tuple[str, str]]:
+        """The callees of ``function`` in the modules ``within`` (one set per Program: the test
+        modules), found without resolving the calls that name anything else."""
+        cached = self._callees_within.get(function)
+        if cached is not None:
+            return cached
+        heads = self._within_heads
+        if heads is None:
+            heads = self._within_heads = {m.partition(".")[0] for m in within}
+        out: list[tuple[str, str]] = []
+        info = self.functions.get(function)
+        if info:
+            root = self.root(function)
+            for name in info["calls"]:
+                if name.partition(".")[0] in heads:
+                    self._edge(function, name, out, root)
+        out = [e for e in out if self.module_of.get(e[0]) in within]
+        self._callees_within[function] = out
+        return out
+
     def call_targets(self, function: str, index: int) -> list[str]:
         """The functions the ``index``-th call of ``function`` reaches."""
         out: list[tuple[str, str]] = []
@@ -436,19 +462,32 @@ class Program:
 
     def seeds(self, function: str) -> frozenset[str]:
         """RNG families a call of ``function`` seeds, directly or through callees."""
-        return self._summary(function) - _DRAWS
+        return self._summary(function) - _MARKS
 
-    def reaches_draw(self, function: str) -> bool:
+    def reaches_draw(self, function: str, in_tests: bool = False) -> bool:
         """Whether a call of ``function`` can run a draw: one in a function it reaches, or import-time
-        code of a module it reaches."""
-        return _DRAW in self._summary(function)
+        code of a module it reaches (``in_tests``: a draw in test code, reached through test code)."""
+        if not in_tests:
+            return _DRAW in self._summary(function)
+        self._summary_setup()
+        drawing, at_import, tests, module_of = self._drawing, self._drawing_at_import, self.test_modules, self.module_of
 
-    def _summary(self, function: str) -> frozenset[str]:
-        """The families that ``function`` and what it reaches seed, and _DRAW when they hold a draw."""
+        def own(name: str) -> frozenset[str]:
+            module = module_of.get(name)
+            return _DRAWS if module in tests and (name in drawing or module in at_import) else _NO_MARK
+
+        return bool(self._closure(function, self._test_draws, own, tests))
+
+    def _summary_setup(self) -> None:
         if self._drawing is None:
             self._drawing = {d["function"] for f in self.modules.values() for d in f["draws"]}
             self._drawing_at_import = {self.module_of.get(d, "") for d in self._drawing
                                        if d.endswith(MODULE_BODY) or d in self.classes}
+
+    def _summary(self, function: str) -> frozenset[str]:
+        """The families that ``function`` and what it reaches seed, and _DRAW when they hold a draw."""
+        self._summary_setup()
+        assert self._drawing is not None
         drawing, at_import, functions, module_of = self._drawing, self._drawing_at_import, self.functions, self.module_of
 
         def own(name: str) -> frozenset[str]:
@@ -457,9 +496,10 @@ class Program:
 
         return self._closure(function, self._summaries, own)
 
-    def _closure(self, function: str, cache: dict[str, frozenset[str]],
-                 own: Callable[[str], frozenset[str]]) -> frozenset[str]:
-        """The union of ``own(f)`` over every ``f`` that ``function`` reaches, memoised in ``cache``.
+    def _closure(self, function: str, cache: dict[str, frozenset[str]], own: Callable[[str], frozenset[str]],
+                 within: set[str] | None = None) -> frozenset[str]:
+        """The union of ``own(f)`` over every ``f`` that ``function`` reaches (through functions of the
+        modules ``within`` only, when given), memoised in ``cache``.
 
         One depth-first pass (Tarjan's strongly connected components) answers ``function`` and
         everything it reaches: a component holds what its members hold and what the components
@@ -472,7 +512,10 @@ class Program:
         low: dict[str, int] = {function: 0}
         stack: list[str] = [function]
         on_stack: set[str] = {function}
-        work = [(function, iter(self.callees(function)))]
+        def edges_of(name: str) -> list[tuple[str, str]]:
+            return self.callees(name) if within is None else self.callees_within(name, within)
+
+        work = [(function, iter(edges_of(function)))]
         while work:
             node, edges = work[-1]
             pushed = False
@@ -483,7 +526,7 @@ class Program:
                     index[callee] = low[callee] = len(index)
                     stack.append(callee)
                     on_stack.add(callee)
-                    work.append((callee, iter(self.callees(callee))))
+                    work.append((callee, iter(edges_of(callee))))
                     pushed = True
                     break
                 if callee in on_stack:
@@ -506,7 +549,7 @@ class Program:
                 inside = set(members)
                 for member in members:
                     held |= own(member)
-                    for callee, _ in self.callees(member):
+                    for callee, _ in edges_of(member):
                         if callee not in inside:
                             held |= cache[callee]
                 result = frozenset(held)
@@ -514,14 +557,15 @@ class Program:
                     cache[member] = result
         return cache[function]
 
-    def reach(self, roots: list[str]) -> tuple[set[str], dict[str, str]]:
-        """Functions reachable from ``roots``, and for those reached by dynamic dispatch, how."""
+    def reach(self, roots: list[str], within: set[str] | None = None) -> tuple[set[str], dict[str, str]]:
+        """Functions reachable from ``roots`` (only through functions of the modules ``within``, when
+        given), and for those reached by dynamic dispatch, how."""
         seen = set(roots)
         via: dict[str, str] = {}
         queue = deque(roots)
         while queue:
             current = queue.popleft()
-            for callee, how in self.callees(current):
+            for callee, how in self.callees(current) if within is None else self.callees_within(current, within):
                 if callee not in seen:
                     seen.add(callee)
                     if how or current in via:

@@ -22,7 +22,7 @@ class Process:
     name: str  # what a reader recognises: "RolloutManager (Ray actor)"
     kind: str
     target: str
-    seeded: set[str]  # RNG families seeded at some point of the process's life
+    seeded: set[str] | None  # RNG families seeded at some point of the process's life (None: never asked)
     roots: list[str]
     reach: set[str] = field(default_factory=set)
     # Code that runs before the later seeding: an actor's __init__ (and what it calls), import-time code.
@@ -34,7 +34,7 @@ class Process:
 
     def seeded_at(self, function: str, family: str) -> bool:
         early = self.early.get(function)
-        return family in (early if early is not None else self.seeded)
+        return family in (early if early is not None else self.seeded or ())
 
 
 class _Fixtures:
@@ -48,6 +48,8 @@ class _Fixtures:
             if os.path.basename(path) == "conftest.py":
                 self.conftests[os.path.dirname(path)] = module
         self._visible: dict[str, list[dict[str, Any]]] = {}  # module -> the fixtures its tests see
+        # (module, class) -> (fixtures by name, the autouse ones) for its tests
+        self._by_name: dict[tuple[str, str], tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]] = {}
 
     def scopes(self, module: str) -> list[str]:
         """The modules whose fixtures a test of ``module`` sees, nearest first."""
@@ -66,18 +68,23 @@ class _Fixtures:
     def roots(self, module: str, cls: str, uses: list[str]) -> list[str]:
         """The fixture functions that run before a test's body: autouse ones, and those it (or
         they, in turn) name as parameters."""
-        visible = self._visible.get(module)
-        if visible is None:
-            visible = self._visible[module] = [f for scope in self.scopes(module)
-                                               for f in self.program.fixtures.get(scope, ())]
-        if not visible:
+        key = (module, cls)
+        known = self._by_name.get(key)
+        if known is None:
+            visible = self._visible.get(module)
+            if visible is None:
+                visible = self._visible[module] = [f for scope in self.scopes(module)
+                                                   for f in self.program.fixtures.get(scope, ())]
+            by_name: dict[str, dict[str, Any]] = {}
+            for fixture in reversed(visible):  # the nearest definition of a name wins
+                if not fixture["cls"] or fixture["cls"] == cls:
+                    by_name[fixture["name"]] = fixture
+            known = self._by_name[key] = (by_name, [f for f in by_name.values() if f["autouse"]])
+        by_name, autouse = known
+        if not by_name:
             return []
-        by_name: dict[str, dict[str, Any]] = {}
-        for fixture in reversed(visible):  # the nearest definition of a name wins
-            if not fixture["cls"] or fixture["cls"] == cls:
-                by_name[fixture["name"]] = fixture
         out: list[str] = []
-        todo = [f for f in by_name.values() if f["autouse"]] + [by_name[n] for n in uses if n in by_name]
+        todo = autouse + [by_name[n] for n in uses if n in by_name]
         while todo:
             fixture = todo.pop()
             if fixture["target"] in out or len(out) > 64:
@@ -88,9 +95,16 @@ class _Fixtures:
 
 
 def build_processes(program: Program, scripts: list[str], test_code: Callable[[str], bool] | None = None,
-                    rel: Callable[[str], str] | None = None) -> list[Process]:
+                    rel: Callable[[str], str] | None = None, tests_as_pipeline: bool = False) -> list[Process]:
     """Every process of the tree; ``test_code(path)``: the file is test code (its processes are tests);
-    ``rel(path)``: a path as shown (names a `__main__` whose module name several files share)."""
+    ``rel(path)``: a path as shown (names a `__main__` whose module name several files share).
+
+    Unless ``tests_as_pipeline``, a pytest test is followed through test code only: what it runs
+    there is what its findings need (draws in tests); the pipeline code it calls is judged by the
+    pipeline's own processes (its seeding is still counted).
+    """
+    if test_code is not None:
+        program.test_modules = {m for m, path in program.paths.items() if test_code(path)}
     hook_families: set[str] = set()
     for facts in list(program.modules.values()):
         for hook in facts["hooks"]:
@@ -140,8 +154,11 @@ def build_processes(program: Program, scripts: list[str], test_code: Callable[[s
             setups += [f"{module}.{name}" for name in MODULE_SETUPS if f"{module}.{name}" in program.functions]
             roots = [target] + fixtures.roots(module, cls, entry.get("uses", [])) + [s for s in setups if s]
             seeded = set()
-            for root in roots:
-                seeded |= program.seeds(root)
+            if tests_as_pipeline or any(program.reaches_draw(root, in_tests=True) for root in roots):
+                for root in roots:
+                    seeded |= program.seeds(root)
+            else:
+                seeded = None  # reaches no draw in test code: its seeding is never asked
         else:
             if kind == "cli" and target in program.classes:  # fire.Fire(Cls): its methods are the commands
                 roots = program.class_methods(target)
@@ -160,8 +177,11 @@ def build_processes(program: Program, scripts: list[str], test_code: Callable[[s
         path = program.paths.get(program.module_of.get(target, ""), "")
         process = Process(name, kind, target, seeded, roots,
                           is_test=kind == "test" or bool(path and test_code is not None and test_code(path)))
-        if process.is_test and not any(program.reaches_draw(root) for root in roots):
-            process.reach = set(roots)  # thousands of tests reach no draw: no need to list what they run
+        if kind == "test" and not tests_as_pipeline:
+            if seeded is not None:
+                process.reach, process.via = program.reach(roots, within=program.test_modules)
+            else:  # most tests reach no draw in test code: what they run is never asked either
+                process.reach = set(roots)
             processes.append(process)
             continue
         process.reach, process.via = program.reach(roots)
@@ -217,4 +237,6 @@ def _entry_guards(program: Program, process: Process, function: str, active: set
 
 
 def process_summary(process: Process) -> dict[str, Any]:
-    return {"entry": process.name, "kind": process.kind, "seeded": sorted(process.seeded)}
+    """``seeded`` is None for a test that runs no draw in test code (its seeding is not worked out)."""
+    seeded = None if process.seeded is None else sorted(process.seeded)
+    return {"entry": process.name, "kind": process.kind, "seeded": seeded}

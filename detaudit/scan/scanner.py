@@ -212,7 +212,7 @@ def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: in
         return path[len(cwd):] if path.startswith(cwd) else os.path.relpath(path, cwd)
 
     in_tests = test_files(list(stats), paths)
-    processes = build_processes(program, scripts, in_tests.__contains__, rel)
+    processes = build_processes(program, scripts, in_tests.__contains__, rel, config.tests_as_pipeline)
 
     findings = [f for f in findings_for(program, processes, rel, config.unknown_process, config.tests_as_pipeline,
                                         in_tests.__contains__) if config.wants(f.rule)]
