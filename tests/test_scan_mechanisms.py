@@ -277,11 +277,25 @@ def test_pytest_tests_are_processes_and_warnings_unless_asked(root: Path) -> Non
     assert "runs only in tests" in own.note
     seeded = found["y = torch.rand(2)"]  # setup_method seeds the class's tests
     assert entries(seeded) == {"TestSeeded.test_noise (pytest test)": True} and seeded.severity == "warning"
-    # Pipeline code that only a test runs: the pipeline's entry is not known, so it stays an error.
+    # Pipeline code that only a test runs: tests are followed through test code only, and no entry
+    # of the pipeline is known to run it, so it stays an error (fail closed).
     library = found["return w + torch.randn_like(w)"]
-    assert entries(library) == {"test_jitter (pytest test)": False} and library.severity == "error"
+    assert library.processes == [] and library.severity == "error" and library.note.startswith("no known process")
     strict = by_code("lab", "tests", tests_as_pipeline=True)
     assert strict["x = torch.rand(3)"].severity == "error" and strict["y = torch.rand(2)"].severity == "warning"
+    assert entries(strict["return w + torch.randn_like(w)"]) == {"test_jitter (pytest test)": False}
+    # A script in tests/ is followed everywhere; pipeline code only it runs is still an error.
+    write_tree(root, {"tests/check_ops.py": """
+        import torch
+
+        from lab.ops import perturb_weights
+
+        if __name__ == "__main__":
+            perturb_weights(torch.ones(2))
+        """})
+    library = by_code("lab", "tests")["return w + torch.randn_like(w)"]
+    assert entries(library) == {"__main__ of check_ops": False} and library.severity == "error"
+    assert library.note.startswith("no pipeline process")
     cli = run_cli("scan-rng", "tests", "--format", "json", "--no-cache", cwd=root)
     assert cli.code == 0 and {f["severity"] for f in json.loads(cli.out)} == {"warning"}
     assert run_cli("scan-rng", "tests", "--tests-as-pipeline", "--no-cache", cwd=root).code == 1

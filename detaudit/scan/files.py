@@ -123,15 +123,17 @@ def module_keys(paths: list[str]) -> dict[str, tuple[str, str, bool, str]]:
 
 
 def test_files(paths: list[str], named: list[str | Path]) -> set[str]:
-    """The absolute ``paths`` that are test code, judged from their path below the named path
-    that holds them (a project scanned from inside its own tests/fixtures folder is not a test)."""
+    """The absolute ``paths`` that are test code, judged from their path from the named path that
+    holds them (its own name included): a project scanned from inside a tests/fixtures folder is
+    not a test, `scan-rng tests` scans tests."""
     from detaudit.scan.entries import is_test_path
 
     bases = sorted((os.path.realpath(n) for n in named), key=len, reverse=True)
     out = set()
     for path in paths:
         base = next((b for b in bases if path == b or path.startswith(b.rstrip(os.sep) + os.sep)), None)
-        relative = os.path.basename(path) if base is None or base == path else path[len(base.rstrip(os.sep)) + 1:]
+        relative = os.path.basename(path) if base is None or base == path else os.path.join(
+            os.path.basename(base), path[len(base.rstrip(os.sep)) + 1:])
         if is_test_path(relative):
             out.add(path)
     return out
