@@ -829,6 +829,9 @@ def scan_rng(paths: tuple[Path, ...], fmt: str, fail_on: str, baseline: Path | N
     dropped = 0
     if baseline is not None:
         result.findings, dropped = apply_baseline(baseline, result.findings)
+    if fmt != "text":  # skipped files and notes are part of the answer in every format
+        for line in output.notices(result):
+            click.echo(line, err=True)
     if fmt == "json":
         click.echo(output.as_json(result))
     elif fmt == "sarif":

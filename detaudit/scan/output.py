@@ -73,6 +73,13 @@ def print_text(result: ScanResult, console: Console) -> None:
                   f"{errors} errors, {warnings} warnings, {len(result.skipped)} skipped")
 
 
+def notices(result: ScanResult) -> list[str]:
+    """What the reader must know besides the findings (skipped files, shared module names), one line
+    each: the text format prints them; for the others the CLI writes them to stderr."""
+    return ([f"detaudit: skipped {s.path}: {s.reason}" for s in result.skipped]
+            + [f"detaudit: note: {note}" for note in result.notes])
+
+
 def as_json(result: ScanResult) -> str:
     return json.dumps([f.as_dict() for f in result.findings], indent=2, sort_keys=True)
 
