@@ -266,6 +266,17 @@ PYTEST_TREE = {
                 y = torch.rand(2)
                 assert y.shape == (2,)
         """,
+    # tests inside the package: their module names start like the pipeline's
+    "lab/tests/__init__.py": "",
+    "lab/tests/test_inner.py": """
+        import torch
+
+        from lab.ops import perturb_weights
+
+
+        def test_inner():
+            assert perturb_weights(torch.zeros(2)).shape == (2,)
+        """,
 }
 
 
@@ -283,7 +294,8 @@ def test_pytest_tests_are_processes_and_warnings_unless_asked(root: Path) -> Non
     assert library.processes == [] and library.severity == "error" and library.note.startswith("no known process")
     strict = by_code("lab", "tests", tests_as_pipeline=True)
     assert strict["x = torch.rand(3)"].severity == "error" and strict["y = torch.rand(2)"].severity == "warning"
-    assert entries(strict["return w + torch.randn_like(w)"]) == {"test_jitter (pytest test)": False}
+    assert entries(strict["return w + torch.randn_like(w)"]) == {"test_jitter (pytest test)": False,
+                                                                 "test_inner (pytest test)": False}
     # A script in tests/ is followed everywhere; pipeline code only it runs is still an error.
     write_tree(root, {"tests/check_ops.py": """
         import torch
