@@ -275,7 +275,8 @@ PYTEST_TREE = {
 
 
         def test_inner():
-            assert perturb_weights(torch.zeros(2)).shape == (2,)
+            base = torch.rand(2)
+            assert perturb_weights(base).shape == (2,)
         """,
 }
 
