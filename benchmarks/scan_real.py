@@ -81,7 +81,8 @@ def check_tree(tree: dict, root: Path) -> list[str]:
     """What differs between the tree on disk and the recorded one ([] when nothing does)."""
     problems = []
     if (root / ".git").exists():
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=False).stdout.strip()
         if head != tree["commit"]:
             problems.append(f"checkout at {head or '?'}, recorded {tree['commit']}")
     found = py_digest(root)
@@ -116,7 +117,7 @@ def run_scan(code: Path, tree_root: Path, paths: list[str], cache: Path,
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "detaudit", "scan-rng", *paths, "--format", "json", "--no-cache"],
-                          cwd=tree_root, capture_output=True, text=True, env=env)
+                          cwd=tree_root, capture_output=True, text=True, env=env, check=False)
     seconds = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - used.ru_utime) + (after.ru_stime - used.ru_stime)

@@ -90,7 +90,7 @@ def module_name(path: Path) -> tuple[str, bool]:
     package = _package(folder)
     if name == "__init__.py":
         return package or os.path.basename(folder), True
-    stem = name[:-3] if name.endswith(".py") else name
+    stem = name.removesuffix(".py")
     return (f"{package}.{stem}" if package else stem), False
 
 

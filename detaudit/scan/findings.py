@@ -133,9 +133,9 @@ def _finding(program: Program, mine: list[Process], draw: dict[str, Any], path: 
         where = "module level" if function.endswith(MODULE_BODY) or function in program.classes else "no known process"
         severity = unknown_process
         note = f"{where}: cannot show that a seeded process runs it (no entry point found that runs it)"
-        if tests:  # pipeline code that only tests are seen to run: the pipeline's entry is not known
-            note = (f"no pipeline process: cannot show that a seeded process runs it (only tests run it; no entry "
-                    f"point of the pipeline found that runs it)")
+        if tests:  # pipeline code that only a test script is seen to run: the pipeline's entry is not known
+            note = ("no pipeline process: cannot show that a seeded process runs it (only tests run it; no entry "
+                    "point of the pipeline found that runs it)")
     if draw.get("impact") and family and severity == "error":
         severity = "warning"
         note += f"; at most a warning: {draw['impact']}"

@@ -22,7 +22,7 @@ class CallSite:
     ``none_params``: the enclosing function's parameters that default to None.
     """
 
-    __slots__ = ("node", "name", "attr", "_entropy_of", "_none_params")
+    __slots__ = ("_entropy_of", "_none_params", "attr", "name", "node")
 
     def __init__(self, node: ast.Call, name: str | None, attr: str | None,
                  entropy_of: Callable[[ast.expr], str | None], none_params: dict[str, int]) -> None:
