@@ -29,11 +29,13 @@ SEVERITY_RANK = {"warning": 1, "error": 2, "never": 3}
 @click.option("--unknown-process", type=click.Choice(["error", "warning"]), default="error", show_default=True,
               help="Severity of a draw that no entry point in the tree can be shown to run (warning: library trees).")
 @click.option("--force-exclude", is_flag=True, help="Apply [tool.detaudit] exclude to the PATHs named here too.")
+@click.option("--tests-as-pipeline", is_flag=True,
+              help="Judge pytest tests as pipeline processes: an unseeded draw only a test runs is an error (default: a warning).")
 @click.option("--explain", metavar="RULE", help="Print what RULE finds, why it breaks reproducibility, and the fix.")
 @handle_errors
 def scan_rng(paths: tuple[Path, ...], fmt: str, fail_on: str, baseline: Path | None, write_baseline: Path | None,
              select: tuple[str, ...], ignore: tuple[str, ...], config: Path | None, no_cache: bool, jobs: int | None,
-             unknown_process: str, force_exclude: bool, explain: str | None) -> None:
+             unknown_process: str, force_exclude: bool, tests_as_pipeline: bool, explain: str | None) -> None:
     """Find draws from process-global RNGs (torch, numpy, random) and the processes that run them unseeded.
 
     Static: files are parsed, never imported. Exit 0 when no finding reaches --fail-on, 1 when
@@ -59,7 +61,8 @@ def scan_rng(paths: tuple[Path, ...], fmt: str, fail_on: str, baseline: Path | N
     if not paths:
         raise InputError(None, "scan-rng: give at least one PATH (or --explain RULE)")
     cfg = ScanConfig.load(config)
-    cfg = replace(cfg, unknown_process=unknown_process, force_exclude=force_exclude)
+    cfg = replace(cfg, unknown_process=unknown_process, force_exclude=force_exclude,
+                  tests_as_pipeline=tests_as_pipeline or cfg.tests_as_pipeline)
     if select or ignore:
         cfg = replace(cfg, select=select or cfg.select, ignore=cfg.ignore + ignore)
     result = scan(list(paths), cfg, use_cache=not no_cache, jobs=jobs)
@@ -71,6 +74,9 @@ def scan_rng(paths: tuple[Path, ...], fmt: str, fail_on: str, baseline: Path | N
     dropped = 0
     if baseline is not None:
         result.findings, dropped = apply_baseline(baseline, result.findings)
+    if fmt != "text":  # skipped files and notes are part of the answer in every format
+        for line in output.notices(result):
+            click.echo(line, err=True)
     if fmt == "json":
         click.echo(output.as_json(result))
     elif fmt == "sarif":

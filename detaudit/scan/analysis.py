@@ -1,118 +1,131 @@
-"""Cross-module analysis: processes, what each reaches, whether it seeds, and the findings.
+"""Cross-module analysis: names across modules, who calls what, and what each root reaches.
 
-Processes come from entry points (Ray actors and tasks, ``__main__`` blocks, console
-scripts, multiprocessing targets, DataLoader ``worker_init_fn``). Calls are followed through
-imports, methods inherited from base classes in any scanned module, ``super()``, and dynamic
-dispatch: a value returned by a loader (``importlib.import_module`` + ``getattr``,
-``pydoc.locate``, Hydra) and then called reaches every dotted-path string in the tree that
-names a function or class (a stated over-approximation). The seeding rule is in docs/scan-rng.md.
+Calls are followed through imports, methods inherited from base classes in any scanned module,
+``super()``, objects whose class the tree shows (``x = Cls(...)``, ``self.x = make_x()`` with
+``make_x`` returning ``Cls(...)``, then ``x.m()``), and dynamic dispatch: a value returned by a
+loader (``importlib.import_module`` + ``getattr``, ``pydoc.locate``, Hydra) and then called
+reaches the tree's dotted-path strings that name a function or class and that are assigned to
+the attribute (or option) the loader's argument names, or every such string not assigned to any
+attribute when none is (a stated over-approximation). Processes are built in ``processes``,
+findings in ``findings``.
+
+Modules are keyed by a name unique in the scan: the dotted name, or, when several scanned files
+share one (two projects, folders without ``__init__.py``), the dotted name with ``#N``; an
+import of such a name resolves to the file under the importing file's own root folder.
 """
 
 from __future__ import annotations
 
+import os
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from detaudit.scan.facts import LOCAL, MAIN_BLOCK, MODULE_BODY, SUPER
-from detaudit.scan.rules import BUILTIN_LOADERS, CALLING_LOADERS, FAMILY
+from detaudit.scan.facts import LOCAL, MODULE_BODY, SUPER, TABLE
+from detaudit.scan.rules import BUILTIN_LOADERS, CALLING_LOADERS
 
-KIND_LABEL = {
-    "ray-actor": "Ray actor",
-    "ray-task": "Ray task",
-    "main": "__main__",
-    "script": "console script",
-    "multiprocessing": "multiprocessing target",
-    "worker-init": "DataLoader worker_init_fn",
-}
-MAX_CANDIDATES_SHOWN = 4
-
-
-@dataclass
-class Process:
-    name: str  # what a reader recognises: "RolloutManager (Ray actor)"
-    kind: str
-    target: str
-    seeded: set[str]  # RNG families seeded at some point of the process's life
-    roots: list[str]
-    reach: set[str] = field(default_factory=set)
-    # Code that runs before the later seeding: an actor's __init__ (and what it calls), import-time code.
-    early: dict[str, set[str]] = field(default_factory=dict)  # function -> families seeded by then
-    via: dict[str, str] = field(default_factory=dict)  # function -> how dynamic dispatch reached it
-    callers_in: dict[str, list[str]] | None = None  # function -> its callers within this process (built on demand)
-    entry_guards: dict[str, list[tuple[str, str, int]]] = field(default_factory=dict)  # see Program.entry_guards
-
-    def seeded_at(self, function: str, family: str) -> bool:
-        early = self.early.get(function)
-        return family in (early if early is not None else self.seeded)
+_DRAW = "<draw>"  # in a summary: the function or what it reaches holds a draw
+_DRAWS = frozenset({_DRAW})
+_NO_MARK: frozenset[str] = frozenset()
+_MARKS = _DRAWS
+MAX_NAMESPACE_DEPTH = 4  # folders without __init__.py followed above a module's own name
+MAX_CANDIDATES_SHOWN = 4  # in text output; JSON and SARIF carry every candidate
+# Methods that library code calls on an object the tree builds (a DataLoader iterates a dataset,
+# `with` enters a context manager): building an instance reaches them.
+PROTOCOL_METHODS = ("__init__", "__iter__", "__next__", "__getitem__", "__call__", "__enter__", "__exit__",
+                    "__aenter__", "__aexit__", "__aiter__", "__anext__")
 
 
-@dataclass
-class Finding:
-    path: str
-    line: int
-    col: int
-    rule: str
-    severity: str
-    message: str
-    code: str
-    function: str
-    guards: list[str]
-    processes: list[dict[str, Any]]
-    note: str = ""
-    end_line: int = 0
-    via: list[str] = field(default_factory=list)
-    # `if` conditions at call sites on every path from the process's entry to the draw
-    reached_only_when: list[dict[str, Any]] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path, "line": self.line, "col": self.col, "rule": self.rule, "severity": self.severity,
-            "message": self.message, "code": self.code, "function": self.function, "guards": self.guards,
-            "processes": self.processes, "note": self.note, "via": self.via,
-            "reached_only_when": self.reached_only_when,
-        }
+def display_name(name: str) -> str:
+    """A function's or module's name as a reader knows it: without the ``#N`` of a shared module name."""
+    if "#" not in name:
+        return name
+    head, _, rest = name.partition("#")
+    return head + rest[len(rest) - len(rest.lstrip("0123456789")):]
 
 
 class Program:
-    """All scanned modules' facts, with name resolution across them."""
+    """All scanned modules' facts, with name resolution across them.
+
+    ``names``: module key -> (dotted import name, root folder), for every file of the scan
+    (light ones too); keys that differ from their dotted name are shared names.
+    """
 
     def __init__(self, facts: dict[str, dict[str, Any]], load_module: Callable[[str], bool] | None = None,
-                 extra_strings: set[str] | None = None,
-                 load_mentioning: Callable[[set[str]], None] | None = None) -> None:
+                 extra_strings: set[tuple[str, str]] | None = None,
+                 load_mentioning: Callable[[set[str]], None] | None = None,
+                 names: dict[str, tuple[str, str]] | None = None) -> None:
         self.paths: dict[str, str] = {}  # module -> path
         self.modules: dict[str, dict[str, Any]] = {}
         self.functions: dict[str, dict[str, Any]] = {}
         self.classes: dict[str, dict[str, Any]] = {}
         self.module_of: dict[str, str] = {}  # function or class -> module
-        self.binds: dict[str, list[tuple[str, str]]] = {}  # bound name -> [(loader call target, code)]
-        self.strings: set[str] = set(extra_strings or ())
+        self.binds: dict[str, list[tuple[str, str, str]]] = {}  # bound name -> [(call target, code, argument)]
+        self._bound_names: set[str] = set()  # the last part of every bound name
+        self.strings: dict[str, set[str]] = {"": set()}  # attribute ('' none) -> dotted strings assigned to it
+        for text, attr in extra_strings or ():
+            self.strings.setdefault(attr, set()).add(text)
+        self.fixtures: dict[str, list[dict[str, Any]]] = {}  # module -> its pytest fixtures
         self.load_module = load_module
         # Parses the skipped files whose text mentions one of these names (callers of a function).
         self.load_mentioning = load_mentioning
+        self.root_of: dict[str, str] = {}  # module key -> its root folder
+        self.shared: dict[str, list[str]] = {}  # dotted name shared by several files -> their module keys
+        for key, (dotted_name, root) in sorted((names or {}).items()):
+            self.root_of[key] = root
+            if key != dotted_name:
+                self.shared.setdefault(dotted_name, []).append(key)
+        self.unresolved_shared: set[tuple[str, str]] = set()  # (shared name, root of the importer)
+        self._names = names or {}
+        # First parts of every name that can lead into the tree: module names, and the folders a
+        # namespace import may start from. A call whose name starts otherwise is a library's.
+        self._heads: set[str] = set()
+        for key, (dotted_name, module_root) in self._names.items():
+            self._heads.add(dotted_name.partition(".")[0])
+            self._heads.add(key.partition(".")[0])
+            self._heads.update(module_root.strip(os.sep).split(os.sep)[-MAX_NAMESPACE_DEPTH:])
+        self._namespace: dict[str, list[str]] | None = None  # see _namespace_module
         self._mro: dict[str, list[str]] = {}
+        self._canonical: dict[tuple[str, str | None], str | None] = {}
+        self._protocols: dict[str, list[str]] = {}
+        self._dispatched: dict[tuple[str, str | None], list[tuple[list[str], str]]] = {}
         # short name of a callee -> the functions that call it (built on first use, then kept up to date)
         self._calls_by_short_name: dict[str, set[str]] | None = None
         for path, f in facts.items():
             self.add(path, f)
-        self._seeds: dict[str, frozenset[str]] = {}
+        self._summaries: dict[str, frozenset[str]] = {}  # see _summary
+        self.test_modules: set[str] = set()  # modules of test code
+        self._test_draws: dict[str, frozenset[str]] = {}  # see reaches_draw
+        self._callees_within: dict[str, list[tuple[str, str]]] = {}
+        self._within_heads: set[str] | None = None
+        self._drawing: set[str] | None = None
+        self._drawing_at_import: set[str] = set()
         self._callees: dict[str, list[tuple[str, str]]] = {}
-        self._candidates: dict[str, list[str]] = {}
+        self._candidates: dict[tuple[str, str, str | None], list[str]] = {}
         self._callers: dict[str, list[tuple[str, tuple[Any, ...]]]] = {}
         self._edge_guards: dict[tuple[str, str], tuple[list[str], int]] = {}  # (conditions, line of a call)
+        self._guarded_callers: set[str] = set()  # callers whose _edge_guards are known
 
     def add(self, path: str, f: dict[str, Any]) -> None:
-        self.paths[f["module"]] = path
-        self.modules[f["module"]] = f
+        module = f["module"]
+        self._heads.add(module.partition(".")[0])  # module keys: "core.run#2.main" starts with "core"
+        self.paths[module] = path
+        self.modules[module] = f
         self.functions.update(f["functions"])
         self.classes.update(f["classes"])
         for name in (*f["functions"], *f["classes"]):
-            self.module_of[name] = f["module"]
-        for key, loader, code in f["binds"]:
-            self.binds.setdefault(key, []).append((loader, code))
-        self.strings.update(f["strings"])
+            self.module_of[name] = module
+        for key, loader, code, argument in f["binds"]:
+            self.binds.setdefault(key, []).append((loader, code, argument))
+            self._bound_names.add(key.rpartition(".")[2])
+        for text, attr in f["strings"]:
+            self.strings.setdefault(attr, set()).add(text)
+        if f["fixtures"]:
+            self.fixtures[module] = f["fixtures"]
         self._candidates = {}
         self._mro = {}
+        self._canonical = {}
+        self._protocols = {}
+        self._dispatched = {}
         if self._calls_by_short_name is not None:
             self._index_calls(f["functions"])
         self._callers = {}
@@ -127,32 +140,89 @@ class Program:
 
     # -- names ----------------------------------------------------------------------------
 
-    def canonical(self, name: str, depth: int = 0, load: bool = True) -> str | None:
+    def root(self, name: str) -> str | None:
+        """The root folder of the module that holds function or class ``name`` (or of module ``name``)."""
+        return self.root_of.get(self.module_of.get(name, name))
+
+    def _module(self, dotted_name: str, root: str | None, load: bool) -> str | None:
+        """The module key a dotted module name denotes, seen from a file under ``root``, or None."""
+        if dotted_name in self.modules:
+            return dotted_name
+        keys = self.shared.get(dotted_name)
+        if keys is not None:
+            mine = [k for k in keys if self.root_of.get(k) == root]
+            if len(mine) != 1:
+                self.unresolved_shared.add((dotted_name, root or ""))
+                return None
+            key = mine[0]
+            if key in self.modules or (load and self.load_module is not None and self.load_module(key)):
+                return key
+            return None
+        if load and self.load_module is not None and self.load_module(dotted_name):
+            return dotted_name if dotted_name in self.modules else None
+        if dotted_name in self.root_of:
+            return None  # a file the prefilter set aside that could not be added
+        return self._namespace_module(dotted_name, root, load)
+
+    def _namespace_module(self, dotted_name: str, root: str | None, load: bool) -> str | None:
+        """A module imported through folders without ``__init__.py`` (PEP 420 namespace packages):
+        ``flow_grpo.diffusers_patch.sd3`` names the file whose own dotted name is ``sd3`` under the
+        folders flow_grpo/diffusers_patch. Several such files: the one under ``root``, else none."""
+        if self._namespace is None:
+            self._namespace = {}
+            for key, (name, module_root) in self._names.items():
+                folders = module_root.strip(os.sep).split(os.sep)
+                for depth in range(1, min(len(folders), MAX_NAMESPACE_DEPTH) + 1):
+                    alias = ".".join([*folders[-depth:], name])
+                    self._namespace.setdefault(alias, []).append(key)
+        keys = self._namespace.get(dotted_name)
+        if not keys:
+            return None
+        if len(keys) > 1:
+            keys = [k for k in keys if self.root_of.get(k) == root]
+            if len(keys) != 1:
+                return None
+        key = keys[0]
+        if key in self.modules or (load and self.load_module is not None and self.load_module(key)):
+            return key
+        return None
+
+    def canonical(self, name: str, depth: int = 0, load: bool = True, root: str | None = None) -> str | None:
         """The function or class a qualified name denotes (through re-exports and base classes), or None.
 
-        ``load``: parse a skipped module on the way when the name leads into it.
+        ``load``: parse a skipped module on the way when the name leads into it; ``root``: the
+        root folder of the file the name is written in (it picks among files sharing a name).
         """
         if name in self.functions or name in self.classes:
             return name
         if depth > 8:
             return None
+        if depth == 0 and load:  # the same names (torch.tensor, self.x.append) are asked for again and again
+            key = (name, root)
+            if key in self._canonical:
+                return self._canonical[key]
+            found = self._canonical[key] = self._resolve(name, depth, load, root)
+            return found
+        return self._resolve(name, depth, load, root)
+
+    def _resolve(self, name: str, depth: int, load: bool, root: str | None) -> str | None:
         parts = name.split(".")
         for i in range(len(parts) - 1, 0, -1):
             prefix = ".".join(parts[:i])
             if prefix in self.classes:  # Cls.attr: look in the base classes
                 found = self.lookup_attr(prefix, parts[i], depth + 1)
                 return found if i == len(parts) - 1 else None
-            facts = self.modules.get(prefix)
-            if facts is None and load and self.load_module is not None and self.load_module(prefix):
-                facts = self.modules.get(prefix)
-                if name in self.functions or name in self.classes:
-                    return name
-            if facts is None:
+            module = self._module(prefix, root, load)
+            if module is None:
                 continue
-            target = facts["imports"].get(parts[i])
+            if module != prefix:  # a shared name: the importer's own file
+                return self.canonical(".".join([module, *parts[i:]]), depth + 1, load, root)
+            if name in self.functions or name in self.classes:
+                return name
+            target = self.modules[module]["imports"].get(parts[i])
             if target is not None and target != name:
                 rest = parts[i + 1 :]
-                return self.canonical(".".join([target, *rest]), depth + 1, load)
+                return self.canonical(".".join([target, *rest]), depth + 1, load, self.root_of.get(module, root))
             return None
         return None
 
@@ -165,7 +235,7 @@ class Program:
         if depth > 16:
             return out
         for base in self.classes.get(cls, {}).get("bases", ()):
-            target = self.canonical(base, depth + 1)
+            target = self.canonical(base, depth + 1, root=self.root(cls))
             if target in self.classes and target not in out:
                 out += [c for c in self.mro(target, depth + 1) if c not in out]
         self._mro[cls] = out
@@ -178,6 +248,13 @@ class Program:
                 return name
         return None
 
+    def _protocol(self, cls: str) -> list[str]:
+        """The methods that building an instance of ``cls`` reaches (see PROTOCOL_METHODS)."""
+        known = self._protocols.get(cls)
+        if known is None:
+            known = self._protocols[cls] = [m for m in (self.lookup_attr(cls, name) for name in PROTOCOL_METHODS) if m]
+        return known
+
     def class_methods(self, cls: str) -> list[str]:
         """Every method an instance has, inherited ones included (the nearest definition wins)."""
         found: dict[str, str] = {}
@@ -188,54 +265,108 @@ class Program:
 
     # -- calls ----------------------------------------------------------------------------
 
-    def is_loader(self, name: str, depth: int = 0) -> bool:
+    def is_loader(self, name: str, depth: int = 0, root: str | None = None) -> bool:
         if name in BUILTIN_LOADERS:
             return True
-        target = self.canonical(name)
+        target = self.canonical(name, root=root)
         info = self.functions.get(target) if target else None
         if info is None or depth > 4:
             return False
-        return info.get("loader", False) or any(self.is_loader(r, depth + 1) for r in info.get("returns", ()) if r != target)
+        return info.get("loader", False) or any(self.is_loader(r, depth + 1, self.root(target))
+                                                for r in info.get("returns", ()) if r != target)
 
-    def candidates(self, attr: str = "") -> list[str]:
-        """Functions and classes named by dotted-path strings in the tree (``attr``: module strings + attr)."""
-        cached = self._candidates.get(attr)
+    def candidates(self, argument: str = "", attr: str = "", root: str | None = None) -> list[str]:
+        """Functions and classes that dotted-path strings of the tree name, for a loader whose argument
+        names ``argument`` ('=pkg.mod.fn': that string only; an attribute: the strings assigned to it,
+        else every string assigned to none). ``attr``: the strings name modules, ``attr`` is taken from each."""
+        key = (argument, attr, root)
+        cached = self._candidates.get(key)
         if cached is not None:
             return cached
+        if argument.startswith("="):
+            texts = {argument[1:]}
+        else:
+            texts = self.strings.get(argument, set()) if argument else set()
+            if not texts:
+                texts = self.strings.get("", set())
         out = set()
-        for text in self.strings:
+        for text in texts:
             name = text.replace(":", ".")
             if attr:
-                if name not in self.modules and not (self.load_module and self.load_module(name)):
+                if self._module(name, root, True) is None:
                     continue
-                name = f"{name}.{attr}"
-            target = self.canonical(name)
+                name = f"{self._module(name, root, True)}.{attr}"
+            target = self.canonical(name, root=root)
             if target is not None:
                 out.add(target)
         result = sorted(out)
-        self._candidates[attr] = result
+        self._candidates[key] = result
         return result
 
-    def _dispatch(self, key: str, function: str) -> tuple[list[str], str]:
-        """Targets of a call of a loaded value (and the reason), or ([], '')."""
+    def _bound(self, owner: str) -> list[tuple[str, str, str]]:
+        """What ``owner`` (a bound name, or ``Cls.x``) was bound to, here or in a base class of ``Cls``."""
+        found = list(self.binds.get(owner, ()))
+        cls, _, attr = owner.rpartition(".")
+        if cls in self.classes:
+            for klass in self.mro(cls)[1:]:
+                found += self.binds.get(f"{klass}.{attr}", ())
+        return found
+
+    def instance_classes(self, made_by: str, root: str | None, depth: int = 0) -> list[str]:
+        """Classes of the tree whose instance a call of ``made_by`` returns: the class itself, or what
+        a factory function of the tree returns (``return Cls(...)``)."""
+        target = self.canonical(made_by, root=root)
+        if target is None or depth > 3:
+            return []
+        if target in self.classes:
+            return [target]
+        out: list[str] = []
+        for made in self.functions[target].get("makes", ()):
+            out += [c for c in self.instance_classes(made, self.root(target), depth + 1) if c not in out]
+        return out
+
+    def _dispatch(self, key: str, function: str, root: str | None) -> list[tuple[list[str], str]]:
+        """(targets, how) for a call of a bound value: a loaded function (how: the loader call) or
+        a method of an object whose class the tree shows (how: '')."""
+        owner_key, _, last = key.rpartition(".")
+        if last not in self._bound_names and owner_key.rpartition(".")[2] not in self._bound_names:
+            return []  # nothing of that name is bound anywhere
+        cached = self._dispatched.get((key, root))
+        if cached is None:
+            cached = self._dispatched[(key, root)] = self._dispatch_uncached(key, function, root)
+        return cached
+
+    def _dispatch_uncached(self, key: str, function: str, root: str | None) -> list[tuple[list[str], str]]:
         keys = [key]
-        head, sep, rest = key.partition(LOCAL)
+        _, sep, rest = key.partition(LOCAL)
         if sep:  # a local name may be a module-level one
             keys.append(f"{self.module_of.get(function, '')}.{rest}")
         cls, _, attr = key.rpartition(".")
         if cls in self.classes:  # self.fn bound in a base class
             keys += [f"{klass}.{attr}" for klass in self.mro(cls)[1:]]
+        found: list[tuple[list[str], str]] = []
         for candidate in keys:
-            for bound, attr_part in ((candidate, ""), (candidate.rpartition(".")[0], candidate.rpartition(".")[2])):
-                for loader, code in self.binds.get(bound, ()):
+            owner, _, method = candidate.rpartition(".")
+            for bound, attr_part, binds in ((candidate, "", self.binds.get(candidate, ())),
+                                            (owner, method, self._bound(owner))):
+                for loader, code, argument in binds:
                     if attr_part and loader == "importlib.import_module":
-                        targets = self.candidates(attr_part)
-                    elif not attr_part and loader != "importlib.import_module" and self.is_loader(loader):
-                        targets = self.candidates()
+                        targets = self.candidates(argument, attr_part, root)
+                    elif not attr_part and loader != "importlib.import_module" and self.is_loader(loader, root=root):
+                        targets = self.candidates(argument, "", root)
                     else:
-                        continue
-                    return targets, code
-        return [], ""
+                        methods = [attr_part] if attr_part else ["__call__", "forward"]
+                        targets = []
+                        for klass in self.instance_classes(loader, self.root(bound) or root):
+                            target = next((t for t in (self.lookup_attr(klass, m) for m in methods) if t), None)
+                            if target is not None and target not in targets:
+                                targets.append(target)
+                        code = ""
+                    if targets:
+                        found.append((targets, code))
+            if found:
+                return found
+        return found
 
     def callees(self, function: str) -> list[tuple[str, str]]:
         """(callee, how a dynamic call reached it or '') for each call ``function`` makes."""
@@ -244,119 +375,203 @@ class Program:
             return cached
         out: list[tuple[str, str]] = []
         info = self.functions.get(function)
-        guarded = {index: (conditions, line) for index, conditions, line in info.get("guarded_calls", ())} if info else {}
-        for index, name in enumerate(info["calls"] if info else ()):
-            first = len(out)
-            self._edge(function, name, out)
-            conditions, line = guarded.get(index, ([], 0))
-            for callee, _ in out[first:]:
-                key = (function, callee)
-                # several calls of one callee: only conditions that hold at every one of them
-                known = self._edge_guards.get(key)
-                self._edge_guards[key] = (conditions, line) if known is None else (
-                    [c for c in known[0] if c in conditions], known[1])
+        if info:
+            root = self.root(function)
+            for name in info["calls"]:
+                self._edge(function, name, out, root)
         self._callees[function] = out
         return out
+
+    def callees_within(self, function: str, within: set[str]) -> list[tuple[str, str]]:
+        """The callees of ``function`` in the modules ``within`` (one set per Program: the test
+        modules), found without resolving the calls that name anything else."""
+        cached = self._callees_within.get(function)
+        if cached is not None:
+            return cached
+        heads = self._within_heads
+        if heads is None:
+            heads = self._within_heads = {m.partition(".")[0] for m in within}
+        out: list[tuple[str, str]] = []
+        info = self.functions.get(function)
+        if info:
+            root = self.root(function)
+            for name in info["calls"]:
+                if name.partition(".")[0] in heads:
+                    self._edge(function, name, out, root)
+        out = [e for e in out if self.module_of.get(e[0]) in within]
+        self._callees_within[function] = out
+        return out
+
+    def call_targets(self, function: str, index: int) -> list[str]:
+        """The functions the ``index``-th call of ``function`` reaches."""
+        out: list[tuple[str, str]] = []
+        self._edge(function, self.functions[function]["calls"][index], out, self.root(function))
+        return [callee for callee, _ in out]
 
     def edge_guards(self, caller: str, callee: str) -> tuple[list[str], int]:
         """The `if` conditions in ``caller`` that hold at every call it makes to ``callee``, and the
         line of such a call (0 when there is no condition)."""
-        self.callees(caller)
+        if caller not in self._guarded_callers:
+            self._guarded_callers.add(caller)
+            info = self.functions.get(caller) or {}
+            guarded = {index: (conditions, line) for index, conditions, line in info.get("guarded_calls", ())}
+            for index in range(len(info.get("calls", ()))):
+                conditions, line = guarded.get(index, ([], 0))
+                for target in self.call_targets(caller, index):
+                    key = (caller, target)
+                    # several calls of one callee: only conditions that hold at every one of them
+                    known = self._edge_guards.get(key)
+                    self._edge_guards[key] = (conditions, line) if known is None else (
+                        [c for c in known[0] if c in conditions], known[1])
         return self._edge_guards.get((caller, callee), ([], 0))
 
-    def _edge(self, function: str, name: str, out: list[tuple[str, str]]) -> None:
-        """Append the callees (and how dynamic dispatch reached them) of one call ``name``."""
+    def _edge(self, function: str, name: str, out: list[tuple[str, str]], root: str | None) -> None:
+        """Append the callees (and how dynamic dispatch reached them) of one call ``name`` in ``function``
+        (a file under ``root``)."""
+        if name.partition(".")[0] not in self._heads and name not in CALLING_LOADERS:
+            return  # torch.tensor, os.path.join: not the tree's
         if SUPER in name:
             cls, _, attr = name.partition(SUPER)
             target = self.lookup_attr(cls, attr, skip_own=True)
             if target is not None:
                 out.append((target, ""))
             return
-        target = self.canonical(name) if LOCAL not in name and "@" not in name else None
+        if name.endswith(TABLE):  # REGISTRY[key](...) with REGISTRY a dict of another module
+            owner, _, table = name[: -len(TABLE)].rpartition(".")
+            module = self._module(owner, root, True)
+            if module is not None:
+                for value in self.modules[module].get("tables", {}).get(table, ()):
+                    self._edge(function, value, out, self.root_of.get(module, root))
+            return
+        target = self.canonical(name, root=root) if LOCAL not in name and "@" not in name else None
         if target is not None:
             if target in self.classes:
-                init = self.lookup_attr(target, "__init__")
-                if init is not None:
-                    out.append((init, ""))
+                out.extend((method, "") for method in self._protocol(target))
             else:
                 out.append((target, ""))
             return
         if name in CALLING_LOADERS:
-            targets, code = self.candidates(), f"{name}(...)"
+            argument = "_target_" if self.strings.get("_target_") else ""
+            dispatched = [(self.candidates(argument, "", root), f"{name}(...)")]
         else:
-            targets, code = self._dispatch(name, function)
-        if targets:
-            shown = ", ".join(targets[:MAX_CANDIDATES_SHOWN]) + (", ..." if len(targets) > MAX_CANDIDATES_SHOWN else "")
-            via = f"reached via {code}: candidates {shown}"
+            dispatched = self._dispatch(name, function, root)
+        for targets, code in dispatched:
+            via = f"reached via {code}: candidates {', '.join(display_name(t) for t in targets)}" if code else ""
             for target in targets:
                 out.append((self.lookup_attr(target, "__init__") or target if target in self.classes else target, via))
 
     def seeds(self, function: str) -> frozenset[str]:
         """RNG families a call of ``function`` seeds, directly or through callees."""
-        if function in self._seeds:
-            return self._seeds[function]
-        families: set[str] = set()
-        for fn in self.reach([function])[0]:
-            info = self.functions.get(fn)
-            if info:
-                families.update(info["seeds"])
-        result = frozenset(families)
-        self._seeds[function] = result
-        return result
+        return self._summary(function) - _MARKS
 
-    def reach(self, roots: list[str]) -> tuple[set[str], dict[str, str]]:
-        """Functions reachable from ``roots``, and for those reached by dynamic dispatch, how."""
+    def reaches_draw(self, function: str, in_tests: bool = False) -> bool:
+        """Whether a call of ``function`` can run a draw: one in a function it reaches, or import-time
+        code of a module it reaches (``in_tests``: a draw in test code, reached through test code)."""
+        if not in_tests:
+            return _DRAW in self._summary(function)
+        self._summary_setup()
+        drawing, at_import, tests, module_of = self._drawing, self._drawing_at_import, self.test_modules, self.module_of
+
+        def own(name: str) -> frozenset[str]:
+            module = module_of.get(name)
+            return _DRAWS if module in tests and (name in drawing or module in at_import) else _NO_MARK
+
+        return bool(self._closure(function, self._test_draws, own, tests))
+
+    def _summary_setup(self) -> None:
+        if self._drawing is None:
+            self._drawing = {d["function"] for f in self.modules.values() for d in f["draws"]}
+            self._drawing_at_import = {self.module_of.get(d, "") for d in self._drawing
+                                       if d.endswith(MODULE_BODY) or d in self.classes}
+
+    def _summary(self, function: str) -> frozenset[str]:
+        """The families that ``function`` and what it reaches seed, and _DRAW when they hold a draw."""
+        self._summary_setup()
+        assert self._drawing is not None
+        drawing, at_import, functions, module_of = self._drawing, self._drawing_at_import, self.functions, self.module_of
+
+        def own(name: str) -> frozenset[str]:
+            seeds = frozenset(functions.get(name, {}).get("seeds", ()))
+            return seeds | _DRAWS if name in drawing or module_of.get(name) in at_import else seeds
+
+        return self._closure(function, self._summaries, own)
+
+    def _closure(self, function: str, cache: dict[str, frozenset[str]], own: Callable[[str], frozenset[str]],
+                 within: set[str] | None = None) -> frozenset[str]:
+        """The union of ``own(f)`` over every ``f`` that ``function`` reaches (through functions of the
+        modules ``within`` only, when given), memoised in ``cache``.
+
+        One depth-first pass (Tarjan's strongly connected components) answers ``function`` and
+        everything it reaches: a component holds what its members hold and what the components
+        they call hold.
+        """
+        known = cache.get(function)
+        if known is not None:
+            return known
+        index: dict[str, int] = {function: 0}
+        low: dict[str, int] = {function: 0}
+        stack: list[str] = [function]
+        on_stack: set[str] = {function}
+        def edges_of(name: str) -> list[tuple[str, str]]:
+            return self.callees(name) if within is None else self.callees_within(name, within)
+
+        work = [(function, iter(edges_of(function)))]
+        while work:
+            node, edges = work[-1]
+            pushed = False
+            for callee, _ in edges:
+                if callee in cache:
+                    continue
+                if callee not in index:
+                    index[callee] = low[callee] = len(index)
+                    stack.append(callee)
+                    on_stack.add(callee)
+                    work.append((callee, iter(edges_of(callee))))
+                    pushed = True
+                    break
+                if callee in on_stack:
+                    low[node] = min(low[node], index[callee])
+            if pushed:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:  # node roots a component: pop it, every member holds the same
+                members = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    members.append(member)
+                    if member == node:
+                        break
+                held: set[str] = set()
+                inside = set(members)
+                for member in members:
+                    held |= own(member)
+                    for callee, _ in edges_of(member):
+                        if callee not in inside:
+                            held |= cache[callee]
+                result = frozenset(held)
+                for member in members:
+                    cache[member] = result
+        return cache[function]
+
+    def reach(self, roots: list[str], within: set[str] | None = None) -> tuple[set[str], dict[str, str]]:
+        """Functions reachable from ``roots`` (only through functions of the modules ``within``, when
+        given), and for those reached by dynamic dispatch, how."""
         seen = set(roots)
         via: dict[str, str] = {}
         queue = deque(roots)
         while queue:
             current = queue.popleft()
-            for callee, how in self.callees(current):
+            for callee, how in self.callees(current) if within is None else self.callees_within(current, within):
                 if callee not in seen:
                     seen.add(callee)
                     if how or current in via:
                         via[callee] = how or via[current]
                     queue.append(callee)
         return seen, via
-
-    def entry_guards(self, process: Process, function: str) -> list[tuple[str, str, int]]:
-        """(condition, caller, line of the call) triples that hold on every call path from ``process``'s roots to ``function``.
-
-        E.g. ``[("algorithm == 'nft'", "pkg.actors.train_pairs", 185)]`` for a function that the process
-        calls only inside ``if algorithm == 'nft':``. A root, a function reached through a cycle
-        still being resolved, or a call made outside any `if` contributes no condition, so the
-        answer only ever under-states: a condition listed here is one the code really requires.
-        """
-        if process.callers_in is None:
-            callers: dict[str, list[str]] = {}
-            for caller in sorted(process.reach):
-                for callee, _ in self.callees(caller):
-                    if callee in process.reach and callee != caller:
-                        callers.setdefault(callee, []).append(caller)
-            process.callers_in = callers
-        return self._entry_guards(process, function, set())
-
-    def _entry_guards(self, process: Process, function: str, active: set[str]) -> list[tuple[str, str, int]]:
-        known = process.entry_guards.get(function)
-        if known is not None:
-            return known
-        callers = (process.callers_in or {}).get(function, [])
-        if function in process.roots or not callers or function in active:
-            return []
-        active.add(function)
-        common: list[tuple[str, str, int]] | None = None
-        for caller in callers:
-            conditions, line = self.edge_guards(caller, function)
-            path = [(c, caller, line) for c in conditions]
-            path += [g for g in self._entry_guards(process, caller, active) if g not in path]
-            common = path if common is None else [g for g in common if g in path]
-            if not common:
-                break
-        active.discard(function)
-        # Kept even when a cycle cut a path short: that only drops conditions, never adds one.
-        result = common or []
-        process.entry_guards[function] = result
-        return result
 
     def import_time(self, functions: set[str]) -> set[str]:
         """Module bodies and class bodies of the modules that hold ``functions`` (they ran at import)."""
@@ -393,7 +608,7 @@ class Program:
                 elif LOCAL in name or "@" in name:
                     continue
                 else:
-                    target = self.canonical(name, load=False)
+                    target = self.canonical(name, load=False, root=self.root(caller))
                     if target in self.classes:
                         target = self.lookup_attr(target, "__init__")
                 if target == function:
@@ -419,139 +634,11 @@ class Program:
                 out += self.unguarded_sites(caller, given[param], seen)
         return out
 
-
-def build_processes(program: Program, scripts: list[str]) -> list[Process]:
-    hook_families: set[str] = set()
-    for facts in list(program.modules.values()):
-        for hook in facts["hooks"]:
-            target = program.canonical(hook)
-            if target is not None:
-                hook_families |= program.seeds(target)
-    processes: list[Process] = []
-    entries = [(e, f["module"]) for f in list(program.modules.values()) for e in f["entries"]]
-    entries += [({"kind": "script", "target": s, "line": 0}, "") for s in scripts]
-    seen: set[tuple[str, str]] = set()
-    for entry, module in sorted(entries, key=lambda em: (em[0]["target"], em[0]["kind"])):
-        target = program.canonical(entry["target"])
-        if target is None:
-            continue
-        kind = entry["kind"]
-        short = target.rsplit(".", 1)[-1]
-        start_seeded: set[str] = set()  # seeded before any user code runs
-        early_roots: list[str] = []  # code that runs before seeds made later in the process's life
-        if kind in ("ray", "ray-actor", "ray-task"):
-            start_seeded = set(hook_families)
-            if target in program.classes:
-                kind = "ray-actor"
-                roots = program.class_methods(target)
-                init = program.lookup_attr(target, "__init__")
-                seeded = start_seeded | set(program.seeds(init) if init else ())
-                init_seeded = set(seeded)
-                for method in roots:  # e.g. init(self, args) that the driver calls first
-                    seeded |= program.seeds(method)
-                early_roots = [init] if init else []
-            else:
-                kind = "ray-task"
-                roots = [target]
-                seeded = start_seeded | set(program.seeds(target))
-        elif kind == "main":
-            short = f"__main__ of {program.paths.get(target.rsplit('.', 1)[0], target)}"
-            if short.startswith("__main__ of /"):
-                short = "__main__ of " + target.rsplit(".", 1)[0]
-            roots = [target]
-            seeded = set(program.seeds(target))
-        else:
-            roots = [program.lookup_attr(target, "__init__") or target] if target in program.classes else [target]
-            seeded = set(program.seeds(roots[0]))
-            if kind == "worker-init":
-                seeded.add("torch")  # DataLoader seeds each worker's torch RNG from its own base seed
-                start_seeded.add("torch")
-        if (kind, target) in seen:
-            continue
-        seen.add((kind, target))
-        name = short if kind == "main" else f"{short} ({KIND_LABEL[kind]})"
-        process = Process(name, kind, target, seeded, roots)
-        process.reach, process.via = program.reach(roots)
-        if early_roots:
-            early, _ = program.reach(early_roots)
-            process.early.update({f: init_seeded for f in early})
-        for body in program.import_time(process.reach) - set(roots):
-            process.reach.add(body)
-            process.early[body] = start_seeded  # import-time code runs before any seed call
-        processes.append(process)
-    return processes
-
-
-def findings_for(program: Program, processes: list[Process], rel: Callable[[str], str],
-                 unknown_process: str = "error") -> list[Finding]:
-    findings: list[Finding] = []
-    if program.load_mentioning is not None:  # one pass over the skipped files for every generator=None guard
-        program.load_mentioning({d["function"].rpartition(".")[2] for f in list(program.modules.values())
-                                 for d in f["draws"] if d.get("param")})
-    for module, facts in sorted(program.modules.items(), key=lambda mf: program.paths[mf[0]]):
-        path = rel(program.paths[module])
-        suppress = facts["suppress"]
-        for draw in facts["draws"]:
-            marks = suppress.get(draw["line"]) or suppress.get(draw["end_line"]) or []
-            if "*" in marks or draw["rule"] in marks:
-                continue
-            finding = _finding(program, processes, draw, path, rel, unknown_process)
-            if finding is not None:
-                findings.append(finding)
-    findings.sort(key=lambda f: (f.path, f.line, f.col, f.rule))
-    return findings
-
-
-def _finding(program: Program, processes: list[Process], draw: dict[str, Any], path: str,
-             rel: Callable[[str], str], unknown_process: str) -> Finding | None:
-    family = FAMILY[draw["rule"]]
-    function = draw["function"]
-    mine = [p for p in processes if function in p.reach]
-    extra = ""
-    if draw.get("param"):
-        # generator=None: a guard only where the caller passes a generator.
-        sites = program.unguarded_sites(function, draw["param"])
-        roots = [p for p in mine if function in p.roots]
-        if not sites and not roots:
-            return None
-        callers = {caller for caller, _ in sites}
-        mine = [p for p in mine if p in roots or callers & p.reach]
-        shown = []
-        located = sorted({(rel(program.paths[program.module_of[c]]), line, c) for c, line in sites})
-        for where, line, caller in located:
-            names = [p.name for p in mine if caller in p.reach]
-            shown.append(f"{where}:{line}" + (f" ({', '.join(names)})" if names else " (no known process)"))
-        extra = (f"{draw['param']}=None by default and not passed at: " + "; ".join(shown)) if shown else \
-            f"{draw['param']}=None by default: an entry point itself"
-    seeded = {p.name: p.seeded_at(function, family) for p in mine} if family else {}
-    if not family:
-        severity, note = "error", "nondeterministic in any process"
-    elif not all(seeded.values()):
-        severity, note = "error", f"runs in a process that does not seed the {family} RNG before it"
-    elif mine:
-        severity, note = "warning", f"every process that runs it seeds the {family} RNG; reproducible only while the call order stays fixed"
-    else:
-        where = "module level" if function.endswith(MODULE_BODY) or function in program.classes else "no known process"
-        severity = unknown_process
-        note = f"{where}: cannot show that a seeded process runs it (no entry point found that runs it)"
-    if draw.get("impact") and family and severity == "error":
-        severity = "warning"
-        note += f"; at most a warning: {draw['impact']}"
-    if extra:
-        note = f"{note}; {extra}"
-    via = sorted({p.via[function] for p in mine if function in p.via})
-    reached_only_when: list[tuple[str, str, int]] = []
-    for index, process in enumerate(mine):  # conditions that hold in every process that runs it
-        guards = program.entry_guards(process, function)
-        reached_only_when = guards if index == 0 else [g for g in reached_only_when if g in guards]
-    return Finding(
-        path=path, line=draw["line"], col=draw["col"], rule=draw["rule"], severity=severity,
-        message=draw["message"], code=draw["code"], function=function.replace(f".{MAIN_BLOCK}", ".__main__"),
-        guards=draw["guards"],
-        processes=[{"entry": p.name, "kind": p.kind, "target": p.target, "seeded": seeded.get(p.name) if family else None}
-                   for p in mine],
-        note=note, end_line=draw["end_line"], via=via,
-        reached_only_when=[{"condition": condition, "caller": caller.replace(f".{MAIN_BLOCK}", ".__main__"), "line": line,
-                            "path": rel(program.paths[program.module_of[caller]]) if caller in program.module_of else ""}
-                           for condition, caller, line in reached_only_when],
-    )
+    def seeded_before(self, draw: dict[str, Any]) -> set[str]:
+        """RNG families seeded in the draw's own function before it, on every path to it."""
+        families = set(draw.get("seeded_here", ()))
+        function = draw["function"]
+        for index in draw.get("before", ()):
+            for callee in self.call_targets(function, index):
+                families |= self.seeds(callee)
+        return families

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from detaudit.errors import InputError
-from detaudit.scan.analysis import Finding
+from detaudit.scan.findings import Finding
 
 SCHEMA = "detaudit/scan-baseline/1"
 

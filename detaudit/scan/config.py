@@ -27,6 +27,9 @@ class ScanConfig:
     force_exclude: bool = False
     # Severity of a draw no known process runs: "error" (fail closed) or "warning" (library trees).
     unknown_process: str = "error"
+    # pytest tests are processes of their own; by default they are not the pipeline (a draw only
+    # tests run is a warning). True: judge them as the pipeline's processes.
+    tests_as_pipeline: bool = False
 
     @classmethod
     def load(cls, path: str | Path | None = None, start: Path | None = None) -> "ScanConfig":

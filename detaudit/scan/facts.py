@@ -2,36 +2,36 @@
 
 A file's facts are plain data (dicts, lists, strings), so they can be cached by content:
 its functions and the calls each makes (names resolved through imports and aliases),
-the seeds each makes, the global-RNG draws with their guard conditions, the process entry
-points it declares (Ray actors and tasks, ``__main__`` blocks, multiprocessing targets,
-DataLoader ``worker_init_fn``), Ray worker setup hooks, and suppression comments.
+the seeds each makes, the global-RNG draws (with their guard conditions and the calls made
+before them in their function), the process entry points it declares (see ``entries``),
+pytest fixtures, Ray worker setup hooks, dotted-path strings (with the attribute or option
+each is assigned to), and suppression comments.
+
+The walker (``FileFacts``) dispatches on the statement's node type; which calls are draws is
+the rules' business (``rules.RULE_LIST``), which are entry points is ``entries``'.
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
+from detaudit.scan import entries as E
+from detaudit.scan.impact import impact
 from detaudit.scan.rules import (
     BUILTIN_LOADERS,
     CALLING_LOADERS,
     ENTROPY_CALLS,
-    NUMPY_LEGACY,
-    PASS_THROUGH_CALLS,
+    RULES_BY_CALLEE,
+    RULES_BY_METHOD,
     SEED_CALLS,
-    SEED_TAKERS,
-    SINK_CALLS,
-    SINK_WORDS,
-    STDLIB_DRAWS,
-    TORCH_DRAWS,
-    TORCH_DROPOUT,
-    TORCH_INIT,
-    TORCH_INPLACE,
+    CallSite,
+    Rule,
+    seed_families,
 )
 
-FACTS_VERSION = 6
+FACTS_VERSION = 7
 MODULE_BODY = "<module>"
 MAIN_BLOCK = "<main>"
 _BUILTINS = frozenset({"id", "hash"})
@@ -39,37 +39,30 @@ _BUILTINS = frozenset({"id", "hash"})
 # the walks skip them.
 _LEAF_FIELDS = frozenset({"ctx", "op", "ops", "id", "arg", "attr", "kind", "conversion", "type_comment", "level",
                           "module", "is_async", "simple", "names", "name", "asname"})
-_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}  # node type -> its other fields, in _fields order
+_CHILD_FIELDS: dict[type[ast.AST], tuple[str, ...]] = {}  # node type -> its other fields, in _fields order
 
 
-def _child_fields(kind: type) -> tuple[str, ...]:
+def _child_fields(kind: type[ast.AST]) -> tuple[str, ...]:
     fields = _CHILD_FIELDS.get(kind)
     if fields is None:
-        fields = _CHILD_FIELDS[kind] = tuple(f for f in kind._fields if f not in _LEAF_FIELDS)  # type: ignore[attr-defined]
+        fields = _CHILD_FIELDS[kind] = tuple(f for f in kind._fields if f not in _LEAF_FIELDS)
     return fields
+
+
 # A string literal that names a module attribute by dotted path ("pkg.mod.fn" or "pkg.mod:fn").
 DOTTED_STRING = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?::[A-Za-z_][A-Za-z0-9_.]*)?")
 LOCAL = ".<local>."  # key part of a function-local name: "mod.f.<local>.fn"
+TABLE = ".<table>"  # "mod.LOSSES.<table>": a call of an entry of the dict mod.LOSSES
 SUPER = ".<super>."  # "mod.Cls.<super>.m": super().m() inside Cls
 _SUPPRESS = re.compile(r"#\s*detaudit:\s*ignore(?:\[([A-Za-z0-9_,\s]+)\])?")
-_NUMPY_UNSEEDED = frozenset({
-    "numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.PCG64", "numpy.random.PCG64DXSM",
-    "numpy.random.SeedSequence", "numpy.random.MT19937", "numpy.random.Philox", "numpy.random.SFC64",
-})
-# The last part of every callee name or attribute that _draw_rules_plain can report.
-_DRAW_NAMES = (TORCH_DRAWS | TORCH_INIT | TORCH_INPLACE | NUMPY_LEGACY | STDLIB_DRAWS | {"manual_seed", "seed"}
-               | {n.rpartition(".")[2] for n in TORCH_DROPOUT | _NUMPY_UNSEEDED | SEED_TAKERS}
-               | {"Random", "SystemRandom"})
-_ENTRY_NAMES = frozenset({"remote", "spawn", "start_processes"})
-_MP_SPAWN = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"})
 
 
-@dataclass(frozen=True)
-class _Ctx:
+class _Ctx(NamedTuple):
     function: str  # local qualname: "f", "Cls.m", "<module>", "<main>"
     cls: str | None
     guards: tuple[tuple[ast.expr, bool], ...]  # (condition, taken) pairs around the code
     locals: tuple[tuple[str, str], ...] = ()  # nested defs visible by name -> local qualname
+    block: tuple[int, ...] = ()  # the bodies (if/for/while/try/match) around the code, outermost first
 
 
 def dotted(node: ast.expr) -> str | None:
@@ -84,30 +77,56 @@ def dotted(node: ast.expr) -> str | None:
     return None
 
 
-class FileFacts:
-    """Walks one module; ``facts()`` returns its plain-data facts."""
+def _dotted_string(value: object) -> str | None:
+    if type(value) is str and "." in value and len(value) < 200 and DOTTED_STRING.fullmatch(value):
+        return value
+    return None
 
-    def __init__(self, module: str, source: str, is_package: bool = False) -> None:
+
+class FileFacts:
+    """Walks one module; ``facts()`` returns its plain-data facts.
+
+    ``module``: the name its functions are keyed by (unique in a scan); ``name``: its dotted
+    import name (relative imports resolve from it; default ``module``).
+    """
+
+    def __init__(self, module: str, source: str, is_package: bool = False, name: str | None = None) -> None:
         self.module = module
+        name = name or module
         self.params: dict[str, set[str]] = {}
         self.bound: set[str] = set()
-        self.package = module if is_package else module.rpartition(".")[0]
+        self.package = name if is_package else name.rpartition(".")[0]
+        self.is_test_module = E.is_test_module(name)
         self.lines = source.splitlines()
         self.imports: dict[str, str] = {}
         self.top_level: set[str] = set()
         self.functions: dict[str, dict[str, Any]] = {}
         self.classes: dict[str, dict[str, Any]] = {}
-        self.calls: list[tuple[ast.Call, _Ctx]] = []
-        self.decorated: list[tuple[str, str, int]] = []  # (kind, local qualname, line)
+        self.calls: list[tuple[ast.Call, _Ctx, ast.stmt | None]] = []
+        self.entries: list[dict[str, Any]] = []
+        self.fixtures: list[dict[str, Any]] = []
         self.hooks: list[ast.expr] = []
         self.strings: set[str] = set()
+        self.string_attrs: dict[str, set[str]] = {}  # dotted string -> attributes / options it is assigned to
         self.binds: list[tuple[str, ast.Call, _Ctx]] = []  # (key, the call whose result is bound, ctx)
+        self.values: dict[tuple[str, str], list[ast.expr]] = {}  # (scope, name or "self.x") -> values assigned
         self.returns: list[tuple[ast.Call, _Ctx]] = []
-        self.loaders: set[str] = set()  # local qualnames of functions that load by dotted path
-        self.stmt_of: dict[int, ast.stmt] = {}  # id(call) -> its statement (for impact)
+        self._test_classes: set[str] = set()
+        # A file outside any package that does work at its top level is a script: `python x.py`
+        # (or `accelerate launch x.py`) runs its body.
+        self.script = False
+        self._top = "." not in name and not self.is_test_module and not E.is_conftest(name) and not is_package
+        self._blocks = 0
         self._unparsed: dict[int, str] = {}  # id(an if's test) -> its text
         self._shared_guards: dict[int, tuple[_Ctx, list[str]]] = {}  # id(ctx) -> (ctx, its guard texts)
         self._stmt: ast.stmt | None = None
+        self._handlers: dict[type[ast.AST], Callable[[Any, _Ctx], None]] = {
+            ast.FunctionDef: self._def, ast.AsyncFunctionDef: self._def, ast.ClassDef: self._class,
+            ast.If: self._if, ast.For: self._loop, ast.AsyncFor: self._loop, ast.While: self._loop,
+            ast.Try: self._try, ast.TryStar: self._try, ast.Match: self._match,
+            ast.Import: self._import, ast.ImportFrom: self._import_from,
+            ast.Assign: self._assign, ast.AnnAssign: self._ann_assign, ast.Return: self._return,
+        }
         self._function(MODULE_BODY, None, 0)
 
     # -- walking -------------------------------------------------------------------------
@@ -120,6 +139,9 @@ class FileFacts:
         for node in tree.body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 self.top_level.add(node.name)
+            elif isinstance(node, (ast.For, ast.While, ast.With)) or (
+                    isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)):
+                self.script = True  # work done at the top level of the file
         self.body(tree.body, _Ctx(MODULE_BODY, None, ()))
         return self
 
@@ -127,66 +149,130 @@ class FileFacts:
         nested = {s.name for s in stmts if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
         if nested and ctx.function not in (MODULE_BODY, MAIN_BLOCK) and ctx.cls != ctx.function:
             prefix = ctx.function
-            ctx = _Ctx(ctx.function, ctx.cls, ctx.guards, ctx.locals + tuple((n, f"{prefix}.{n}") for n in nested))
+            ctx = _Ctx(ctx.function, ctx.cls, ctx.guards, ctx.locals + tuple((n, f"{prefix}.{n}") for n in nested),
+                       ctx.block)
+        handlers = self._handlers
         for stmt in stmts:
-            self.stmt(stmt, ctx)
+            self._stmt = stmt
+            handler = handlers.get(type(stmt))
+            if handler is None:
+                self._children(stmt, ctx)
+            else:
+                handler(stmt, ctx)
 
-    def stmt(self, node: ast.stmt, ctx: _Ctx) -> None:
+    def _block(self, ctx: _Ctx, guard: tuple[ast.expr, bool] | None = None) -> _Ctx:
+        """``ctx`` inside a new body (that may not run), under ``guard`` when it is an ``if`` branch."""
+        self._blocks += 1
+        guards = ctx.guards + (guard,) if guard is not None else ctx.guards
+        return _Ctx(ctx.function, ctx.cls, guards, ctx.locals, ctx.block + (self._blocks,))
+
+    def _children(self, node: ast.AST, ctx: _Ctx) -> None:
+        """Walk a statement's expressions, and its bodies in ``ctx`` (a ``with`` body always runs)."""
         kind = type(node)
-        self._stmt = node
-        if kind is ast.Assign or kind is ast.AnnAssign:
-            value = node.value  # type: ignore[attr-defined]
-            if isinstance(value, ast.Call):
-                targets = node.targets if kind is ast.Assign else [node.target]  # type: ignore[attr-defined]
-                for target in targets:
-                    key = self._bind_key(target, ctx)
-                    if key is not None:
-                        self.binds.append((key, value, ctx))
-        elif kind is ast.Return and isinstance(node.value, ast.Call):  # type: ignore[attr-defined]
-            self.returns.append((node.value, ctx))  # type: ignore[attr-defined]
-        if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
-            self._def(node, ctx)  # type: ignore[arg-type]
-        elif kind is ast.ClassDef:
-            self._class(node, ctx)  # type: ignore[arg-type]
-        elif kind is ast.If:
-            test = node.test  # type: ignore[attr-defined]
-            if ctx.function == MODULE_BODY and _is_main_test(test):
-                self._function(MAIN_BLOCK, None, node.lineno)
-                self.body(node.body, _Ctx(MAIN_BLOCK, None, ()))  # type: ignore[attr-defined]
-                self.body(node.orelse, ctx)  # type: ignore[attr-defined]
-                return
-            self.exprs(test, ctx)
-            self.body(node.body, _Ctx(ctx.function, ctx.cls, ctx.guards + ((test, True),), ctx.locals))  # type: ignore[attr-defined]
-            if node.orelse:  # type: ignore[attr-defined]
-                self.body(node.orelse, _Ctx(ctx.function, ctx.cls, ctx.guards + ((test, False),), ctx.locals))  # type: ignore[attr-defined]
-        elif kind is ast.Import:
-            for alias in node.names:  # type: ignore[attr-defined]
-                if alias.asname:
-                    self.imports[alias.asname] = alias.name
+        for name in _CHILD_FIELDS.get(kind) or _child_fields(kind):
+            value = getattr(node, name, None)
+            if type(value) is list:
+                if value and isinstance(value[0], ast.stmt):
+                    self.body(value, ctx)
                 else:
-                    head = alias.name.split(".")[0]
-                    self.imports.setdefault(head, head)
-        elif kind is ast.ImportFrom:
-            base = self._from_module(node)  # type: ignore[arg-type]
-            for alias in node.names:  # type: ignore[attr-defined]
-                if alias.name != "*":
-                    self.imports[alias.asname or alias.name] = f"{base}.{alias.name}" if base else alias.name
+                    for item in value:
+                        if isinstance(item, ast.AST):
+                            self.exprs(item, ctx)
+            elif isinstance(value, ast.AST):
+                self.exprs(value, ctx)
+
+    def _assign(self, node: ast.Assign, ctx: _Ctx) -> None:
+        for target in node.targets:
+            self._assigned(target, node.value, ctx)
+        self._children(node, ctx)
+
+    def _ann_assign(self, node: ast.AnnAssign, ctx: _Ctx) -> None:
+        if node.value is not None:
+            self._assigned(node.target, node.value, ctx)
+        self._children(node, ctx)
+
+    def _assigned(self, target: ast.expr, value: ast.expr, ctx: _Ctx) -> None:
+        """Remember what a name or ``self.x`` is assigned: a call's result, an alias, a dotted string."""
+        calls = [value] if isinstance(value, ast.Call) else [
+            v for v in (value.body, value.orelse) if isinstance(v, ast.Call)] if isinstance(value, ast.IfExp) else []
+        if calls:
+            key = self._bind_key(target, ctx)
+            if key is not None:
+                self.binds.extend((key, call, ctx) for call in calls)
+        if isinstance(target, ast.Name):
+            self.values.setdefault((ctx.function, target.id), []).append(value)
+            attr = target.id
+        elif isinstance(target, ast.Attribute):
+            if isinstance(target.value, ast.Name) and target.value.id == "self" and ctx.cls is not None:
+                self.values.setdefault((ctx.cls, f"self.{target.attr}"), []).append(value)
+            attr = target.attr
         else:
-            for name in _CHILD_FIELDS.get(kind) or _child_fields(kind):
-                field = getattr(node, name, None)
-                if type(field) is list:
-                    if field and isinstance(field[0], ast.stmt):
-                        self.body(field, ctx)
-                    else:
-                        for item in field:
-                            if isinstance(item, (ast.excepthandler, ast.match_case)):
-                                if getattr(item, "type", None) is not None:
-                                    self.exprs(item.type, ctx)  # type: ignore[union-attr]
-                                self.body(item.body, ctx)
-                            elif isinstance(item, ast.AST):
-                                self.exprs(item, ctx)
-                elif isinstance(field, ast.AST):
-                    self.exprs(field, ctx)
+            return
+        for constant in (value.body, value.orelse) if isinstance(value, ast.IfExp) else (value,):
+            if isinstance(constant, ast.Constant):
+                text = _dotted_string(constant.value)
+                if text is not None:
+                    self.string_attrs.setdefault(text, set()).add(attr)
+
+    def _return(self, node: ast.Return, ctx: _Ctx) -> None:
+        if isinstance(node.value, ast.Call):
+            self.returns.append((node.value, ctx))
+        elif isinstance(node.value, ast.IfExp):
+            self.returns.extend((v, ctx) for v in (node.value.body, node.value.orelse) if isinstance(v, ast.Call))
+        self._children(node, ctx)
+
+    def _if(self, node: ast.If, ctx: _Ctx) -> None:
+        if ctx.function == MODULE_BODY and _is_main_test(node.test):
+            self._function(MAIN_BLOCK, None, node.lineno)
+            self.body(node.body, _Ctx(MAIN_BLOCK, None, ()))
+            self.body(node.orelse, ctx)
+            return
+        self.exprs(node.test, ctx)
+        self.body(node.body, self._block(ctx, (node.test, True)))
+        if node.orelse:
+            self.body(node.orelse, self._block(ctx, (node.test, False)))
+
+    def _loop(self, node: ast.For | ast.AsyncFor | ast.While, ctx: _Ctx) -> None:
+        # The body may run no time at all: a seed in it does not precede what follows the loop.
+        if isinstance(node, ast.While):
+            self.exprs(node.test, ctx)
+        else:
+            self.exprs(node.iter, ctx)
+            self.exprs(node.target, ctx)
+        self.body(node.body, self._block(ctx))
+        if node.orelse:
+            self.body(node.orelse, self._block(ctx))
+
+    def _try(self, node: ast.Try | ast.TryStar, ctx: _Ctx) -> None:
+        self.body(node.body, self._block(ctx))
+        for handler in node.handlers:
+            if handler.type is not None:
+                self.exprs(handler.type, ctx)
+            self.body(handler.body, self._block(ctx))
+        if node.orelse:
+            self.body(node.orelse, self._block(ctx))
+        self.body(node.finalbody, ctx)  # always runs
+
+    def _match(self, node: ast.Match, ctx: _Ctx) -> None:
+        self.exprs(node.subject, ctx)
+        for case in node.cases:
+            if case.guard is not None:
+                self.exprs(case.guard, ctx)
+            self.body(case.body, self._block(ctx))
+
+    def _import(self, node: ast.Import, ctx: _Ctx) -> None:
+        for alias in node.names:
+            if alias.asname:
+                self.imports[alias.asname] = alias.name
+            else:
+                head = alias.name.split(".")[0]
+                self.imports.setdefault(head, head)
+
+    def _import_from(self, node: ast.ImportFrom, ctx: _Ctx) -> None:
+        base = self._from_module(node)
+        for alias in node.names:
+            if alias.name != "*":
+                self.imports[alias.asname or alias.name] = f"{base}.{alias.name}" if base else alias.name
 
     def _from_module(self, node: ast.ImportFrom) -> str:
         if not node.level:
@@ -200,61 +286,110 @@ class FileFacts:
         return base
 
     def _def(self, node: ast.FunctionDef | ast.AsyncFunctionDef, ctx: _Ctx) -> None:
-        if ctx.cls is not None and ctx.function == ctx.cls:
+        in_class = ctx.cls is not None and ctx.function == ctx.cls
+        if in_class:
             qual = f"{ctx.cls}.{node.name}"
         elif ctx.function in (MODULE_BODY, MAIN_BLOCK):
             qual = node.name
         else:
             qual = f"{ctx.function}.{node.name}"
-        cls = ctx.cls if ctx.function == ctx.cls else None
+        cls = ctx.cls if in_class else None
         self._function(qual, cls, node.lineno)
         if cls is not None:
             self.classes[cls]["methods"].append(qual)
         none_params = _none_params(node.args, cls is not None)
         if none_params:
             self.functions[qual]["none_params"] = none_params
-        self.params[qual] = {a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)}
+        arguments = [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
+        self.params[qual] = set(arguments)
+        uses = [a for a in arguments if a not in ("self", "cls")]
         for dec in node.decorator_list:
             self.exprs(dec, ctx)
-            if _is_ray_remote(dec, self):
-                self.decorated.append(("ray-task", qual, node.lineno))
+            self._decorator(dec, qual, node, uses, cls, ctx)
+        top = ctx.function in (MODULE_BODY, MAIN_BLOCK) or cls in self._test_classes
+        if self.is_test_module and top and E.is_test_function(node.name):
+            self.entries.append({"kind": "test", "target": f"{self.module}.{qual}", "line": node.lineno,
+                                 "uses": uses, "cls": f"{self.module}.{cls}" if cls else ""})
         inner = _Ctx(qual, cls, (), ctx.locals)
         for default in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
             self.exprs(default, ctx)
         self.body(node.body, inner)
 
+    def _decorator(self, dec: ast.expr, qual: str, node: ast.FunctionDef | ast.AsyncFunctionDef, uses: list[str],
+                   cls: str | None, ctx: _Ctx) -> None:
+        """Entry points and pytest fixtures that a function's decorator declares."""
+        func = dec.func if isinstance(dec, ast.Call) else dec
+        written = dotted(func)
+        name = self.resolve(written, _Ctx(MODULE_BODY, None, ())) or ""
+        if name == E.RAY_REMOTE:
+            self.entries.append({"kind": "ray-task", "target": f"{self.module}.{qual}", "line": node.lineno})
+        elif name in E.PYTEST_FIXTURES:
+            keywords = {k.arg: k.value for k in dec.keywords} if isinstance(dec, ast.Call) else {}
+            autouse = keywords.get("autouse")
+            alias = keywords.get("name")
+            self.fixtures.append({
+                "name": alias.value if isinstance(alias, ast.Constant) and isinstance(alias.value, str) else node.name,
+                "target": f"{self.module}.{qual}", "uses": uses, "cls": f"{self.module}.{cls}" if cls else "",
+                "autouse": isinstance(autouse, ast.Constant) and autouse.value is True})
+        elif self._is_cli_decorator(written, name):
+            self.entries.append({"kind": "cli", "target": f"{self.module}.{qual}", "line": node.lineno})
+
+    def _is_cli_decorator(self, written: str | None, name: str) -> bool:
+        """``@click.command()``, ``@click.group()``, ``@typer_app.command()``, ``@cli.command()``."""
+        if written is None or written.rpartition(".")[2] not in E.CLI_DECORATOR_METHODS:
+            return False
+        if name.split(".")[0] in E.CLI_DECORATOR_MODULES:
+            return True
+        owner = written.rpartition(".")[0]
+        # a click group or typer app of this module, in a module that imports click or typer
+        return "." not in owner and (owner in self.top_level or (MODULE_BODY, owner) in self.values) and any(
+            v.split(".")[0] in E.CLI_DECORATOR_MODULES for v in self.imports.values())
+
     def _class(self, node: ast.ClassDef, ctx: _Ctx) -> None:
         qual = node.name if ctx.function in (MODULE_BODY, MAIN_BLOCK) else f"{ctx.function}.{node.name}"
         bases = [self.resolve(dotted(b), ctx) or dotted(b) for b in node.bases]
         self.classes[qual] = {"line": node.lineno, "methods": [], "bases": [b for b in bases if b]}
+        if self.is_test_module and qual == node.name and E.is_test_class(node.name, [b for b in bases if b]):
+            self._test_classes.add(qual)
         self._function(qual, None, node.lineno)  # the class body runs at import time
         for dec in node.decorator_list:
             self.exprs(dec, ctx)
-            if _is_ray_remote(dec, self):
-                self.decorated.append(("ray-actor", qual, node.lineno))
+            if self.resolve(dotted(dec.func if isinstance(dec, ast.Call) else dec), _Ctx(MODULE_BODY, None, ())) \
+                    == E.RAY_REMOTE:
+                self.entries.append({"kind": "ray-actor", "target": f"{self.module}.{qual}", "line": node.lineno})
         self.body(node.body, _Ctx(qual, qual, (), ctx.locals))
 
     def exprs(self, node: ast.AST, ctx: _Ctx) -> None:
         # Breadth-first, in ast.walk's order (call order decides which dispatch path a finding
         # names), but without its generators and without visiting leaves: ~3x faster.
         todo = [node]
+        stmt = self._stmt
         for sub in todo:  # the list grows while it is read: that is the queue
             kind = type(sub)
             if kind is ast.Name:
                 continue
-            if kind is ast.Call:
-                self.calls.append((sub, ctx))  # type: ignore[arg-type]
-                if self._stmt is not None:
-                    self.stmt_of[id(sub)] = self._stmt
-            elif kind is ast.Constant:
-                value = sub.value  # type: ignore[attr-defined]
-                if type(value) is str and "." in value and len(value) < 200 and DOTTED_STRING.fullmatch(value):
-                    self.strings.add(value)
+            # `kind is X` first (one cheap test per node), isinstance for the type checker only
+            if kind is ast.Call and isinstance(sub, ast.Call):
+                self.calls.append((sub, ctx, stmt))
+                for keyword in sub.keywords:
+                    if keyword.arg and isinstance(keyword.value, ast.Constant):
+                        text = _dotted_string(keyword.value.value)
+                        if text is not None:
+                            self.string_attrs.setdefault(text, set()).add(_option_attr(sub, keyword.arg))
+            elif kind is ast.Constant and isinstance(sub, ast.Constant):
+                text = _dotted_string(sub.value)
+                if text is not None:
+                    self.strings.add(text)
                 continue
-            elif kind is ast.Dict:
-                for key, value in zip(sub.keys, sub.values):  # type: ignore[attr-defined]
-                    if isinstance(key, ast.Constant) and key.value == "worker_process_setup_hook":
-                        self.hooks.append(value)
+            elif kind is ast.Dict and isinstance(sub, ast.Dict):
+                for key, value in zip(sub.keys, sub.values):
+                    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                        if key.value == "worker_process_setup_hook":
+                            self.hooks.append(value)
+                        elif isinstance(value, ast.Constant):
+                            text = _dotted_string(value.value)
+                            if text is not None:
+                                self.string_attrs.setdefault(text, set()).add(key.value)
             for name in _CHILD_FIELDS.get(kind) or _child_fields(kind):
                 child = getattr(sub, name, None)
                 if isinstance(child, ast.AST):
@@ -283,8 +418,6 @@ class FileFacts:
             return head
         return None
 
-    # -- facts ----------------------------------------------------------------------------
-
     def _bind_key(self, target: ast.expr, ctx: _Ctx) -> str | None:
         """The name a call's result is bound to, as later calls of it will spell it."""
         if isinstance(target, ast.Name):
@@ -299,6 +432,12 @@ class FileFacts:
     def call_name(self, call: ast.Call, ctx: _Ctx) -> tuple[str | None, str | None]:
         """(dotted name as written, what the call denotes: a qualified name or a dispatch key)."""
         func = call.func
+        if isinstance(func, ast.Call) and isinstance(func.func, ast.Name) and func.func.id == "getattr" \
+                and len(func.args) >= 2 and isinstance(func.args[1], ast.Constant) and isinstance(func.args[1].value, str):
+            owner = dotted(func.args[0])  # getattr(module, "fn")(...) is module.fn(...)
+            if owner is not None:
+                written = f"{owner}.{func.args[1].value}"
+                return written, self.resolve(written, ctx)
         name = dotted(func)
         resolved = self.resolve(name, ctx)
         if resolved is not None or ctx.function == MODULE_BODY:
@@ -328,67 +467,133 @@ class FileFacts:
             return None, key + (f".{func.attr}" if isinstance(func, ast.Attribute) else "")
         return None, None
 
+    def _values_of(self, node: ast.expr, ctx: _Ctx) -> list[ast.expr]:
+        """What a local name (or ``self.x``) was assigned in its function, class or module."""
+        if isinstance(node, ast.Name):
+            return self.values.get((ctx.function, node.id)) or self.values.get((MODULE_BODY, node.id)) or []
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self" \
+                and ctx.cls is not None:
+            return self.values.get((ctx.cls, f"self.{node.attr}"), [])
+        return []
+
+    def entropy_of(self, node: ast.expr, ctx: _Ctx, depth: int = 0) -> str | None:
+        """The per-run source (``time.time``) that ``node``'s value comes from, through locals, or None."""
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Call):
+                written = dotted(sub.func)
+                resolved = self.resolve(written, _Ctx(MODULE_BODY, None, ())) or written
+                if resolved in ENTROPY_CALLS:
+                    return resolved
+            elif depth < 2 and isinstance(sub, (ast.Name, ast.Attribute)):
+                for value in self._values_of(sub, ctx):
+                    source = self.entropy_of(value, ctx, depth + 1)
+                    if source:
+                        return source
+        return None
+
+    def _targets(self, node: ast.expr, ctx: _Ctx, depth: int = 0) -> list[str]:
+        """What an entry point's argument names: a function or class, through local aliases
+        (``impl = FSDPActor`` ... ``ray.remote(impl)``), conditional ones and ``functools.partial``."""
+        resolved = self.resolve(dotted(node), ctx)
+        if resolved is not None:
+            return [resolved]
+        if depth > 3:
+            return []
+        if isinstance(node, ast.IfExp):
+            return self._targets(node.body, ctx, depth + 1) + self._targets(node.orelse, ctx, depth + 1)
+        if isinstance(node, ast.Call) and node.args and (self.resolve(dotted(node.func), ctx) or "") == "functools.partial":
+            return self._targets(node.args[0], ctx, depth + 1)
+        out: list[str] = []
+        registry = node.value if isinstance(node, ast.Subscript) else node.func.value if (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get") else None
+        if registry is not None:  # REGISTRY[name] or REGISTRY.get(name): every function of a dict literal
+            for table in self._values_of(registry, ctx):
+                if isinstance(table, ast.Dict):
+                    for value in table.values:
+                        out += [t for t in self._targets(value, ctx, depth + 1) if t not in out]
+            if not out:  # a table of another module: resolved when the analysis has it
+                qualified = self.resolve(dotted(registry), ctx)
+                if qualified is not None:
+                    out.append(qualified + TABLE)
+            return out
+        for value in self._values_of(node, ctx):
+            out += [t for t in self._targets(value, ctx, depth + 1) if t not in out]
+        return out
+
+    # -- facts ----------------------------------------------------------------------------
+
     def facts(self) -> dict[str, Any]:
         self.bound = {key for key, _, _ in self.binds}
         draws: list[dict[str, Any]] = []
-        entries: list[dict[str, Any]] = []
+        entries = self.entries
         loads: dict[str, set[str]] = {}  # function -> what it calls that marks a loader
-        for call, ctx in self.calls:
+        # function -> (block, index in its "calls", families it seeds) of each call so far, in order
+        made: dict[str, list[tuple[tuple[int, ...], int, tuple[str, ...]]]] = {}
+        for call, ctx, stmt in self.calls:
             name, resolved = self.call_name(call, ctx)
             function = self.functions[ctx.function]
             if name == "getattr" and "getattr" not in self.imports:
                 loads.setdefault(ctx.function, set()).add("getattr")
                 resolved = None
+            func = call.func
+            attr = func.attr if isinstance(func, ast.Attribute) else None
+            site: CallSite | None = None
+            if (resolved is None or "@" in resolved) and isinstance(func, (ast.Name, ast.Subscript, ast.Call)):
+                # fn = REGISTRY[name]; fn(x) / REGISTRY[name](x) / REGISTRY.get(name)(x): each function of the table
+                for target in self._targets(func, ctx) if ctx.function != MODULE_BODY else ():
+                    function["calls"].append(target)
+                    function["sites"].append(_call_site(call, function.get("none_params", {})))
             if resolved is not None:
+                index = len(function["calls"])
                 function["calls"].append(resolved)
                 function["sites"].append(_call_site(call, function.get("none_params", {})))
                 if ctx.guards:  # a call under `if`: what it reaches runs only when the condition holds
                     shared = self._shared_guards.get(id(ctx))
                     if shared is None:  # one list per `if` body (pickled once), kept with its ctx alive
                         shared = self._shared_guards[id(ctx)] = (ctx, self._guard_texts(ctx))
-                    function.setdefault("guarded_calls", []).append([len(function["calls"]) - 1, shared[1], call.lineno])
-                seeded = SEED_CALLS.get(resolved)
-                if seeded:
-                    function["seeds"].extend(f for f in seeded if f not in function["seeds"])
+                    function.setdefault("guarded_calls", []).append([index, shared[1], call.lineno])
+                families: tuple[str, ...] = ()
+                if resolved in SEED_CALLS:
+                    site = self._site(call, resolved, attr, ctx, function)
+                    families = seed_families(site)
+                    function["seeds"].extend(f for f in families if f not in function["seeds"])
+                made.setdefault(ctx.function, []).append((ctx.block, index, families))
                 if resolved in ("importlib.import_module", "getattr") or resolved in BUILTIN_LOADERS \
                         or resolved in CALLING_LOADERS:
                     loads.setdefault(ctx.function, set()).add(resolved)
-            for rule, message, param in self._draw_rules(call, name, resolved, function.get("none_params", {})):
-                draws.append(self._draw(rule, message, call, ctx, param))
+            rules = self._rules(resolved, attr)
+            for rule in rules:
+                site = site or self._site(call, resolved, attr, ctx, function)
+                message = rule.find(site)
+                if message is not None:
+                    prior = made.get(ctx.function, [])
+                    if resolved is not None:
+                        prior = prior[:-1]  # not the draw's own call
+                    draws.append(self._draw(rule, message, site, ctx, stmt, prior))
             # every entry form needs keywords (Process(target=...), worker_init_fn=), a call of a
             # call's result (ray.remote(num_gpus=1)(Cls)), or one of these callee names
-            entry = self._entry(call, resolved, ctx) if call.keywords or type(call.func) is ast.Call or (
-                resolved is not None and resolved.rpartition(".")[2] in _ENTRY_NAMES) else None
-            if entry is not None:
-                entries.append(entry)
+            if call.keywords or type(func) is ast.Call or (
+                    resolved is not None and resolved.rpartition(".")[2] in E.CALL_NAMES):
+                entries.extend(self._entry(call, resolved, ctx))
         for qual, used in loads.items():
             # load_function(path): import_module + getattr, or a library loader, on its argument
             if ("importlib.import_module" in used and "getattr" in used) or used & (BUILTIN_LOADERS - {"importlib.import_module"}):
                 self.functions[qual]["loader"] = True
         for call, ctx in self.returns:
             _, resolved = self.call_name(call, ctx)
-            params = self.params.get(ctx.function, ())
-            # a function returning a loader's result on its own argument is a loader
-            if resolved is not None and any(isinstance(a, ast.Name) and a.id in params for a in call.args):
-                self.functions[ctx.function].setdefault("returns", []).append(resolved)
-        binds: list[list[str]] = []
-        # Only bound names this file calls matter (a subclass elsewhere calling self.fn is missed).
-        called = {c for f in self.functions.values() for c in f["calls"]}
-        heads = {c.partition(LOCAL)[2].split(".")[0] for c in called if LOCAL in c}
-        for key, call, ctx in self.binds:
-            name = key.partition(LOCAL)[2] if LOCAL in key else key[len(self.module) + 1 :]
-            if key not in called and "@" not in key and name not in heads:
-                continue
-            _, resolved = self.call_name(call, ctx) if not isinstance(call.func, ast.Call) else (None, None)
             if resolved is None:
                 continue
-            binds.append([key, resolved, self._source_of(call)])
-        for kind, qual, line in self.decorated:
-            entries.append({"kind": kind, "target": f"{self.module}.{qual}", "line": line})
+            info = self.functions[ctx.function]
+            info.setdefault("makes", []).append(resolved)  # what it returns: a factory's class
+            params = self.params.get(ctx.function, ())
+            # a function returning a loader's result on its own argument is a loader
+            if any(isinstance(a, ast.Name) and a.id in params for a in call.args):
+                info.setdefault("returns", []).append(resolved)
         if MAIN_BLOCK in self.functions:
             entries.append({"kind": "main", "target": f"{self.module}.{MAIN_BLOCK}",
                             "line": self.functions[MAIN_BLOCK]["line"]})
-        elif self.module.rpartition(".")[2] == "__main__":  # `python -m pkg` runs __main__.py's body
+        elif self.module.rpartition(".")[2].partition("#")[0] == "__main__" or (self._top and self.script):
+            # `python -m pkg` runs __main__.py's body; `python script.py` a script's
             entries.append({"kind": "main", "target": f"{self.module}.{MODULE_BODY}", "line": 1})
         hooks = []
         for value in self.hooks:
@@ -403,8 +608,16 @@ class FileFacts:
             if "detaudit" in text:
                 match = _SUPPRESS.search(text)
                 if match:
-                    rules = match.group(1)
-                    suppress[number] = [r.strip() for r in rules.split(",") if r.strip()] if rules else ["*"]
+                    rules_text = match.group(1)
+                    suppress[number] = [r.strip() for r in rules_text.split(",") if r.strip()] if rules_text else ["*"]
+        strings = [[text, attr] for text in sorted(self.strings) for attr in sorted(self.string_attrs.get(text) or {""})]
+        tables = {}  # module-level dicts of functions or classes: NAME -> what each value names
+        for (scope, name), values in self.values.items():
+            if scope == MODULE_BODY:
+                names = [t for v in values if isinstance(v, ast.Dict) for item in v.values if item is not None
+                         for t in self._targets(item, _Ctx(MODULE_BODY, None, ()), 4)]
+                if names:
+                    tables[name] = names
         return {
             "version": FACTS_VERSION,
             "module": self.module,
@@ -414,11 +627,50 @@ class FileFacts:
                         for q, v in self.classes.items()},
             "draws": draws,
             "entries": entries,
+            "fixtures": self.fixtures,
             "hooks": hooks,
             "suppress": suppress,
-            "strings": sorted(self.strings),
-            "binds": binds,
+            "strings": strings,
+            "tables": tables,
+            "binds": self._bind_facts(),
         }
+
+    def _bind_facts(self) -> list[list[str]]:
+        """[key, what the call denotes, its code, what its first argument names] for each bound call
+        result that a call of this file uses (a loaded function, an object whose methods are called).
+
+        The argument: "=pkg.mod.fn" for a dotted-string constant, else the last name of an
+        attribute chain or a name ("expand_path" for ``args.expand_path``), else ''.
+        """
+        binds: list[list[str]] = []
+        called = {c for f in self.functions.values() for c in f["calls"]}
+        owners = {c.rpartition(".")[0] for c in called}
+        heads = {c.partition(LOCAL)[2].split(".")[0] for c in called if LOCAL in c}
+        seen: set[tuple[str, int]] = set()
+        for key, call, ctx in self.binds:
+            name = key.partition(LOCAL)[2] if LOCAL in key else key[len(self.module) + 1 :]
+            is_attr = LOCAL not in key and "@" not in key and name.partition(".")[0] in self.classes
+            if key not in called and key not in owners and "@" not in key and name not in heads and not is_attr:
+                continue
+            if (key, id(call)) in seen:
+                continue
+            seen.add((key, id(call)))
+            _, resolved = self.call_name(call, ctx) if not isinstance(call.func, ast.Call) else (None, None)
+            if resolved is None:
+                continue
+            binds.append([key, resolved, self._source_of(call), _argument_name(call)])
+        return binds
+
+    def _rules(self, resolved: str | None, attr: str | None) -> tuple[Rule, ...]:
+        by_callee = RULES_BY_CALLEE.get(resolved, ()) if resolved is not None else ()
+        by_method = RULES_BY_METHOD.get(attr, ()) if attr is not None else ()
+        if not by_method:
+            return by_callee
+        return by_callee + tuple(r for r in by_method if r not in by_callee)
+
+    def _site(self, call: ast.Call, resolved: str | None, attr: str | None, ctx: _Ctx,
+              function: dict[str, Any]) -> CallSite:
+        return CallSite(call, resolved, attr, lambda node: self.entropy_of(node, ctx), function.get("none_params", {}))
 
     def _source_of(self, node: ast.expr) -> str:
         """The node's code as written (its first line when it spans several), at most 120 characters."""
@@ -428,53 +680,6 @@ class FileFacts:
         if end is None:
             text += " ..."
         return text if len(text) <= 120 else text[:117] + "..."
-
-    def impact(self, call: ast.Call, ctx: _Ctx) -> str:
-        """Why a drawn value cannot change results: it only reaches a port, address, sleep or temp name."""
-        stmt = self.stmt_of.get(id(call))
-        if stmt is None:
-            return ""
-        parents: dict[int, ast.AST] = {}
-        for node in ast.walk(stmt):
-            for child in ast.iter_child_nodes(node):
-                parents[id(child)] = node
-        node: ast.AST = call
-        while True:
-            parent = parents.get(id(node))
-            if parent is None:
-                return ""
-            if isinstance(parent, ast.keyword):
-                if parent.arg and _sink_name(parent.arg):
-                    return f"it only reaches the argument {parent.arg}="
-                node = parent
-                continue
-            if isinstance(parent, ast.Call):
-                if node is parent.func:
-                    return ""
-                callee = dotted(parent.func)
-                full = self.resolve(callee, ctx) or callee or ""
-                if full.startswith(SINK_CALLS):
-                    return f"it only reaches {full}()"
-                last = full.rpartition(".")[2]
-                if last in ("bind", "connect") or _sink_name(last):
-                    return f"it only reaches {last}()"
-                if full in PASS_THROUGH_CALLS:
-                    node = parent
-                    continue
-                return ""
-            if isinstance(parent, (ast.BinOp, ast.UnaryOp, ast.FormattedValue, ast.JoinedStr, ast.Tuple)):
-                node = parent
-                continue
-            if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and node is parent.value:
-                targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
-                names = [t.id if isinstance(t, ast.Name) else t.attr if isinstance(t, ast.Attribute) else "" for t in targets]
-                if names and all(_sink_name(n) for n in names):
-                    return f"it only reaches {', '.join(names)}"
-                return ""
-            if isinstance(parent, ast.Return):
-                last = ctx.function.rpartition(".")[2]
-                return f"it is only returned by {last}()" if _sink_name(last) else ""
-            return ""
 
     def _guard_texts(self, ctx: _Ctx) -> list[str]:
         """The `if` conditions around code, as source text ("not (...)" for an else branch)."""
@@ -490,88 +695,92 @@ class FileFacts:
             guards.append(text if taken else f"not ({text})")
         return guards
 
-    def _draw(self, rule: str, message: str, call: ast.Call, ctx: _Ctx, param: str = "") -> dict[str, Any]:
-        guards = self._guard_texts(ctx)
+    def _draw(self, rule: Rule, message: str, site: CallSite, ctx: _Ctx, stmt: ast.stmt | None,
+              made: list[tuple[tuple[int, ...], int, tuple[str, ...]]]) -> dict[str, Any]:
+        call = site.node
         line = call.lineno
         code = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
-        return {"rule": rule, "message": message, "line": line, "end_line": getattr(call, "end_lineno", line) or line,
-                "col": call.col_offset + 1, "function": f"{self.module}.{ctx.function}", "guards": guards, "code": code,
-                "param": param, "impact": self.impact(call, ctx)}
+        param = site.generator_param(rule.generator_index(site)) if rule.guardable else ""
+        # Calls made before the draw, in its function, that run whenever it runs (not in a branch,
+        # loop or try body that the draw is outside of): seeding there covers the draw.
+        depth = len(ctx.block)
+        before = [(index, families) for block, index, families in made
+                  if len(block) <= depth and ctx.block[: len(block)] == block]
+        seeded_here = sorted({f for _, families in before for f in families})
 
-    def _draw_rules(self, call: ast.Call, name: str | None, resolved: str | None,
-                    none_params: dict[str, int]) -> list[tuple[str, str, str]]:
-        """(rule, message, the None-default parameter that guards it or '') for each draw ``call`` makes."""
-        func = call.func
-        if (resolved is None or resolved.rpartition(".")[2] not in _DRAW_NAMES) and not (
-                type(func) is ast.Attribute and func.attr in _DRAW_NAMES):  # type: ignore[attr-defined]
-            return []  # every rule below needs one of these names as the callee's last part
-        generator = next((k.value for k in call.keywords if k.arg == "generator"), None)
-        # generator=generator where the enclosing function's `generator` defaults to None:
-        # a guard only at the call sites that pass one (checked across modules).
-        param = generator.id if isinstance(generator, ast.Name) and generator.id in none_params else ""
-        has_generator = generator is not None and not param and not (
-            isinstance(generator, ast.Constant) and generator.value is None)
-        found = [(rule, message, param if FAMILY_OF_PARAM_RULES.get(rule) else "")
-                 for rule, message in self._draw_rules_plain(call, resolved, has_generator)]
-        return found
+        def resolve(node: ast.expr) -> str:
+            written = dotted(node)
+            return self.resolve(written, ctx) or written or ""
 
-    def _draw_rules_plain(self, call: ast.Call, resolved: str | None, has_generator: bool) -> list[tuple[str, str]]:
-        attr = call.func.attr if isinstance(call.func, ast.Attribute) else None
-        found: list[tuple[str, str]] = []
-        if resolved is not None:
-            head, _, last = resolved.rpartition(".")
-            if head in ("torch", "torch.random") and last in TORCH_DRAWS and not has_generator:
-                found.append(("DA101", f"torch.{last}() draws from the global torch generator; pass generator="))
-            elif head == "torch.nn.init" and last in TORCH_INIT and not has_generator:
-                found.append(("DA103", f"torch.nn.init.{last}() draws from the global torch generator; pass generator="))
-            elif resolved in TORCH_DROPOUT:
-                found.append(("DA104", f"{last} draws its mask from the global torch generator"))
-            elif head == "numpy.random" and last in NUMPY_LEGACY:
-                found.append(("DA201", f"numpy.random.{last}() draws from the global RandomState; use a seeded np.random.default_rng(seed)"))
-            elif resolved in _NUMPY_UNSEEDED and _no_seed(call):
-                found.append(("DA202", f"numpy.random.{last}() without a seed takes OS entropy"))
-            elif head == "random" and last in STDLIB_DRAWS:
-                found.append(("DA301", f"random.{last}() draws from the global random.Random; use random.Random(seed)"))
-            elif resolved == "random.Random" and _no_seed(call):
-                found.append(("DA302", "random.Random() without a seed takes OS entropy"))
-            elif resolved == "random.SystemRandom":
-                found.append(("DA302", "random.SystemRandom draws from the OS and cannot be seeded"))
-        if attr in TORCH_INPLACE and not has_generator and not found and not _is_module_call(resolved):
-            found.append(("DA102", f".{attr}() fills a tensor from the global torch generator; pass generator="))
-        if resolved in SEED_TAKERS or attr in ("manual_seed", "seed"):
-            source = _entropy_source(call, self)
-            if source:
-                found.append(("DA303", f"seed comes from {source}(), which differs per run or process"))
-        return found
+        draw = {"rule": rule.code, "message": message, "line": line, "end_line": call.end_lineno or line,
+                "col": call.col_offset + 1, "function": f"{self.module}.{ctx.function}",
+                "guards": self._guard_texts(ctx), "code": code, "param": param,
+                "impact": impact(call, stmt, ctx.function, resolve)}
+        if before:
+            draw["before"] = [index for index, _ in before]
+        if seeded_here:
+            draw["seeded_here"] = seeded_here
+        if rule.library:
+            draw["callee"] = site.name or ""
+        return draw
 
-    def _entry(self, call: ast.Call, resolved: str | None, ctx: _Ctx) -> dict[str, Any] | None:
+    def _entry(self, call: ast.Call, resolved: str | None, ctx: _Ctx) -> list[dict[str, Any]]:
         target: ast.expr | None = None
         kind = ""
-        if resolved == "ray.remote" and call.args and not call.keywords:
+        func = call.func
+        if resolved == E.RAY_REMOTE and call.args and not call.keywords:
             target, kind = call.args[0], "ray"
-        elif isinstance(call.func, ast.Call) and self.resolve(dotted(call.func.func), ctx) == "ray.remote" and call.args:
+        elif isinstance(func, ast.Call) and self.resolve(dotted(func.func), ctx) == E.RAY_REMOTE and call.args:
             target, kind = call.args[0], "ray"  # ray.remote(num_gpus=1)(Cls)
-        elif resolved is not None and resolved.endswith(".Process") and resolved.startswith(("multiprocessing", "torch.multiprocessing")):
+        elif resolved is not None and resolved.endswith(".Process") and resolved.startswith(E.MP_MODULES):
             target = next((k.value for k in call.keywords if k.arg == "target"), None)
             kind = "multiprocessing"
-        elif resolved in _MP_SPAWN and call.args:
+        elif resolved in E.MP_SPAWN and call.args:
             target, kind = call.args[0], "multiprocessing"
+        elif resolved in E.RUNNERS:
+            target = call.args[0] if call.args else next((k.value for k in call.keywords), None)
+            kind = "cli"
+            if target is None and resolved == "fire.Fire":  # fire.Fire(): every function of the module
+                return [{"kind": kind, "target": f"{self.module}.{name}", "line": call.lineno}
+                        for name in sorted(self.top_level) if name in self.functions]
         else:
             target = next((k.value for k in call.keywords if k.arg == "worker_init_fn"), None)
             kind = "worker-init"
         if target is None:
-            return None
-        qualified = self.resolve(dotted(target), ctx)
-        if qualified is None:
-            return None
-        return {"kind": kind, "target": qualified, "line": call.lineno}
+            return []
+        return [{"kind": kind, "target": qualified, "line": call.lineno} for qualified in self._targets(target, ctx)]
 
 
-FAMILY_OF_PARAM_RULES = {"DA101": True, "DA102": True, "DA103": True}
+def _option_attr(call: ast.Call, keyword: str) -> str:
+    """The attribute a keyword's value ends up in: ``add_argument("--expand-path", default=...)``
+    sets ``args.expand_path`` (or its ``dest=``); any other keyword names itself."""
+    func = call.func
+    if keyword == "default" and isinstance(func, ast.Attribute) and func.attr == "add_argument":
+        for k in call.keywords:
+            if k.arg == "dest" and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str):
+                return k.value.value
+        options = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        long = [o for o in options if o.startswith("--")] or options
+        if long:
+            return long[0].lstrip("-").replace("-", "_")
+    return keyword
 
 
-def _sink_name(identifier: str) -> bool:
-    return any(word in SINK_WORDS for word in identifier.lower().strip("_").split("_"))
+def _argument_name(call: ast.Call) -> str:
+    """What a loader call's first argument names: '=dotted.string', 'attr' of ``x.attr``, 'name', or ''."""
+    arg = call.args[0] if call.args else next((k.value for k in call.keywords), None)
+    if arg is None:
+        return ""
+    if isinstance(arg, ast.Constant):
+        text = _dotted_string(arg.value)
+        return f"={text}" if text else ""
+    if isinstance(arg, ast.Attribute):
+        return arg.attr
+    if isinstance(arg, ast.Name):
+        return arg.id
+    if isinstance(arg, ast.Subscript) and isinstance(arg.slice, ast.Constant) and isinstance(arg.slice.value, str):
+        return arg.slice.value  # cfg["expand_path"]
+    return ""
 
 
 def _none_params(args: ast.arguments, is_method: bool) -> dict[str, int]:
@@ -614,34 +823,8 @@ def _is_main_test(test: ast.expr) -> bool:
     return False
 
 
-def _is_ray_remote(dec: ast.expr, facts: FileFacts) -> bool:
-    node = dec.func if isinstance(dec, ast.Call) else dec
-    return facts.resolve(dotted(node), _Ctx(MODULE_BODY, None, ())) == "ray.remote"
-
-
-def _no_seed(call: ast.Call) -> bool:
-    args = list(call.args) + [k.value for k in call.keywords if k.arg in ("seed", "x", "entropy")]
-    return not args or all(isinstance(a, ast.Constant) and a.value is None for a in args)
-
-
-def _is_module_call(resolved: str | None) -> bool:
-    # torch.nn.init.normal_ etc. resolve to a module path: not a tensor method.
-    return resolved is not None and resolved.split(".")[0] in ("torch", "numpy", "random", "math")
-
-
-def _entropy_source(call: ast.Call, facts: FileFacts) -> str | None:
-    for arg in list(call.args) + [k.value for k in call.keywords]:
-        for sub in ast.walk(arg):
-            if isinstance(sub, ast.Call):
-                name = dotted(sub.func)
-                resolved = facts.resolve(name, _Ctx(MODULE_BODY, None, ())) or name
-                if resolved in ENTROPY_CALLS:
-                    return resolved
-    return None
-
-
-def file_facts(module: str, source: str, is_package: bool = False) -> dict[str, Any]:
-    """Parse ``source`` (raises SyntaxError) and return its facts."""
+def file_facts(module: str, source: str, is_package: bool = False, name: str | None = None) -> dict[str, Any]:
+    """Parse ``source`` (raises SyntaxError) and return its facts (``name``: its dotted import
+    name when ``module``, the key its functions are stored under, differs)."""
     tree = ast.parse(source)
-    return FileFacts(module, source, is_package).run(tree).facts()
-
+    return FileFacts(module, source, is_package, name).run(tree).facts()

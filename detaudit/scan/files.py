@@ -90,8 +90,53 @@ def module_name(path: Path) -> tuple[str, bool]:
     package = _package(folder)
     if name == "__init__.py":
         return package or os.path.basename(folder), True
-    stem = name[:-3] if name.endswith(".py") else name
+    stem = name.removesuffix(".py")
     return (f"{package}.{stem}" if package else stem), False
+
+
+def module_root(path: str, name: str, is_package: bool) -> str:
+    """The folder a module's dotted name starts from (the sys.path entry that imports it by that name)."""
+    folder = os.path.dirname(path)
+    for _ in range(name.count(".") + (1 if is_package else 0)):
+        folder = os.path.dirname(folder)
+    return folder
+
+
+def module_keys(paths: list[str]) -> dict[str, tuple[str, str, bool, str]]:
+    """path -> (module key, dotted name, is package, root folder) for absolute ``paths``.
+
+    The key is the dotted name, unique in the scan; files that share a dotted name (folders
+    without ``__init__.py``, several projects scanned at once) get ``name#1``, ``name#2``, ...
+    in path order, so that none replaces another.
+    """
+    named = {path: module_name(Path(path)) for path in paths}
+    groups: dict[str, list[str]] = {}
+    for path, (name, _) in named.items():
+        groups.setdefault(name, []).append(path)
+    out = {}
+    for name, group in groups.items():
+        for number, path in enumerate(sorted(group), 1):
+            is_package = named[path][1]
+            key = name if len(group) == 1 else f"{name}#{number}"
+            out[path] = (key, name, is_package, module_root(path, name, is_package))
+    return out
+
+
+def test_files(paths: list[str], named: list[str | Path]) -> set[str]:
+    """The absolute ``paths`` that are test code, judged from their path from the named path that
+    holds them (its own name included): a project scanned from inside a tests/fixtures folder is
+    not a test, `scan-rng tests` scans tests."""
+    from detaudit.scan.entries import is_test_path
+
+    bases = sorted((os.path.realpath(n) for n in named), key=len, reverse=True)
+    out = set()
+    for path in paths:
+        base = next((b for b in bases if path == b or path.startswith(b.rstrip(os.sep) + os.sep)), None)
+        relative = os.path.basename(path) if base is None or base == path else os.path.join(
+            os.path.basename(base), path[len(base.rstrip(os.sep)) + 1:])
+        if is_test_path(relative):
+            out.add(path)
+    return out
 
 
 def decode_source(data: bytes) -> str:

@@ -9,20 +9,33 @@ from rich.console import Console
 from rich.markup import escape
 
 from detaudit import __version__
-from detaudit.scan.analysis import Finding
+from detaudit.scan.analysis import MAX_CANDIDATES_SHOWN
+from detaudit.scan.findings import Finding
 from detaudit.scan.rules import RULE_BY_CODE, RULE_LIST, RULES, Rule
 from detaudit.scan.scanner import ScanResult
 
+MAX_PROCESSES_SHOWN = 6  # in text output; JSON and SARIF carry every process
 
-def _processes_text(f: Finding) -> str:
-    """The processes a finding runs in, or why none is known."""
+
+def _processes_text(f: Finding, shown: int | None = None) -> str:
+    """The processes a finding runs in (the first ``shown`` of them), or why none is known."""
     if not f.processes:
         return f.note
     parts = []
-    for p in f.processes:
+    for p in f.processes[:shown]:
         seeded = "" if p["seeded"] is None else (" seeded" if p["seeded"] else " UNSEEDED")
         parts.append(f"{p['entry']}{seeded}")
-    return "runs in: " + ", ".join(parts)
+    more = len(f.processes) - len(parts)
+    return "runs in: " + ", ".join(parts) + (f" and {more} more" if more else "")
+
+
+def _via_text(via: str) -> str:
+    """A dispatch path with at most MAX_CANDIDATES_SHOWN candidates named (text output only)."""
+    head, sep, candidates = via.partition(": candidates ")
+    names = candidates.split(", ") if sep else []
+    if len(names) <= MAX_CANDIDATES_SHOWN:
+        return via
+    return f"{head}{sep}{', '.join(names[:MAX_CANDIDATES_SHOWN])} and {len(names) - MAX_CANDIDATES_SHOWN} more"
 
 
 def _reached_text(f: Finding) -> str:
@@ -41,21 +54,30 @@ def print_text(result: ScanResult, console: Console) -> None:
         style = "red" if f.severity == "error" else "yellow"
         console.print(f"  {f.line}:{f.col} [{style}]{f.severity}[/{style}] {f.rule} {escape(f.message)}")
         console.print(f"      {escape(f.code)}", style="dim")
-        console.print(f"      {escape(_processes_text(f))}")
+        console.print(f"      {escape(_processes_text(f, MAX_PROCESSES_SHOWN))}")
         if f.processes and f.note:
             console.print(f"      {escape(f.note)}", style="dim")
         for via in f.via:
-            console.print(f"      {escape(via)}", style="dim")
+            console.print(f"      {escape(_via_text(via))}", style="dim")
         for guard in f.guards:
             console.print(f"      only when `{escape(guard)}`", style="dim")
         if f.reached_only_when:
             console.print(f"      {escape(_reached_text(f))}", style="dim")
     for s in result.skipped:
         console.print(f"[yellow]skipped {escape(s.path)}: {escape(s.reason)}[/yellow]")
+    for note in result.notes:
+        console.print(f"[yellow]note: {escape(note)}[/yellow]")
     errors = sum(f.severity == "error" for f in result.findings)
     warnings = len(result.findings) - errors
     console.print(f"{result.files} files ({result.parsed} parsed), {len(result.processes)} processes: "
                   f"{errors} errors, {warnings} warnings, {len(result.skipped)} skipped")
+
+
+def notices(result: ScanResult) -> list[str]:
+    """What the reader must know besides the findings (skipped files, shared module names), one line
+    each: the text format prints them; for the others the CLI writes them to stderr."""
+    return ([f"detaudit: skipped {s.path}: {s.reason}" for s in result.skipped]
+            + [f"detaudit: note: {note}" for note in result.notes])
 
 
 def as_json(result: ScanResult) -> str:
@@ -74,14 +96,23 @@ def as_sarif(result: ScanResult) -> str:
                 "informationUri": "https://github.com/detaudit/detaudit",
                 "rules": [_sarif_rule(RULE_BY_CODE[r]) for r in rules],
             }},
+            "invocations": [{
+                "executionSuccessful": True,
+                "toolExecutionNotifications": [{"level": "warning", "message": {"text": f"skipped {s.path}: {s.reason}"}}
+                                               for s in result.skipped]
+                + [{"level": "note", "message": {"text": note}} for note in result.notes],
+            }],
             "results": [{
                 "ruleId": f.rule,
                 "level": "error" if f.severity == "error" else "warning",
-                "message": {"text": f"{f.message}. {_processes_text(f)}" + (f"; {_reached_text(f)}" if f.reached_only_when else "")},
+                "message": {"text": f"{f.message}. {_processes_text(f)}" + (f"; {f.note}" if f.processes and f.note else "")
+                            + "".join(f"; {via}" for via in f.via)
+                            + (f"; {_reached_text(f)}" if f.reached_only_when else "")},
                 "locations": [{"physicalLocation": {
                     "artifactLocation": {"uri": f.path},
                     "region": {"startLine": f.line, "startColumn": f.col},
                 }}],
+                "properties": {"processes": f.processes, "via": f.via, "note": f.note},
             } for f in result.findings],
         }],
     }
@@ -123,5 +154,5 @@ def as_github(result: ScanResult) -> str:
     for f in result.findings:
         level = "error" if f.severity == "error" else "warning"
         lines.append(f"::{level} file={f.path},line={f.line},col={f.col},title={f.rule}::"
-                     f"{clean(f.message + '. ' + _processes_text(f) + ('; ' + _reached_text(f) if f.reached_only_when else ''))}")
+                     f"{clean(f.message + '. ' + _processes_text(f, MAX_PROCESSES_SHOWN) + ('; ' + _reached_text(f) if f.reached_only_when else ''))}")
     return "\n".join(lines)

@@ -1,12 +1,108 @@
-"""The scan-rng rules: what counts as a global-RNG draw, a seed, an entropy source."""
+"""The scan-rng rules: what counts as a global-RNG draw, a seed, an entropy source.
+
+Each rule is one ``Rule`` record: its code, RNG family, the text of the docs table, SARIF rule
+help and ``scan-rng --explain``, and what it matches: the qualified callee names and called
+attribute names it looks at (``callees``, ``methods``) and ``find``, which reads one call and
+returns the finding's message or None. Adding a rule touches its record (and its test) only:
+the file walker dispatches on ``callees`` and ``methods`` and never names a rule.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ast
+from dataclasses import dataclass, field
+from typing import Callable
 
-@dataclass(frozen=True)
+
+class CallSite:
+    """What a rule sees of one call: the callee's qualified name, the called attribute, the arguments.
+
+    ``entropy_of`` (given by the file walker) names the per-run source of an argument's value
+    (``time.time`` for ``int(time.time())`` or for a local set from it), or returns None.
+    ``none_params``: the enclosing function's parameters that default to None.
+    """
+
+    __slots__ = ("_entropy_of", "_none_params", "attr", "name", "node")
+
+    def __init__(self, node: ast.Call, name: str | None, attr: str | None,
+                 entropy_of: Callable[[ast.expr], str | None], none_params: dict[str, int]) -> None:
+        self.node = node
+        self.name = name
+        self.attr = attr
+        self._entropy_of = entropy_of
+        self._none_params = none_params
+
+    @property
+    def last(self) -> str:
+        """The callee's last name: ``randperm`` for ``torch.randperm``."""
+        return (self.name or self.attr or "").rpartition(".")[2]
+
+    def argument(self, keyword: str, index: int | None = None) -> ast.expr | None:
+        """The value passed as ``keyword=``, or positionally at ``index`` (None: keyword only)."""
+        for k in self.node.keywords:
+            if k.arg == keyword:
+                return k.value
+        args = self.node.args
+        if index is not None and index < len(args) and not any(isinstance(a, ast.Starred) for a in args[: index + 1]):
+            return args[index]
+        return None
+
+    def has_argument(self, keyword: str, index: int | None = None) -> bool:
+        """A value other than the constant None is passed (``*args`` at or before ``index`` counts)."""
+        args = self.node.args
+        if index is not None and any(isinstance(a, ast.Starred) for a in args[: index + 1]):
+            return True
+        value = self.argument(keyword, index)
+        return value is not None and not _is_none(value)
+
+    def forwarded_param(self, keyword: str, index: int | None = None) -> str:
+        """The enclosing function's None-default parameter passed as ``keyword=``, or ''."""
+        value = self.argument(keyword, index)
+        return value.id if isinstance(value, ast.Name) and value.id in self._none_params else ""
+
+    def generator_param(self, index: int | None = None) -> str:
+        """The enclosing function's None-default parameter passed as ``generator=``, or ''.
+
+        ``generator=generator`` guards the draw only at the call sites that pass one.
+        """
+        return self.forwarded_param("generator", index)
+
+    def passes_generator(self, index: int | None = None) -> bool:
+        """A generator other than None (or a None-default parameter of the caller) is passed."""
+        return self.has_argument("generator", index) and not self.generator_param(index)
+
+    def seed_arguments(self) -> list[ast.expr]:
+        return list(self.node.args) + [k.value for k in self.node.keywords if k.arg in ("seed", "x", "entropy", "a")]
+
+    def unseeded(self) -> bool:
+        """No seed, or only None, is given: the generator takes OS entropy."""
+        return all(_is_none(a) for a in self.seed_arguments())
+
+    def entropy(self) -> str | None:
+        """The per-run source (clock, pid, id(), hash()) an argument's value comes from, or None."""
+        for arg in list(self.node.args) + [k.value for k in self.node.keywords]:
+            source = self._entropy_of(arg)
+            if source:
+                return source
+        return None
+
+
+def _is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+@dataclass(frozen=True, eq=False)
 class Rule:
-    """One scan-rng rule: the docs table, SARIF rule help and ``scan-rng --explain`` read it."""
+    """One scan-rng rule: the docs table, SARIF rule help and ``scan-rng --explain`` read it.
+
+    ``find`` sees every call whose qualified callee is in ``callees`` or whose called attribute
+    is in ``methods`` and returns the finding's message, or None. A rule with ``guardable`` set
+    is guarded by ``generator=`` (or positionally, at ``generator_positions[last name]``), and
+    ``generator=generator`` forwarding the caller's None-default parameter makes it a finding at
+    the call sites that pass none.
+    ``library``: the callee may be defined in the scanned tree; the finding is dropped when it
+    is (the tree's own code is scanned instead).
+    """
 
     code: str
     family: str  # the process-global RNG it draws from; '' when wrong in any process
@@ -14,57 +110,23 @@ class Rule:
     why: str  # why it breaks reproducibility
     fix: str
     example: str  # a line that triggers it
+    find: Callable[[CallSite], str | None] = field(repr=False)
+    callees: frozenset[str] = frozenset()
+    methods: frozenset[str] = frozenset()
+    guardable: bool = False
+    generator_positions: dict[str, int] = field(default_factory=dict)
+    library: bool = False
+
+    def generator_index(self, site: CallSite) -> int | None:
+        """Where ``site`` may pass its generator positionally (None: keyword only)."""
+        return self.generator_positions.get(site.last)
 
 
 _WHY_GLOBAL = ("The process-global {rng} holds whatever state the process reached: unseeded it starts from OS "
                "entropy, so two runs of the same commit draw different numbers; seeded, every other draw "
                "in the process shifts its values.")
 
-RULE_LIST: tuple[Rule, ...] = (
-    Rule("DA101", "torch", "torch draw from the global generator (no generator=)",
-         _WHY_GLOBAL.format(rng="torch generator"),
-         "Pass generator= a torch.Generator seeded from the run's seed, or seed the process (torch.manual_seed) "
-         "before its first draw.",
-         "perm = torch.randperm(n)"),
-    Rule("DA102", "torch", "in-place random fill on a tensor (no generator=), probably the global torch generator",
-         _WHY_GLOBAL.format(rng="torch generator"),
-         "Pass generator= a seeded torch.Generator.",
-         "noise.normal_(0, 1)"),
-    Rule("DA103", "torch", "torch.nn.init initialiser draws from the global torch generator (no generator=)",
-         _WHY_GLOBAL.format(rng="torch generator") + " Weights then differ from the first step.",
-         "Pass generator= (torch >= 2.1), or seed torch before building the model.",
-         "torch.nn.init.xavier_uniform_(layer.weight)"),
-    Rule("DA104", "torch", "dropout draws its mask from the global torch generator",
-         _WHY_GLOBAL.format(rng="torch generator"),
-         "Seed torch in every process that trains (dropout has no generator= argument), or disable dropout "
-         "in reproducibility runs.",
-         "x = torch.nn.functional.dropout(x, p=0.1)"),
-    Rule("DA201", "numpy", "legacy numpy.random function draws from the global RandomState",
-         _WHY_GLOBAL.format(rng="numpy RandomState"),
-         "Use rng = np.random.default_rng(seed) and rng.<method>(...).",
-         "idx = np.random.permutation(n)"),
-    Rule("DA202", "", "numpy generator seeded from OS entropy (no seed)",
-         "A generator built without a seed takes fresh OS entropy in every run and every process.",
-         "Pass a seed derived from the run's seed: np.random.default_rng(seed).",
-         "rng = np.random.default_rng()"),
-    Rule("DA301", "random", "module-level random function draws from the global random.Random",
-         _WHY_GLOBAL.format(rng="random.Random"),
-         "Use r = random.Random(seed) and r.<method>(...).",
-         "random.shuffle(items)"),
-    Rule("DA302", "", "stdlib random generator seeded from OS entropy",
-         "random.Random() without a seed and random.SystemRandom take OS entropy in every run.",
-         "Use random.Random(seed) with a seed derived from the run's seed.",
-         "r = random.Random()"),
-    Rule("DA303", "", "seed taken from a value that differs per run or process (time, pid, id(), hash())",
-         "A seed from a clock, a process id, an object address or str hashing (varies unless PYTHONHASHSEED "
-         "is set) differs on every run, so seeding with it is no seeding.",
-         "Seed from the run's configured seed (plus a fixed rank or worker offset).",
-         "torch.manual_seed(int(time.time()))"),
-)
-RULE_BY_CODE: dict[str, Rule] = {r.code: r for r in RULE_LIST}
-RULES: dict[str, str] = {r.code: r.summary for r in RULE_LIST}
-# The process-global RNG a rule draws from ('' for rules that are wrong in any process).
-FAMILY: dict[str, str] = {r.code: r.family for r in RULE_LIST}
+# -- what each draw rule matches ------------------------------------------------------------
 
 TORCH_DRAWS = frozenset({
     "rand", "randn", "randint", "randperm", "normal", "multinomial", "bernoulli", "poisson",
@@ -84,6 +146,16 @@ TORCH_DROPOUT = frozenset({
     "torch.nn.Dropout", "torch.nn.Dropout1d", "torch.nn.Dropout2d", "torch.nn.Dropout3d", "torch.nn.AlphaDropout",
     "torch.nn.FeatureAlphaDropout", "torch.dropout", "torch.nn.modules.dropout.Dropout",
 })
+# diffusers' noise helpers: `generator=None` (the default) draws from the global torch generator.
+DIFFUSERS_RANDN = frozenset({"diffusers.utils.torch_utils.randn_tensor", "diffusers.utils.randn_tensor"})
+# randn_tensor(shape, generator=None, ...); a pipeline's
+# prepare_latents(batch_size, channels, height, width, dtype, device, generator, latents=None)
+DIFFUSERS_GENERATOR_POSITIONS = {"randn_tensor": 1, "prepare_latents": 6}
+SHUFFLING_LOADERS = frozenset({
+    "torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader",
+    "torchdata.stateful_dataloader.StatefulDataLoader", "torchdata.stateful_dataloader.stateful_dataloader.StatefulDataLoader",
+})
+RANDOM_SAMPLERS = frozenset({"torch.utils.data.RandomSampler", "torch.utils.data.sampler.RandomSampler"})
 NUMPY_LEGACY = frozenset({
     "rand", "randn", "randint", "random", "random_sample", "ranf", "sample", "choice", "shuffle", "permutation",
     "normal", "uniform", "binomial", "poisson", "exponential", "beta", "gamma", "standard_normal", "bytes",
@@ -92,13 +164,21 @@ NUMPY_LEGACY = frozenset({
     "multinomial", "multivariate_normal", "negative_binomial", "noncentral_chisquare", "noncentral_f", "pareto",
     "power", "rayleigh", "triangular", "vonmises", "wald", "weibull", "zipf",
 })
+NUMPY_UNSEEDED = frozenset({
+    "numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.PCG64", "numpy.random.PCG64DXSM",
+    "numpy.random.SeedSequence", "numpy.random.MT19937", "numpy.random.Philox", "numpy.random.SFC64",
+})
 STDLIB_DRAWS = frozenset({
     "random", "randint", "randrange", "choice", "choices", "shuffle", "sample", "uniform", "gauss",
     "normalvariate", "triangular", "betavariate", "expovariate", "getrandbits", "lognormvariate",
     "vonmisesvariate", "paretovariate", "weibullvariate", "gammavariate", "randbytes", "binomialvariate",
 })
 
-# Calls that seed a process-global RNG, by family ("*" seeds all three).
+# -- seeding ---------------------------------------------------------------------------------
+
+FAMILIES = ("torch", "numpy", "random")
+# Calls that seed a process-global RNG, by family, when given a seed that is not None and not
+# taken from the clock or the OS.
 SEED_CALLS: dict[str, tuple[str, ...]] = {
     "torch.manual_seed": ("torch",),
     "torch.random.manual_seed": ("torch",),
@@ -106,29 +186,224 @@ SEED_CALLS: dict[str, tuple[str, ...]] = {
     "torch.cuda.manual_seed_all": ("torch",),
     "numpy.random.seed": ("numpy",),
     "random.seed": ("random",),
-    "transformers.set_seed": ("torch", "numpy", "random"),
-    "transformers.trainer_utils.set_seed": ("torch", "numpy", "random"),
-    "accelerate.utils.set_seed": ("torch", "numpy", "random"),
-    "lightning.seed_everything": ("torch", "numpy", "random"),
-    "lightning.pytorch.seed_everything": ("torch", "numpy", "random"),
-    "pytorch_lightning.seed_everything": ("torch", "numpy", "random"),
-    "lightning_fabric.utilities.seed.seed_everything": ("torch", "numpy", "random"),
+    "transformers.set_seed": FAMILIES,
+    "transformers.trainer_utils.set_seed": FAMILIES,
+    "transformers.enable_full_determinism": FAMILIES,
+    "transformers.trainer_utils.enable_full_determinism": FAMILIES,
+    "accelerate.utils.set_seed": FAMILIES,
+    "accelerate.utils.random.set_seed": FAMILIES,
+    "lightning.seed_everything": FAMILIES,
+    "lightning.pytorch.seed_everything": FAMILIES,
+    "lightning.fabric.seed_everything": FAMILIES,
+    "pytorch_lightning.seed_everything": FAMILIES,
+    "lightning_fabric.utilities.seed.seed_everything": FAMILIES,
+    "lightning.fabric.utilities.seed.seed_everything": FAMILIES,
 }
-FAMILIES = ("torch", "numpy", "random")
-
+# Calls that reseed a global RNG from a value that differs per run (they take no seed).
+RESEED_FROM_ENTROPY = frozenset({"torch.seed", "torch.random.seed", "torch.cuda.seed", "torch.cuda.seed_all"})
 # Calls whose value differs per run or per process: no seed may come from them.
 ENTROPY_CALLS = frozenset({
     "time.time", "time.time_ns", "time.perf_counter", "time.perf_counter_ns", "time.monotonic",
-    "time.monotonic_ns", "time.process_time", "os.getpid", "os.getppid", "os.urandom", "id", "hash",
-    "uuid.uuid1", "uuid.uuid4", "datetime.datetime.now", "datetime.datetime.utcnow", "secrets.randbits",
-    "secrets.token_bytes", "secrets.token_hex", "random.SystemRandom",
+    "time.monotonic_ns", "time.process_time", "time.process_time_ns", "os.getpid", "os.getppid", "os.urandom",
+    "id", "hash", "uuid.uuid1", "uuid.uuid4", "datetime.datetime.now", "datetime.datetime.utcnow",
+    "datetime.now", "datetime.utcnow", "secrets.randbits", "secrets.token_bytes", "secrets.token_hex",
+    "secrets.randbelow", "random.SystemRandom", "torch.seed", "torch.initial_seed",
 })
-# Seed-taking calls checked for entropy arguments (suffix match on the attribute, too).
-SEED_TAKERS = frozenset({
-    "torch.manual_seed", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "torch.random.manual_seed",
-    "numpy.random.seed", "random.seed", "numpy.random.default_rng", "numpy.random.RandomState",
-    "numpy.random.PCG64", "numpy.random.SeedSequence", "random.Random",
+# Seed-taking calls checked for entropy arguments (a called attribute `manual_seed` / `seed` is, too).
+SEED_TAKERS = frozenset(SEED_CALLS) | frozenset({
+    "numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.PCG64", "numpy.random.SeedSequence",
+    "random.Random",
 })
+# Seeding calls that, given no seed (or None), seed from OS entropy.
+_SEED_FROM_NOTHING = frozenset(SEED_CALLS) - {"torch.manual_seed", "torch.random.manual_seed", "torch.cuda.manual_seed",
+                                              "torch.cuda.manual_seed_all", "transformers.enable_full_determinism",
+                                              "transformers.trainer_utils.enable_full_determinism"}
+
+
+def seed_families(site: CallSite) -> tuple[str, ...]:
+    """The RNG families a call seeds: none when it seeds from nothing, None, or a per-run value."""
+    families = SEED_CALLS.get(site.name or "")
+    if not families or site.unseeded() or site.entropy():
+        return ()
+    return families
+
+
+# -- the rules ---------------------------------------------------------------------------------
+
+
+def _torch_draw(site: CallSite) -> str | None:
+    if site.passes_generator():
+        return None
+    return f"torch.{site.last}() draws from the global torch generator; pass generator="
+
+
+def _inplace_fill(site: CallSite) -> str | None:
+    # torch.nn.init.normal_ etc. resolve to a module path: not a tensor method.
+    if site.passes_generator() or (site.name is not None and site.name.split(".")[0] in ("torch", "numpy", "random", "math")):
+        return None
+    return f".{site.attr}() fills a tensor from the global torch generator; pass generator="
+
+
+def _init_draw(site: CallSite) -> str | None:
+    if site.passes_generator():
+        return None
+    return f"torch.nn.init.{site.last}() draws from the global torch generator; pass generator="
+
+
+def _dropout(site: CallSite) -> str | None:
+    return f"{site.last} draws its mask from the global torch generator"
+
+
+def _diffusers_noise(site: CallSite) -> str | None:
+    index = DIFFUSERS_GENERATOR_POSITIONS[site.last]
+    if site.passes_generator(index):
+        return None
+    if site.last == "randn_tensor":
+        return "randn_tensor() with generator=None draws the noise from the global torch generator; pass generator="
+    # given latents, prepare_latents draws nothing (a None-default parameter forwarded may be None)
+    if site.has_argument("latents", index + 1) and not site.forwarded_param("latents", index + 1):
+        return None
+    return "prepare_latents() with generator=None draws the initial noise from the global torch generator; pass generator="
+
+
+def _shuffling_sampler(site: CallSite) -> str | None:
+    if site.passes_generator():
+        return None
+    if site.name in RANDOM_SAMPLERS:
+        return "RandomSampler without generator= takes its shuffle seed from the global torch generator; pass generator="
+    shuffle = site.argument("shuffle", 2)  # (a DataLoader refuses shuffle=True with a sampler=)
+    if shuffle is None or (isinstance(shuffle, ast.Constant) and not shuffle.value):
+        return None
+    when = "" if isinstance(shuffle, ast.Constant) else f" (shuffle={ast.unparse(shuffle)[:60]})"
+    return (f"{site.last}(shuffle=True) without generator= takes its shuffle seed from the global torch generator"
+            f"{when}; pass generator=")
+
+
+def _numpy_legacy(site: CallSite) -> str | None:
+    return f"numpy.random.{site.last}() draws from the global RandomState; use a seeded np.random.default_rng(seed)"
+
+
+def _numpy_unseeded(site: CallSite) -> str | None:
+    if not site.unseeded():
+        return None
+    return f"numpy.random.{site.last}() without a seed takes OS entropy"
+
+
+def _stdlib_draw(site: CallSite) -> str | None:
+    return f"random.{site.last}() draws from the global random.Random; use random.Random(seed)"
+
+
+def _stdlib_unseeded(site: CallSite) -> str | None:
+    if site.name == "random.SystemRandom":
+        return "random.SystemRandom draws from the OS and cannot be seeded"
+    if not site.unseeded():
+        return None
+    return "random.Random() without a seed takes OS entropy"
+
+
+def _entropy_seed(site: CallSite) -> str | None:
+    if site.name in RESEED_FROM_ENTROPY:
+        return f"{site.name}() reseeds from a value that differs per run"
+    source = site.entropy()
+    if source:
+        return f"seed comes from {source}(), which differs per run or process"
+    if site.name in _SEED_FROM_NOTHING and site.unseeded():
+        given = "None" if site.seed_arguments() else "no seed"
+        return f"{site.name}() with {given} seeds from OS entropy or the clock, which differs per run"
+    return None
+
+
+def _qualified(modules: tuple[str, ...], names: frozenset[str]) -> frozenset[str]:
+    return frozenset(f"{m}.{n}" for m in modules for n in names)
+
+
+RULE_LIST: tuple[Rule, ...] = (
+    Rule("DA101", "torch", "torch draw from the global generator (no generator=)",
+         _WHY_GLOBAL.format(rng="torch generator"),
+         "Pass generator= a torch.Generator seeded from the run's seed, or seed the process (torch.manual_seed) "
+         "before its first draw.",
+         "perm = torch.randperm(n)",
+         find=_torch_draw, callees=_qualified(("torch", "torch.random"), TORCH_DRAWS), guardable=True),
+    Rule("DA102", "torch", "in-place random fill on a tensor (no generator=), probably the global torch generator",
+         _WHY_GLOBAL.format(rng="torch generator"),
+         "Pass generator= a seeded torch.Generator.",
+         "noise.normal_(0, 1)",
+         find=_inplace_fill, methods=TORCH_INPLACE, guardable=True),
+    Rule("DA103", "torch", "torch.nn.init initialiser draws from the global torch generator (no generator=)",
+         _WHY_GLOBAL.format(rng="torch generator") + " Weights then differ from the first step.",
+         "Pass generator= (torch >= 2.1), or seed torch before building the model.",
+         "torch.nn.init.xavier_uniform_(layer.weight)",
+         find=_init_draw, callees=_qualified(("torch.nn.init",), TORCH_INIT), guardable=True),
+    Rule("DA104", "torch", "dropout draws its mask from the global torch generator",
+         _WHY_GLOBAL.format(rng="torch generator"),
+         "Seed torch in every process that trains (dropout has no generator= argument), or disable dropout "
+         "in reproducibility runs.",
+         "x = torch.nn.functional.dropout(x, p=0.1)",
+         find=_dropout, callees=TORCH_DROPOUT),
+    Rule("DA105", "torch", "diffusers noise helper with generator=None (randn_tensor, a pipeline's prepare_latents) "
+         "draws from the global torch generator",
+         "diffusers' randn_tensor and every pipeline's prepare_latents take generator=None by default and then "
+         "draw the initial latents (the rollout noise itself) from the process-global torch generator: "
+         + _WHY_GLOBAL.format(rng="torch generator"),
+         "Pass generator= a torch.Generator seeded per sample from the run's seed (or pass latents= drawn "
+         "from one).",
+         "latents = randn_tensor(shape, device=device, dtype=dtype)",
+         find=_diffusers_noise, callees=DIFFUSERS_RANDN, methods=frozenset({"prepare_latents"}), guardable=True,
+         generator_positions=DIFFUSERS_GENERATOR_POSITIONS, library=True),
+    Rule("DA106", "torch", "DataLoader(shuffle=True) or RandomSampler without generator= shuffles with a seed from "
+         "the global torch generator",
+         "A shuffling DataLoader builds a RandomSampler, which draws its seed for every epoch from the "
+         "process-global torch generator when no generator= is given: the data order then follows whatever "
+         "that generator's state is. " + _WHY_GLOBAL.format(rng="torch generator"),
+         "Pass generator= a torch.Generator seeded from the run's seed (or use a seeded sampler, such as "
+         "DistributedSampler(seed=...)).",
+         "loader = DataLoader(dataset, batch_size=8, shuffle=True)",
+         find=_shuffling_sampler, callees=SHUFFLING_LOADERS | RANDOM_SAMPLERS, guardable=True),
+    Rule("DA201", "numpy", "legacy numpy.random function draws from the global RandomState",
+         _WHY_GLOBAL.format(rng="numpy RandomState"),
+         "Use rng = np.random.default_rng(seed) and rng.<method>(...).",
+         "idx = np.random.permutation(n)",
+         find=_numpy_legacy, callees=_qualified(("numpy.random",), NUMPY_LEGACY)),
+    Rule("DA202", "", "numpy generator seeded from OS entropy (no seed)",
+         "A generator built without a seed takes fresh OS entropy in every run and every process.",
+         "Pass a seed derived from the run's seed: np.random.default_rng(seed).",
+         "rng = np.random.default_rng()",
+         find=_numpy_unseeded, callees=NUMPY_UNSEEDED),
+    Rule("DA301", "random", "module-level random function draws from the global random.Random",
+         _WHY_GLOBAL.format(rng="random.Random"),
+         "Use r = random.Random(seed) and r.<method>(...).",
+         "random.shuffle(items)",
+         find=_stdlib_draw, callees=_qualified(("random",), STDLIB_DRAWS)),
+    Rule("DA302", "", "stdlib random generator seeded from OS entropy",
+         "random.Random() without a seed and random.SystemRandom take OS entropy in every run.",
+         "Use random.Random(seed) with a seed derived from the run's seed.",
+         "r = random.Random()",
+         find=_stdlib_unseeded, callees=frozenset({"random.Random", "random.SystemRandom"})),
+    Rule("DA303", "", "seed taken from a value that differs per run or process (time, pid, id(), hash(), none at all)",
+         "A seed from a clock, a process id, an object address or str hashing (varies unless PYTHONHASHSEED "
+         "is set) differs on every run, so seeding with it is no seeding; random.seed(), np.random.seed(None), "
+         "torch.seed() and seed_everything() without a seed seed from OS entropy or the clock. None of these "
+         "counts as seeding the process.",
+         "Seed from the run's configured seed (plus a fixed rank or worker offset).",
+         "torch.manual_seed(int(time.time()))",
+         find=_entropy_seed, callees=SEED_TAKERS | RESEED_FROM_ENTROPY, methods=frozenset({"manual_seed", "seed"})),
+)
+RULE_BY_CODE: dict[str, Rule] = {r.code: r for r in RULE_LIST}
+RULES: dict[str, str] = {r.code: r.summary for r in RULE_LIST}
+# The process-global RNG a rule draws from ('' for rules that are wrong in any process).
+FAMILY: dict[str, str] = {r.code: r.family for r in RULE_LIST}
+# The rules to try on a call, by its qualified callee and by its called attribute.
+RULES_BY_CALLEE: dict[str, tuple[Rule, ...]] = {}
+RULES_BY_METHOD: dict[str, tuple[Rule, ...]] = {}
+for _rule in RULE_LIST:
+    for _name in _rule.callees:
+        RULES_BY_CALLEE[_name] = RULES_BY_CALLEE.get(_name, ()) + (_rule,)
+    for _name in _rule.methods:
+        RULES_BY_METHOD[_name] = RULES_BY_METHOD.get(_name, ()) + (_rule,)
+# The last part of every name a rule (or a seed) looks at: calls ending otherwise are never tried.
+LAST_NAMES = frozenset(n.rpartition(".")[2] for n in (*RULES_BY_CALLEE, *SEED_CALLS)) | frozenset(RULES_BY_METHOD)
+
+# -- dynamic dispatch, impact --------------------------------------------------------------------
 
 # Dynamic dispatch: calls that return the object a dotted-path string names.
 BUILTIN_LOADERS = frozenset({
@@ -139,12 +414,20 @@ BUILTIN_LOADERS = frozenset({
 CALLING_LOADERS = frozenset({"hydra.utils.instantiate", "hydra.utils.call"})
 
 # Impact: where a drawn value may go without making results differ between runs.
-# Identifier words (split at "_") that name a port, an address, a sleep/jitter or a temp name.
+# Identifier words (split at "_") that name a port, an address, a sleep/jitter, a temp name, a
+# server or replica picked for a request (load balancing), what is printed or logged, or a
+# dummy whose values nobody reads (only its shape matters).
 SINK_WORDS = frozenset({
     "port", "ports", "addr", "address", "host", "hostname", "sock", "socket", "sleep", "jitter", "delay",
     "backoff", "tmp", "temp", "tmpdir", "tempdir", "tmpname", "tempname", "tmpfile", "tempfile", "timeout",
+    "server", "servers", "replica", "replicas", "endpoint", "endpoints", "url", "urls",
+    "print", "logging", "verbose", "debug", "display", "dummy", "placeholder",
 })
+# A function named with one of these words picks a port, an address or a temp name: its draws do no more.
+PICKER_WORDS = frozenset({"port", "ports", "addr", "address", "socket", "sock", "tmpdir", "tempdir", "tmpname", "tempname"})
+# Whole identifiers that name such a pick (a data-parallel rank chosen to serve a request).
+SINK_IDENTIFIERS = frozenset({"dp_rank"})
 # Calls whose arguments are such sinks (prefixes).
 SINK_CALLS = ("socket.", "time.sleep", "asyncio.sleep", "tempfile.")
 # Calls a drawn value may pass through on its way to a sink.
-PASS_THROUGH_CALLS = frozenset({"int", "str", "float", "round", "abs", "min", "max", "format", "repr", "hex"})
+PASS_THROUGH_CALLS = frozenset({"int", "str", "float", "round", "abs", "min", "max", "format", "repr", "hex", "bool"})

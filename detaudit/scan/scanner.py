@@ -11,15 +11,25 @@ import hashlib
 import os
 import pickle
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-from detaudit.scan.analysis import Finding, Program, build_processes, findings_for
+from detaudit.scan.analysis import Program
 from detaudit.scan.cache import FactsCache, ResultCache, result_key
 from detaudit.scan.config import ScanConfig
+from detaudit.scan.entries import is_conftest, is_test_module
 from detaudit.scan.facts import DOTTED_STRING, file_facts
-from detaudit.scan.files import MAX_FILE_BYTES, Skipped, collect_files, decode_source, module_name
+from detaudit.scan.files import (
+    MAX_FILE_BYTES,
+    Skipped,
+    collect_files,
+    decode_source,
+    module_keys,
+    test_files,
+)
+from detaudit.scan.findings import Finding, findings_for
+from detaudit.scan.processes import build_processes, process_summary
 
 # A file needs parsing only if its text could hold a draw, a seed, an entry point or a loader.
 # Plain substring tests (memchr speed) beat one alternation regex ~5x on 120 MB of code.
@@ -30,7 +40,8 @@ _RELEVANT_WORDS = (
     b"rand", b"seed", b"ropout", b"normal", b"uniform", b"bernoulli", b"poisson", b"multinomial",
     b"exponential_", b"geometric_", b"cauchy_", b"xavier", b"kaiming", b"orthogonal", b"sparse", b"ray",
     b"__main__", b"Process(", b"spawn", b"start_processes", b"worker_init_fn", b"worker_process_setup_hook",
-    b"import_module", b"locate", b"hydra", b"generator",
+    b"import_module", b"locate", b"hydra", b"generator", b"latents", b"shuffle", b"Sampler", b"absl", b"Fire(",
+    b"click", b"typer", b"notebook_launcher", b"fixture", b"determinism",
 )
 # Dotted-path string literals in a file that is not parsed: candidates of dynamic dispatch.
 _QUOTED_DOTTED = re.compile(rb"""["']([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?::[A-Za-z_][A-Za-z0-9_.]*)?)["']""")
@@ -49,22 +60,34 @@ class ScanResult:
     parsed: int
     processes: list[dict[str, Any]]
     cache_hits: int = 0
+    # What the reader should know about how files were read: module names shared by several
+    # files (each keeps its findings), imports of such a name that matched none of them.
+    notes: list[str] = field(default_factory=list)
 
 
 # Facts of one file: ("facts", dict) | ("light", (dotted strings, facts outcome)) | ("skip", reason).
 # A light file (its text holds no draw, seed or entry word) joins the analysis only when a call
 # path leads into it; its facts are made with everyone else's, in parallel, and kept aside until then.
-def _analyse_bytes(module: str, is_package: bool, data: bytes) -> tuple[str, Any]:
+# A job: (path, module key, dotted name, is package).
+Job = tuple[str, str, str, bool]
+
+
+def _analyse_bytes(key: str, name: str, is_package: bool, data: bytes) -> tuple[str, Any]:
     if len(data) > MAX_FILE_BYTES:
         return "skip", f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MB"
-    # `python -m pkg` runs pkg/__main__.py's body: always an entry point, so always parsed.
-    if not module.endswith("__main__") and not _relevant(data):
-        strings = tuple(sorted({m.decode("ascii") for m in _QUOTED_DOTTED.findall(data)}))
-        return "light", (tuple(s for s in strings if DOTTED_STRING.fullmatch(s)), _parse(module, is_package, data))
-    return _parse(module, is_package, data)
+    # `python -m pkg` runs pkg/__main__.py's body, pytest runs test modules: always entry points.
+    if not name.endswith("__main__") and not is_test_module(name) and not is_conftest(name) and not _relevant(data):
+        parsed = _parse(key, name, is_package, data)
+        if parsed[0] == "facts":
+            strings = tuple((text, attr) for text, attr in parsed[1]["strings"])
+        else:
+            found = sorted({m.decode("ascii") for m in _QUOTED_DOTTED.findall(data)})
+            strings = tuple((s, "") for s in found if DOTTED_STRING.fullmatch(s))
+        return "light", (strings, parsed)
+    return _parse(key, name, is_package, data)
 
 
-def _parse(module: str, is_package: bool, data: bytes) -> tuple[str, Any]:
+def _parse(key: str, name: str, is_package: bool, data: bytes) -> tuple[str, Any]:
     try:
         source = decode_source(data)
     except UnicodeDecodeError as exc:
@@ -73,17 +96,20 @@ def _parse(module: str, is_package: bool, data: bytes) -> tuple[str, Any]:
     except SyntaxError as exc:
         return "skip", f"cannot decode: {exc.msg}"
     try:
-        return "facts", file_facts(module, source, is_package)
+        return "facts", file_facts(key, source, is_package, name)
     except SyntaxError as exc:
         return "skip", f"cannot parse: {exc.msg} (line {exc.lineno})"
     except (ValueError, RecursionError) as exc:
         return "skip", f"cannot parse: {exc}"
 
 
-def _analyse_path(job: tuple[str, str, bool]) -> tuple[str, str, tuple[str, Any]]:
-    path, module, is_package = job
+def _analyse_path(job: Job) -> tuple[str, str, tuple[str, Any]]:
+    path, key, name, is_package = job
     data = Path(path).read_bytes()
-    return path, hashlib.sha1(data).hexdigest(), _analyse_bytes(module, is_package, data)
+    # The facts of a file depend on its module key and name too: two files with one content
+    # (two copies of a module in two projects) never share an entry.
+    digest = hashlib.sha1(f"{key}\0{name}\0{is_package}\0".encode() + data).hexdigest()
+    return path, digest, _analyse_bytes(key, name, is_package, data)
 
 
 def scan(paths: list[str | Path], config: ScanConfig | None = None, *, use_cache: bool = True,
@@ -103,18 +129,14 @@ def scan(paths: list[str | Path], config: ScanConfig | None = None, *, use_cache
 
 def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: int | None) -> ScanResult:
     files, skipped = collect_files(paths, config)
-    todo: list[tuple[str, str, bool]] = []
     stats: dict[str, os.stat_result] = {}
-    modules: dict[str, tuple[str, bool]] = {}
     for file in files:
         path = str(file) if file.is_absolute() else os.path.realpath(file)
         try:
-            st = os.stat(path)
+            stats[path] = os.stat(path)
         except OSError as exc:
             skipped.append(Skipped(str(file), f"cannot read: {exc.strerror}"))
-            continue
-        modules[path] = module_name(file)
-        stats[path] = st
+    modules = module_keys(list(stats))  # path -> (module key, dotted name, is package, root)
     results = ResultCache(use_cache)
     key = result_key(config, [str(p) for p in paths], os.getcwd(), skipped,
                      [(path, st.st_size, st.st_mtime_ns, *modules[path]) for path, st in stats.items()])
@@ -123,8 +145,8 @@ def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: in
         return known
     cache = FactsCache(use_cache)
     facts: dict[str, dict[str, Any]] = {}
-    light: dict[str, tuple[str, tuple[str, Any]]] = {}  # module -> (path, its facts outcome)
-    light_strings: set[str] = set()
+    light: dict[str, tuple[str, tuple[str, Any]]] = {}  # module key -> (path, its facts outcome)
+    light_strings: set[tuple[str, str]] = set()
     hits = 0
 
     def take(path: str, outcome: tuple[str, Any]) -> None:
@@ -139,14 +161,15 @@ def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: in
         else:
             skipped.append(Skipped(os.path.relpath(path), value))
 
+    todo: list[Job] = []
     for path, st in stats.items():
         digest = cache.lookup_stat(path, st) if use_cache else None
         known = cache.outcome(digest) if digest is not None else None
-        if known is not None:
+        if known is not None and _module_of(known) in (None, modules[path][0]):
             hits += 1
             take(path, known)
         else:
-            todo.append((path, *modules[path]))
+            todo.append((path, *modules[path][:3]))
     for path, digest, blob in _run_jobs(todo, jobs):
         if digest:
             cache.remember(path, stats[path], digest, blob)
@@ -180,24 +203,49 @@ def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: in
 
     mentioned: set[str] = set()
     texts: dict[str, bytes] = {}  # path -> text of a set-aside file
-    program = Program(facts, load_module, light_strings, load_mentioning)
+    program = Program(facts, load_module, light_strings, load_mentioning,
+                      {m[0]: (m[1], m[3]) for m in modules.values()})
     scripts = [s.replace(":", ".") for s in config.scripts]
-    processes = build_processes(program, scripts)
     cwd = os.getcwd() + os.sep
 
     def rel(path: str) -> str:
         return path[len(cwd):] if path.startswith(cwd) else os.path.relpath(path, cwd)
 
-    findings = [f for f in findings_for(program, processes, rel, config.unknown_process) if config.wants(f.rule)]
+    in_tests = test_files(list(stats), paths)
+    processes = build_processes(program, scripts, in_tests.__contains__, rel, config.tests_as_pipeline)
+
+    findings = [f for f in findings_for(program, processes, rel, config.unknown_process, config.tests_as_pipeline,
+                                        in_tests.__contains__) if config.wants(f.rule)]
     cache.save()
     skipped.sort(key=lambda s: s.path)
-    result = ScanResult(findings, skipped, len(files), len(program.modules),
-                        [{"entry": p.name, "kind": p.kind, "seeded": sorted(p.seeded)} for p in processes], hits)
-    results.store(key, replace(result, cache_hits=len(files)))
+    result = ScanResult(findings, skipped, len(stats), len(program.modules),
+                        [process_summary(p) for p in processes], hits, _notes(program, modules, rel))
+    results.store(key, replace(result, cache_hits=len(stats)))
     return result
 
 
-def _run_jobs(todo: list[tuple[str, str, bool]], jobs: int | None) -> Iterator[tuple[str, str, bytes]]:
+def _module_of(outcome: tuple[str, Any]) -> str | None:
+    """The module key a stored outcome's facts were made for (None: a skipped file)."""
+    kind, value = outcome
+    if kind == "light":
+        kind, value = value[1]
+    return value["module"] if kind == "facts" else None
+
+
+def _notes(program: Program, modules: dict[str, tuple[str, str, bool, str]], rel: Callable[[str], str]) -> list[str]:
+    notes = []
+    for name, keys in sorted(program.shared.items()):
+        paths = sorted(rel(path) for path, module in modules.items() if module[1] == name)
+        notes.append(f"module name {name} is shared by {len(paths)} files ({', '.join(paths)}): each keeps its "
+                     f"findings; an import of {name} resolves to the one under the importing file's own root")
+    for name, root in sorted(program.unresolved_shared):
+        where = rel(root) if root else "an unknown folder"
+        notes.append(f"an import of {name} from {where} matches none of the files sharing that name, or several: "
+                     f"calls through it are not followed")
+    return notes
+
+
+def _run_jobs(todo: list[Job], jobs: int | None) -> Iterator[tuple[str, str, bytes]]:
     """(path, content digest, the pickled outcome) of each job, in order, as they come: the caller
     unpickles while the parser processes work. The bytes go to the cache as they are."""
     workers = jobs if jobs is not None else (os.cpu_count() or 1)
@@ -211,7 +259,7 @@ def _run_jobs(todo: list[tuple[str, str, bool]], jobs: int | None) -> Iterator[t
         yield from pool.map(_safe, todo, chunksize=32)
 
 
-def _safe(job: tuple[str, str, bool]) -> tuple[str, str, bytes]:
+def _safe(job: Job) -> tuple[str, str, bytes]:
     try:
         path, digest, outcome = _analyse_path(job)
     except OSError as exc:

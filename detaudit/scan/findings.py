@@ -1,0 +1,168 @@
+"""Findings: each draw of the tree, the processes that run it, and its severity.
+
+Severity (docs/scan-rng.md, "Severity"): an error when a pipeline process runs the draw without
+seeding its RNG family first, or when the draw is wrong in any process (DA202, DA302, DA303), or
+when no entry point can be shown to run it (fail closed); a warning when every process that runs
+it seeds the family, when its own function seeds the family right before it, when its value
+only reaches a port, an address, a sleep or a temp name, or when only pytest tests (or test code)
+run it: tests are not the pipeline, unless ``tests_as_pipeline``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from detaudit.scan.analysis import Program, display_name
+from detaudit.scan.facts import MAIN_BLOCK, MODULE_BODY
+from detaudit.scan.processes import Process, entry_guards
+from detaudit.scan.rules import FAMILY
+
+# reached_only_when is an intersection over processes: over more than this many tests it is left
+# empty (an under-statement, which the field allows) rather than computed for each.
+MAX_GUARD_PROCESSES = 16
+
+
+@dataclass
+class Finding:
+    path: str
+    line: int
+    col: int
+    rule: str
+    severity: str
+    message: str
+    code: str
+    function: str
+    guards: list[str]
+    processes: list[dict[str, Any]]
+    note: str = ""
+    end_line: int = 0
+    via: list[str] = field(default_factory=list)
+    # `if` conditions at call sites on every path from the process's entry to the draw
+    reached_only_when: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path, "line": self.line, "col": self.col, "rule": self.rule, "severity": self.severity,
+            "message": self.message, "code": self.code, "function": self.function, "guards": self.guards,
+            "processes": self.processes, "note": self.note, "via": self.via,
+            "reached_only_when": self.reached_only_when,
+        }
+
+
+def findings_for(program: Program, processes: list[Process], rel: Callable[[str], str],
+                 unknown_process: str = "error", tests_as_pipeline: bool = False,
+                 test_code: Callable[[str], bool] | None = None) -> list[Finding]:
+    """Every draw's finding; ``test_code(path)``: the file is test code (see entries.is_test_path)."""
+    findings: list[Finding] = []
+    if program.load_mentioning is not None:  # one pass over the skipped files for every generator=None guard
+        program.load_mentioning({d["function"].rpartition(".")[2] for f in list(program.modules.values())
+                                 for d in f["draws"] if d.get("param")})
+    drawing = {d["function"] for f in program.modules.values() for d in f["draws"]}
+    running: dict[str, list[Process]] = {}  # function with draws -> the processes that reach it
+    for process in processes:
+        for function in drawing & process.reach if len(drawing) < len(process.reach) else process.reach & drawing:
+            running.setdefault(function, []).append(process)
+    for module, facts in sorted(program.modules.items(), key=lambda mf: program.paths[mf[0]]):
+        path = rel(program.paths[module])
+        suppress = facts["suppress"]
+        for draw in facts["draws"]:
+            marks = suppress.get(draw["line"]) or suppress.get(draw["end_line"]) or []
+            if "*" in marks or draw["rule"] in marks:
+                continue
+            in_tests = test_code is not None and test_code(program.paths[module])
+            finding = _finding(program, running.get(draw["function"], []), draw, path, rel, unknown_process,
+                               tests_as_pipeline, in_tests)
+            if finding is not None:
+                findings.append(finding)
+    findings.sort(key=lambda f: (f.path, f.line, f.col, f.rule))
+    return findings
+
+
+def _finding(program: Program, mine: list[Process], draw: dict[str, Any], path: str,
+             rel: Callable[[str], str], unknown_process: str, tests_as_pipeline: bool,
+             in_tests: bool) -> Finding | None:
+    """The finding for one draw; ``mine``: the processes that reach its function."""
+    family = FAMILY[draw["rule"]]
+    function = draw["function"]
+    callee = draw.get("callee")
+    if callee and program.canonical(callee, root=program.root(function)) in program.functions:
+        return None  # a library draw whose callee the tree defines: the tree's own code is scanned
+    extra = ""
+    if draw.get("param"):
+        # generator=None: a guard only where the caller passes a generator.
+        sites = program.unguarded_sites(function, draw["param"])
+        roots = [p for p in mine if function in p.roots]
+        if not sites and not roots:
+            return None
+        callers = {caller for caller, _ in sites}
+        mine = [p for p in mine if p in roots or callers & p.reach]
+        shown = []
+        located = sorted({(rel(program.paths[program.module_of[c]]), line, c) for c, line in sites})
+        for where, line, caller in located:
+            names = [p.name for p in mine if caller in p.reach]
+            shown.append(f"{where}:{line}" + (f" ({_names(names)})" if names else " (no known process)"))
+        extra = (f"{draw['param']}=None by default and not passed at: " + "; ".join(shown)) if shown else \
+            f"{draw['param']}=None by default: an entry point itself"
+    pipeline = [p for p in mine if tests_as_pipeline or not p.is_test]
+    tests = [p for p in mine if p.is_test and not tests_as_pipeline]
+    test_code = not tests_as_pipeline and in_tests
+    local = program.seeded_before(draw) if family else set()
+    seeded = {p.name: p.seeded_at(function, family) or family in local for p in mine} if family else {}
+    only_tests = "runs only in tests, which are not the pipeline (--tests-as-pipeline: an error)"
+    if not family:
+        severity, note = "error", "nondeterministic in any process"
+        if not pipeline and test_code:
+            severity, note = "warning", f"{note}; {only_tests}"
+    elif family in local:
+        severity = "warning"
+        note = (f"its function seeds the {family} RNG before it; reproducible only while the seed and the "
+                f"call order stay fixed")
+    elif pipeline:
+        if all(seeded[p.name] for p in pipeline):
+            severity = "warning"
+            note = f"every process that runs it seeds the {family} RNG; reproducible only while the call order stays fixed"
+        else:
+            severity, note = "error", f"runs in a process that does not seed the {family} RNG before it"
+    elif test_code:
+        severity = "warning"
+        unseeded = [p.name for p in tests if not seeded[p.name]]
+        note = (f"{only_tests}; unseeded in {_names(unseeded)}" if unseeded else
+                f"{only_tests}; every test that runs it seeds the {family} RNG" if tests else only_tests)
+    else:
+        where = "module level" if function.endswith(MODULE_BODY) or function in program.classes else "no known process"
+        severity = unknown_process
+        note = f"{where}: cannot show that a seeded process runs it (no entry point found that runs it)"
+        if tests:  # pipeline code that only a test script is seen to run: the pipeline's entry is not known
+            note = ("no pipeline process: cannot show that a seeded process runs it (only tests run it; no entry "
+                    "point of the pipeline found that runs it)")
+    if draw.get("impact") and family and severity == "error":
+        severity = "warning"
+        note += f"; at most a warning: {draw['impact']}"
+    if extra:
+        note = f"{note}; {extra}"
+    via = sorted({p.via[function] for p in mine if function in p.via})
+    judged = pipeline or tests
+    reached_only_when: list[tuple[str, str, int]] = []
+    if len(judged) <= MAX_GUARD_PROCESSES:
+        for index, process in enumerate(judged):  # conditions that hold in every process that runs it
+            guards = entry_guards(program, process, function)
+            reached_only_when = guards if index == 0 else [g for g in reached_only_when if g in guards]
+    return Finding(
+        path=path, line=draw["line"], col=draw["col"], rule=draw["rule"], severity=severity,
+        message=draw["message"], code=draw["code"], function=display_name(function.replace(f".{MAIN_BLOCK}", ".__main__")),
+        guards=draw["guards"],
+        processes=[{"entry": p.name, "kind": p.kind, "target": display_name(p.target),
+                    "seeded": seeded.get(p.name) if family else None} for p in mine],
+        note=note, end_line=draw["end_line"], via=via,
+        reached_only_when=[{"condition": condition, "caller": display_name(caller.replace(f".{MAIN_BLOCK}", ".__main__")),
+                            "line": line,
+                            "path": rel(program.paths[program.module_of[caller]]) if caller in program.module_of else ""}
+                           for condition, caller, line in reached_only_when],
+    )
+
+
+def _names(names: list[str], shown: int = 5) -> str:
+    if len(names) <= shown:
+        return ", ".join(names)
+    return ", ".join(names[:shown]) + f" and {len(names) - shown} more"

@@ -1,0 +1,242 @@
+"""Processes: the entry points of the scanned tree, what each runs, and which RNG families it seeds.
+
+The seeding rule is in docs/scan-rng.md. In short: a Ray actor is seeded by its ``__init__`` or any
+method (``__init__``'s own draws only by ``__init__`` itself or the Ray setup hook); every other
+process by its own code; import-time code only by the setup hook; a pytest test by its own body,
+its class's and module's setup, and the fixtures it uses (autouse fixtures of its module and of
+every ``conftest.py`` above it, and those its parameters name).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from detaudit.scan.analysis import Program, display_name
+from detaudit.scan.entries import CLASS_SETUPS, KIND_LABEL, MODULE_SETUPS
+
+
+@dataclass
+class Process:
+    name: str  # what a reader recognises: "RolloutManager (Ray actor)"
+    kind: str
+    target: str
+    seeded: set[str] | None  # RNG families seeded at some point of the process's life (None: never asked)
+    roots: list[str]
+    reach: set[str] = field(default_factory=set)
+    # Code that runs before the later seeding: an actor's __init__ (and what it calls), import-time code.
+    early: dict[str, set[str]] = field(default_factory=dict)  # function -> families seeded by then
+    via: dict[str, str] = field(default_factory=dict)  # function -> how dynamic dispatch reached it
+    callers_in: dict[str, list[str]] | None = None  # function -> its callers within this process (built on demand)
+    entry_guards: dict[str, list[tuple[str, str, int]]] = field(default_factory=dict)  # see entry_guards()
+    is_test: bool = False  # a pytest test, or a process started from test code (a test script's __main__)
+
+    def seeded_at(self, function: str, family: str) -> bool:
+        early = self.early.get(function)
+        return family in (early if early is not None else self.seeded or ())
+
+
+class _Fixtures:
+    """pytest fixtures by name, as a test in a given module sees them (its module, then each
+    ``conftest.py`` from its folder up), and the autouse ones that apply to it."""
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.conftests: dict[str, str] = {}  # folder -> its conftest module
+        for module, path in program.paths.items():
+            if os.path.basename(path) == "conftest.py":
+                self.conftests[os.path.dirname(path)] = module
+        self._visible: dict[str, list[dict[str, Any]]] = {}  # module -> the fixtures its tests see
+        # (module, class) -> (fixtures by name, the autouse ones) for its tests
+        self._by_name: dict[tuple[str, str], tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]] = {}
+
+    def scopes(self, module: str) -> list[str]:
+        """The modules whose fixtures a test of ``module`` sees, nearest first."""
+        out = [module]
+        folder = os.path.dirname(self.program.paths.get(module, ""))
+        while folder:
+            conftest = self.conftests.get(folder)
+            if conftest is not None and conftest != module:
+                out.append(conftest)
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                break
+            folder = parent
+        return out
+
+    def roots(self, module: str, cls: str, uses: list[str]) -> list[str]:
+        """The fixture functions that run before a test's body: autouse ones, and those it (or
+        they, in turn) name as parameters."""
+        key = (module, cls)
+        known = self._by_name.get(key)
+        if known is None:
+            visible = self._visible.get(module)
+            if visible is None:
+                visible = self._visible[module] = [f for scope in self.scopes(module)
+                                                   for f in self.program.fixtures.get(scope, ())]
+            by_name: dict[str, dict[str, Any]] = {}
+            for fixture in reversed(visible):  # the nearest definition of a name wins
+                if not fixture["cls"] or fixture["cls"] == cls:
+                    by_name[fixture["name"]] = fixture
+            known = self._by_name[key] = (by_name, [f for f in by_name.values() if f["autouse"]])
+        by_name, autouse = known
+        if not by_name:
+            return []
+        out: list[str] = []
+        todo = autouse + [by_name[n] for n in uses if n in by_name]
+        while todo:
+            fixture = todo.pop()
+            if fixture["target"] in out or len(out) > 64:
+                continue
+            out.append(fixture["target"])
+            todo += [by_name[n] for n in fixture["uses"] if n in by_name]
+        return out
+
+
+def build_processes(program: Program, scripts: list[str], test_code: Callable[[str], bool] | None = None,
+                    rel: Callable[[str], str] | None = None, tests_as_pipeline: bool = False) -> list[Process]:
+    """Every process of the tree; ``test_code(path)``: the file is test code (its processes are tests);
+    ``rel(path)``: a path as shown (names a `__main__` whose module name several files share).
+
+    Unless ``tests_as_pipeline``, a pytest test is followed through test code only: what it runs
+    there is what its findings need (draws in tests); the pipeline code it calls is judged by the
+    pipeline's own processes (its seeding is still counted).
+    """
+    if test_code is not None:
+        program.test_modules = {m for m, path in program.paths.items() if test_code(path)}
+    hook_families: set[str] = set()
+    for facts in list(program.modules.values()):
+        for hook in facts["hooks"]:
+            target = program.canonical(hook, root=program.root(facts["module"]))
+            if target is not None:
+                hook_families |= program.seeds(target)
+    processes: list[Process] = []
+    entries = [(e, f["module"]) for f in list(program.modules.values()) for e in f["entries"]]
+    entries += [({"kind": "script", "target": s, "line": 0}, "") for s in scripts]
+    fixtures = _Fixtures(program)
+    seen: set[tuple[str, str]] = set()
+    for entry, module in sorted(entries, key=lambda em: (em[0]["target"], em[0]["kind"])):
+        target = program.canonical(entry["target"], root=program.root_of.get(module))
+        if target is None:
+            continue
+        kind = entry["kind"]
+        short = display_name(target).rsplit(".", 1)[-1]
+        start_seeded: set[str] = set()  # seeded before any user code runs
+        early_roots: list[str] = []  # code that runs before seeds made later in the process's life
+        init_seeded: set[str] = set()
+        if kind in ("ray", "ray-actor", "ray-task"):
+            start_seeded = set(hook_families)
+            if target in program.classes:
+                kind = "ray-actor"
+                roots = program.class_methods(target)
+                init = program.lookup_attr(target, "__init__")
+                seeded = start_seeded | set(program.seeds(init) if init else ())
+                init_seeded = set(seeded)
+                for method in roots:  # e.g. init(self, args) that the driver calls first
+                    seeded |= program.seeds(method)
+                early_roots = [init] if init else []
+            else:
+                kind = "ray-task"
+                roots = [target]
+                seeded = start_seeded | set(program.seeds(target))
+        elif kind == "main":
+            module_key = target.rsplit(".", 1)[0]
+            shared = display_name(module_key) != module_key
+            short = "__main__ of " + (rel(program.paths[module_key]) if shared and rel and module_key in program.paths
+                                      else display_name(module_key))
+            roots = [target]
+            seeded = set(program.seeds(target))
+        elif kind == "test":
+            cls = entry.get("cls", "")
+            short = f"{cls.rpartition('.')[2]}.{short}" if cls else short
+            setups = [program.lookup_attr(cls, name) for name in CLASS_SETUPS] if cls else []
+            setups += [f"{module}.{name}" for name in MODULE_SETUPS if f"{module}.{name}" in program.functions]
+            roots = [target] + fixtures.roots(module, cls, entry.get("uses", [])) + [s for s in setups if s]
+            seeded = set()
+            if tests_as_pipeline or any(program.reaches_draw(root, in_tests=True) for root in roots):
+                for root in roots:
+                    seeded |= program.seeds(root)
+            else:
+                seeded = None  # reaches no draw in test code: its seeding is never asked
+        else:
+            if kind == "cli" and target in program.classes:  # fire.Fire(Cls): its methods are the commands
+                roots = program.class_methods(target)
+            else:
+                roots = [program.lookup_attr(target, "__init__") or target] if target in program.classes else [target]
+            seeded = set()
+            for root in roots:
+                seeded |= program.seeds(root)
+            if kind == "worker-init":
+                seeded.add("torch")  # DataLoader seeds each worker's torch RNG from its own base seed
+                start_seeded.add("torch")
+        if (kind, target) in seen:
+            continue
+        seen.add((kind, target))
+        name = short if kind == "main" else f"{short} ({KIND_LABEL[kind]})"
+        path = program.paths.get(program.module_of.get(target, ""), "")
+        process = Process(name, kind, target, seeded, roots,
+                          is_test=kind == "test" or bool(path and test_code is not None and test_code(path)))
+        if kind == "test" and not tests_as_pipeline:
+            if seeded is not None:
+                process.reach, process.via = program.reach(roots, within=program.test_modules)
+            else:  # most tests reach no draw in test code: what they run is never asked either
+                process.reach = set(roots)
+            processes.append(process)
+            continue
+        process.reach, process.via = program.reach(roots)
+        if early_roots:
+            early, _ = program.reach(early_roots)
+            process.early.update({f: init_seeded for f in early})
+        for body in program.import_time(process.reach) - set(roots):
+            process.reach.add(body)
+            process.early[body] = start_seeded  # import-time code runs before any seed call
+        processes.append(process)
+    return processes
+
+
+def entry_guards(program: Program, process: Process, function: str) -> list[tuple[str, str, int]]:
+    """(condition, caller, line of the call) triples that hold on every call path from ``process``'s roots to ``function``.
+
+    E.g. ``[("algorithm == 'nft'", "pkg.actors.train_pairs", 185)]`` for a function that the process
+    calls only inside ``if algorithm == 'nft':``. A root, a function reached through a cycle
+    still being resolved, or a call made outside any `if` contributes no condition, so the
+    answer only ever under-states: a condition listed here is one the code really requires.
+    """
+    if process.callers_in is None:
+        callers: dict[str, list[str]] = {}
+        for caller in sorted(process.reach):
+            for callee, _ in program.callees(caller):
+                if callee in process.reach and callee != caller:
+                    callers.setdefault(callee, []).append(caller)
+        process.callers_in = callers
+    return _entry_guards(program, process, function, set())
+
+
+def _entry_guards(program: Program, process: Process, function: str, active: set[str]) -> list[tuple[str, str, int]]:
+    known = process.entry_guards.get(function)
+    if known is not None:
+        return known
+    callers = (process.callers_in or {}).get(function, [])
+    if function in process.roots or not callers or function in active:
+        return []
+    active.add(function)
+    common: list[tuple[str, str, int]] | None = None
+    for caller in callers:
+        conditions, line = program.edge_guards(caller, function)
+        path = [(c, caller, line) for c in conditions]
+        path += [g for g in _entry_guards(program, process, caller, active) if g not in path]
+        common = path if common is None else [g for g in common if g in path]
+        if not common:
+            break
+    active.discard(function)
+    # Kept even when a cycle cut a path short: that only drops conditions, never adds one.
+    result = common or []
+    process.entry_guards[function] = result
+    return result
+
+
+def process_summary(process: Process) -> dict[str, Any]:
+    """``seeded`` is None for a test that runs no draw in test code (its seeding is not worked out)."""
+    seeded = None if process.seeded is None else sorted(process.seeded)
+    return {"entry": process.name, "kind": process.kind, "seeded": seeded}
