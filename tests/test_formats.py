@@ -399,3 +399,21 @@ FORMAT = Format(name="csvloss", title="CSV loss", shape="step,value lines", orde
                 compare=lambda expected, native, actual: compare_series(expected, actual, 1, lenient_steps=True),
                 rule="exact", holds_step_types=False)
 '''
+
+
+def test_the_spelling_writer_writes_what_json_dumps_writes() -> None:
+    from detaudit.standards.formats.common import JsonLayout, dump_json
+
+    doc = {"a": [1, 2.5, -0.0, 1e-05, 1e300, None, True, False, "é\n\"x\"", [], {}, [[1, {"b": []}]]],
+           "nan": math.nan, "inf": [math.inf, -math.inf], "nested": {"x": {"y": [0.1, 7]}}, "": 3}
+    for indent in (None, 1, 2, 4):
+        for separators in ((", ", ": "), (",", ":"), (",", ": ")):
+            for ascii_only in (True, False):
+                layout = JsonLayout(indent, *separators, final_newline=False, ascii=ascii_only,
+                                    spellings={"1e+301": "1E+301"})  # a spelling: the writer of its own, not json's
+                assert dump_json(doc, layout, allow_nan=True) == json.dumps(
+                    doc, indent=indent, separators=separators, ensure_ascii=ascii_only)
+    spelled = JsonLayout(2, ",", ": ", spellings={"4e-05": "0.00004"})
+    assert dump_json({"v": [4e-05, 4e-06]}, spelled, allow_nan=False) == '{\n  "v": [\n    0.00004,\n    4e-06\n  ]\n}'
+    with pytest.raises(ValueError):
+        dump_json({"v": math.nan}, spelled, allow_nan=False)
