@@ -417,3 +417,18 @@ def test_the_spelling_writer_writes_what_json_dumps_writes() -> None:
     assert dump_json({"v": [4e-05, 4e-06]}, spelled, allow_nan=False) == '{\n  "v": [\n    0.00004,\n    4e-06\n  ]\n}'
     with pytest.raises(ValueError):
         dump_json({"v": math.nan}, spelled, allow_nan=False)
+
+
+def test_miles_meta_travels_through_detaudit_whatever_it_holds(tmp_path: Path) -> None:
+    from detaudit.standards.formats import convert
+
+    text = json.dumps({"meta": {"commit": "abc", "score": math.nan, "nested": {"a": [1, None]}},
+                       "metrics": {"x": [[0, 0.5], [1.0, math.nan]]}}, indent=2, sort_keys=True) + "\n"
+    std = load_any(write(tmp_path, "m.json", text))
+    det = write(tmp_path, "m.det.json", convert(std, "detaudit", target="m.det.json").text)
+    back = load_any(det)
+    assert math.isnan(back.meta["score"]) and back.comparison == "miles"
+    assert convert(back, "miles", target="back.json").text == text
+    reserved = load_any(write(tmp_path, "r.json", '{"meta": {"x": {"float": "NaN"}}, "metrics": {"x": [[0, 0.5]]}}'))
+    with pytest.raises(InputError, match=r'detaudit cannot hold this meta: it uses the \{"float": ...\} shape'):
+        convert(reserved, "detaudit", target="r.det.json")

@@ -24,7 +24,14 @@ from typing import Any
 
 from detaudit.data.card import check_rename
 from detaudit.data.compare import PairDivergence, SeriesData, compare_series
-from detaudit.data.values import MAX_DEPTH, NONFINITE_KEY, decode_value, depth, encode_value
+from detaudit.data.values import (
+    MAX_DEPTH,
+    NONFINITE_KEY,
+    contains_encoded_nonfinite,
+    decode_value,
+    depth,
+    encode_value,
+)
 from detaudit.errors import InputError
 from detaudit.runner_class import RunnerClass
 from detaudit.standards.formats.common import Format, Source
@@ -179,6 +186,9 @@ def render(standard: Standard, target: str) -> str:
     if standard.comparison not in (None, NAME):
         doc["comparison"] = standard.comparison
     for key in ("dropped", "meta", "native", "rename"):
+        if key in ("meta", "native") and contains_encoded_nonfinite(getattr(standard, key)):
+            raise InputError(target, f"{NAME} cannot hold this {key}: it uses the {{\"{NONFINITE_KEY}\": ...}} shape "
+                                     "that detaudit files reserve for NaN and infinity")
         if getattr(standard, key):
             doc[key] = encode_value(getattr(standard, key)) if key in ("meta", "native") else getattr(standard, key)
     try:
