@@ -123,6 +123,8 @@ class VerifyResult:
     standard_trace: Path | None = None  # the trace the standard carries, compared with this run's
     approximate: list[tuple[str, str]] = field(default_factory=list)  # (series, tolerance) passed only within tolerance
     approximate_against: str | None = None  # set when checked approximately: the standard's runner class
+    left_out: dict[str, str] = field(default_factory=dict)  # standard series not compared (--exclude) -> why
+    renamed: dict[str, str] = field(default_factory=dict)  # run series -> standard series it was compared as
 
     @property
     def ok(self) -> bool:

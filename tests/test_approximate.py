@@ -69,3 +69,24 @@ def test_verify_on_another_class_within_tolerance_is_approximate_never_identical
     # Without an approximate entry, another class is NOT VERIFIED (fail closed).
     card.write_text(card_text(tmp_path, '["cpu", "other"]'))
     assert run_cli("verify", str(card)).code == 1
+
+
+def test_an_infinite_standard_value_is_no_licence_for_any_run_value() -> None:
+    for tol in (Tolerance(rtol=0.5), Tolerance(atol=1e300), Tolerance(rtol=1e300, atol=1e300)):
+        assert not tol.allows(math.inf, 1.0) and not tol.allows(math.inf, -math.inf)
+        assert not tol.allows(-math.inf, 1e308) and not tol.allows(1e308, math.inf)
+        assert tol.allows(math.inf, math.inf) and tol.allows(-math.inf, -math.inf)  # the very same value
+
+
+def test_integers_beyond_float_range_are_compared_exactly_without_a_traceback() -> None:
+    from detaudit.data.approximate import compare_within
+    from detaudit.data.compare import SeriesData
+
+    big = 10 ** 400
+    assert Tolerance(rtol=1e-9).allows(big, big + 1) and not Tolerance(rtol=1e-9).allows(big, 2 * big)
+    assert Tolerance(atol=5).allows(big, big + 5) and not Tolerance(atol=5).allows(big, big + 6)
+    assert Tolerance(rtol=2.0).allows(1e308, -1e308)  # |a - b| = 2e308 is over float range, still exactly <= 2 * 1e308
+    expected = SeriesData("n", "s", [1, 2], [big, 1])
+    assert compare_within(expected, SeriesData("n", "s", [1, 2], [big + 1, 1]), Tolerance(rtol=1e-9)) is None
+    divergence = compare_within(expected, SeriesData("n", "s", [1, 2], [3 * big, 1]), Tolerance(rtol=1e-9))
+    assert divergence is not None and divergence.step == 1

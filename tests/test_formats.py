@@ -4,22 +4,29 @@ Samples follow the formats' documented shapes: Megatron-LM's
 ``tests/functional_tests/test_cases/**/golden_values_*.json`` (``{"lm loss": {"start_step",
 "end_step", "step_interval", "values": {"1": ...}}}``, ``"nan"`` for a step not logged),
 TorchTitan's ``tests/assets/losses/*.txt`` (``step value`` per line), NeMo-RL's metrics JSON
-(``{"train/loss": {"1": ...}}``).
+(``{"train/loss": {"1": ...}}``). Small samples of each shape; the real files are in
+``fixtures/goldens`` (``test_goldens.py``, ``test_parity.py``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import os
+import shutil
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from detaudit.data.compare import SeriesData
 from detaudit.errors import InputError
-from detaudit.standards.formats import detect_format, drop_nan_series, load_any, render_as
-from detaudit.standards.standard import Standard
+from detaudit.standards.check import check_run
+from detaudit.standards.formats import FORMATS, TABLE, detect_format, drop_nan_series, load_any, render_as
+from detaudit.standards.model import Standard
 
 from conftest import run_cli, write_card, write_jsonl
 
@@ -52,7 +59,6 @@ MEGATRON = """{
         "start_step": 1,
         "end_step": 20,
         "step_interval": 5,
-        "value_precision": 2,
         "values": {
             "1": 12.35,
             "5": 0.41,
@@ -98,33 +104,68 @@ def test_detects_each_format_from_content(tmp_path: Path) -> None:
     assert detect_format(write(tmp_path, "d.json", '{"meta": {}, "metrics": {"x": [[1, 0.5]]}}')) == "miles"
     with pytest.raises(InputError, match="not a standard"):
         detect_format(write(tmp_path, "e.json", '{"x": [1, 2]}'))
+    with pytest.raises(InputError, match="inference golden"):
+        detect_format(write(tmp_path, "f.json", '{"0": {"generated_tokens": [1, 2], "logprobs": [-0.5]}}'))
 
 
-def test_megatron_reads_nan_as_missing_and_round_trips_byte_exact(tmp_path: Path) -> None:
+def test_megatron_reads_nan_as_not_logged_and_round_trips_byte_exact(tmp_path: Path) -> None:
     std = load_any(write(tmp_path, "golden.json", MEGATRON))
     loss = std.series["lm loss"]
     assert loss.steps == [1, 5, 10, 20] and loss.values == [10.84463, 10.8592, 10.83298, 10.2157]
     assert std.series["num-zeros"].values == [1558, 1683, 1634, 1793]  # ints stay ints
-    assert std.meta["megatron"]["lm loss"]["missing"] == [15]
+    assert std.native_series("lm loss") == {"start_step": 1, "end_step": 20, "step_interval": 5, "missing": [15]}
+    assert std.native_series("iteration-time") == {"start_step": 1, "end_step": 20, "step_interval": 5}
     text = render_as(std, "megatron")
-    assert json.loads(text) == json.loads(MEGATRON)  # "nan" points and value_precision written back
+    assert text == MEGATRON  # "nan" cells, headers, key order and layout (indent 4, final newline) written back
     again = load_any(write(tmp_path, "again.json", text))
     same_series(std, again)
     assert render_as(again, "megatron") == text
 
 
+def test_megatron_refuses_value_precision_and_what_its_checker_refuses(tmp_path: Path) -> None:
+    for precision in (-1, 0, 5, 400):
+        doc = {"lm loss": {"start_step": 1, "end_step": 1, "step_interval": 1, "value_precision": precision,
+                           "values": {"1": 10.5}}}
+        with pytest.raises(InputError, match=r"\"value_precision\" is not a Megatron-LM field"):
+            load_any(write(tmp_path, "p.json", json.dumps(doc)))
+    entry = '"start_step": 1, "end_step": 1, "step_interval": 1'
+    with pytest.raises(InputError, match="no 'step_interval'"):
+        load_any(write(tmp_path, "h.json", '{"lm loss": {"start_step": 1, "end_step": 1, "values": {"1": 1.5}}}'))
+    with pytest.raises(InputError, match="unknown key 'rtol'"):
+        load_any(write(tmp_path, "k.json", '{"lm loss": {' + entry + ', "rtol": 0.1, "values": {"1": 1.5}}}'))
+    with pytest.raises(InputError, match="'1.0' is not an integer in canonical form"):
+        load_any(write(tmp_path, "s.json", '{"lm loss": {' + entry + ', "values": {"1.0": 1.5}}}'))
+    with pytest.raises(InputError, match="refuses NaN and infinity"):
+        load_any(write(tmp_path, "n.json", '{"lm loss": {' + entry + ', "values": {"1": NaN}}}'))
+
+
 def test_megatron_list_layout_is_read_and_kept(tmp_path: Path) -> None:
     doc = {"lm loss": {"start_step": 0, "end_step": 10, "step_interval": 5, "values": [10.5, 9.25, "nan"]}}
     std = load_any(write(tmp_path, "old.json", json.dumps(doc)))
-    assert std.series["lm loss"].steps == [0, 5]
-    assert json.loads(render_as(std, "megatron")) == doc
+    assert std.series["lm loss"].steps == [0, 5]  # positions in the run's logged values, not iterations
+    assert std.native_series("lm loss")["list"] is True and std.native_series("lm loss")["missing"] == [10]
+    assert render_as(std, "megatron") == json.dumps(doc)
+
+
+def test_megatron_list_layout_compares_positions_of_the_run(tmp_path: Path) -> None:
+    # Megatron's legacy check sliced the run's logged values [start_step:end_step:step_interval].
+    golden = write(tmp_path, "old.json", json.dumps(
+        {"lm loss": {"start_step": 0, "end_step": 6, "step_interval": 3, "values": [10.5, 9.25]}}))
+
+    def run_of(values: list[float]) -> Path:
+        return write_jsonl(tmp_path / "run.jsonl",
+                           [json.dumps({"step_key": "it", "it": i + 1, "lm loss": v}) for i, v in enumerate(values)])
+
+    assert check_run(load_any(golden), run_of([10.5, 1.0, 1.0, 9.25, 1.0, 1.0, 7.0])).failures == []
+    [(name, divergence)] = check_run(load_any(golden), run_of([10.5, 1.0, 1.0, 9.5, 1.0, 1.0])).failures
+    assert name == "lm loss" and divergence.step == 4 and divergence.value_b == 9.5  # the run's 4th iteration
 
 
 def test_megatron_refuses_what_it_cannot_hold(tmp_path: Path) -> None:
     def std(steps, values):
         return Standard(series={"s": SeriesData("s", "step", steps, values)})
 
-    with pytest.raises(InputError, match=r"NaN value would read back as missing"):
+    with pytest.raises(InputError, match=r"NaN value would read back as not logged"):
         render_as(std([1, 2], [0.5, math.nan]), "megatron")
     with pytest.raises(InputError, match="step 1.0 is a float"):
         render_as(std([1.0], [0.5]), "megatron")
@@ -134,9 +175,31 @@ def test_megatron_refuses_what_it_cannot_hold(tmp_path: Path) -> None:
         render_as(std([1], [True]), "megatron")
     with pytest.raises(InputError, match="steps must increase"):
         render_as(std([2, 1], [0.5, 0.25]), "megatron")
-    rounded = load_any(write(tmp_path, "g.json", MEGATRON))
-    with pytest.raises(InputError, match="value_precision"):
-        render_as(rounded, "detaudit")
+
+
+def test_megatron_new_files_are_written_as_megatrons_writer_writes(tmp_path: Path) -> None:
+    std = Standard(series={"lm loss": SeriesData("lm loss", "", [1, 5, 10, 15], [10.5, 10.25, 10.0, 9.5]),
+                           "num-zeros": SeriesData("num-zeros", "", [1], [2098.0])})
+    text = render_as(std, "megatron")
+    assert text == json.dumps({"lm loss": {"start_step": 1, "end_step": 15, "step_interval": 5,
+                                           "values": {"1": 10.5, "5": 10.25, "10": 10.0, "15": 9.5}},
+                               "num-zeros": {"start_step": 1, "end_step": 1, "step_interval": 1,
+                                             "values": {"1": 2098.0}}}, indent=4)
+
+
+def test_torchtitan_reads_as_torchtitan_does(tmp_path: Path) -> None:
+    std = load_any(write(tmp_path, "int.txt", "1 8\n2 NaN\n3 7.5"))
+    loss = std.series["loss"]
+    assert loss.values[0] == 8.0 and type(loss.values[0]) is float and math.isnan(loss.values[1])  # float(), always
+    assert render_as(std, "torchtitan") == "1 8\n2 NaN\n3 7.5"  # spelled as the file spells it, no final newline
+    with pytest.raises(InputError, match=r":2: blank line"):
+        load_any(write(tmp_path, "blank.txt", "1 8.0\n\n2 7.5\n"))
+    with pytest.raises(InputError, match=r":3: step 2 appears twice \(lines 2 and 3"):
+        load_any(write(tmp_path, "twice.txt", "1 8.0\n2 7.5\n2 7.25\n"))
+    with pytest.raises(InputError, match="empty file"):
+        load_any(write(tmp_path, "empty.txt", ""))
+    with pytest.raises(InputError, match="holds floats only"):
+        render_as(Standard(series={"loss": SeriesData("loss", "", [1], [8])}), "torchtitan")
 
 
 def test_torchtitan_round_trip_and_one_series(tmp_path: Path) -> None:
@@ -190,39 +253,73 @@ def test_drop_nan_series_names_and_records_them() -> None:
 def test_cli_convert_writes_exact_and_refuses_lossy(tmp_path: Path) -> None:
     src = write(tmp_path, "golden.json", MEGATRON)
     out = tmp_path / "golden.nemo.json"
-    bad = run_cli("standard", "convert", str(src), str(tmp_path / "x.json"), "--format", "detaudit")
-    assert bad.code == 2 and "value_precision" in bad.err and len(bad.err.strip().splitlines()) == 1
-    assert not (tmp_path / "x.json").exists()
-    ok = run_cli("standard", "convert", str(src), str(out), "--format", "nemo")
-    assert ok.code == 0, ok.text
-    assert json.loads(out.read_text())["lm loss"] == {"1": 10.84463, "5": 10.8592, "10": 10.83298, "20": 10.2157}
-    again = run_cli("standard", "convert", str(src), str(out), "--format", "nemo")
+    bad = run_cli("standard", "convert", str(src), str(out), "--format", "nemo")
+    assert bad.code == 2 and len(bad.err.strip().splitlines()) == 1, bad.text
+    assert "nemo cannot hold start_step/end_step/step_interval of 3 series; \"nan\" cells (2 in 2 series" in bad.err
+    assert not out.exists()
+    det = tmp_path / "golden.det.json"
+    ok = run_cli("standard", "convert", str(src), str(det), "--format", "detaudit")
+    assert ok.code == 0 and ok.err == "", ok.text
+    assert json.loads(det.read_text())["comparison"] == "megatron"
+    again = run_cli("standard", "convert", str(src), str(det), "--format", "detaudit")
     assert again.code == 2 and "exists" in again.err
+    miles = write(tmp_path, "m.json", '{"meta": {"commit": "abc", "source": "t"}, "metrics": {"x": [[1, 0.5]]}}')
+    lost = run_cli("standard", "convert", str(miles), str(tmp_path / "m.txt"), "--format", "torchtitan")
+    assert lost.code == 2 and "torchtitan cannot hold meta (commit, source); nothing written" in lost.err, lost.text
 
 
-def test_verify_autodetects_a_megatron_standard_sampled_every_nth_step(tmp_path: Path) -> None:
-    lines = [json.dumps({"step_key": "iteration", "iteration": i, "lm loss": 10.0 - i / 3}) for i in range(1, 11)]
+def test_convert_says_which_rule_applies_and_what_stays_behind(tmp_path: Path) -> None:
+    std = Standard(series={"loss": SeriesData("loss", "step", [1, 2], [0.5, 0.25])}, name="toy",
+                   runner={"class": ["cpu", "x"]}, recorded={"runs": 3})
+    src = write(tmp_path, "toy.json", render_as(std, "detaudit"))
+    out = tmp_path / "toy.miles.json"
+    result = run_cli("standard", "convert", str(src), str(out), "--format", "miles")
+    assert result.code == 0, result.text
+    assert "note: verified by miles's rule from now on" in result.err and "not detaudit's" in result.err
+    assert "not kept (a miles file has no place for them): name, runner, recorded, step keys of 1 series" in result.err
+    renamed = write(tmp_path, "renamed.json", render_as(dataclasses.replace(std, rename={"a/loss": "loss"}), "detaudit"))
+    refused = run_cli("standard", "convert", str(renamed), str(tmp_path / "r.txt"), "--format", "torchtitan")
+    assert refused.code == 2 and "the rename map (1 series)" in refused.err, refused.text
+    named = write(tmp_path, "named.json", render_as(dataclasses.replace(std, series={
+        "train/loss": SeriesData("train/loss", "step", [1, 2], [0.5, 0.25])}), "detaudit"))
+    loss = tmp_path / "loss.txt"
+    exported = run_cli("standard", "convert", str(named), str(loss), "--format", "torchtitan")
+    assert exported.code == 0 and loss.read_text() == "1 0.5\n2 0.25\n", exported.text
+    assert "the series name 'train/loss' (a torchtitan file's one series is 'loss')" in exported.err
+
+
+def test_verify_a_megatron_golden_as_megatron_does(tmp_path: Path) -> None:
+    lines = [json.dumps({"step_key": "iteration", "iteration": i, "lm loss": 10.0 - i / 3}) for i in range(1, 11)
+             if i != 7]
     run = write_jsonl(tmp_path / "run.jsonl", lines)
     golden = {"lm loss": {"start_step": 1, "end_step": 10, "step_interval": 3,
-                          "values": {"1": 10.0 - 1 / 3, "4": 10.0 - 4 / 3, "7": "nan", "10": 10.0 - 10 / 3}}}
+                          "values": {"1": round(10.0 - 1 / 3, 5), "4": 10.0 - 4 / 3, "7": "nan", "10": 10.0 - 10 / 3}}}
     std = write(tmp_path, "golden_values.json", json.dumps(golden, indent=4))
+    # Steps 2, 3, 5, ... are not the golden's: not compared. Step 7 is "nan" and the run has none: a match.
+    # Step 1's 5-decimal value matches the run's value rounded to 5 decimals, as Megatron's extractor rounds.
     passed = run_cli("verify", "--metrics", str(run), "--standard", str(std))
     assert passed.code == 0 and "PASSED: 1 metric series" in passed.out, passed.text
-    golden["lm loss"]["values"]["4"] = 10.0 - 4 / 3 + 1e-15
+    golden["lm loss"]["values"]["4"] = 10.0 - 4 / 3 + 1e-15  # not a value Megatron writes: exactly or not at all
     std.write_text(json.dumps(golden, indent=4))
     failed = run_cli("verify", "--metrics", str(run), "--standard", str(std))
     assert failed.code == 1 and "lm loss: step 4" in failed.out
+    golden["lm loss"]["values"]["4"] = 10.0 - 4 / 3
+    std.write_text(json.dumps(golden, indent=4))
+    logged = write_jsonl(tmp_path / "logged.jsonl",
+                         lines + [json.dumps({"step_key": "iteration", "iteration": 7, "lm loss": 7.5})])
+    [(name, divergence)] = check_run(load_any(std), logged).failures
+    assert name == "lm loss" and divergence.step == 7 and divergence.value_a == "nan" and divergence.value_b == 7.5
 
 
-def test_verify_honours_megatron_value_precision(tmp_path: Path) -> None:
-    run = write_jsonl(tmp_path / "run.jsonl", [json.dumps({"step_key": "it", "it": i, "lm loss": 1 / (i + 2)}) for i in range(1, 4)])
-    golden = {"lm loss": {"start_step": 1, "end_step": 3, "step_interval": 1, "value_precision": 5,
-                          "values": {"1": 0.33333, "2": 0.25, "3": 0.2}}}
-    std = write(tmp_path, "g.json", json.dumps(golden))
-    assert run_cli("verify", "--metrics", str(run), "--standard", str(std)).code == 0
-    golden["lm loss"]["values"]["1"] = 0.33334
-    std.write_text(json.dumps(golden))
-    assert run_cli("verify", "--metrics", str(run), "--standard", str(std)).code == 1
+def test_megatron_rounds_the_run_to_five_decimals_as_its_extractor_does(tmp_path: Path) -> None:
+    golden = write(tmp_path, "g.json", json.dumps({"lm loss": {"start_step": 1, "end_step": 3, "step_interval": 1,
+                                                               "values": {"1": 0.33333, "2": 0.25, "3": 0.2}}}))
+    run = write_jsonl(tmp_path / "run.jsonl",
+                      [json.dumps({"step_key": "it", "it": i, "lm loss": 1 / (i + 2)}) for i in range(1, 4)])
+    assert check_run(load_any(golden), run).failures == []
+    golden.write_text(golden.read_text().replace("0.33333", "0.33334"))
+    [(name, divergence)] = check_run(load_any(golden), run).failures
+    assert divergence.step == 1 and divergence.value_a == 0.33334
 
 
 def test_record_in_each_format_then_verify_against_it(tmp_path: Path) -> None:
@@ -243,3 +340,95 @@ def test_record_in_each_format_then_verify_against_it(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     assert "train/grad_norm" not in doc["metrics"] and doc["meta"]["dropped_nan_series"] == ["train/grad_norm"]
     assert run_cli("verify", str(card), "--standard", str(out)).code == 0
+
+
+def test_re_record_keeps_the_megatron_files_layout(tmp_path: Path) -> None:
+    card = write_card(tmp_path / "toy.toml")
+    out = tmp_path / "golden_values.json"
+    first = run_cli("record", str(card), "--runs", "2", "--format", "megatron", "--out", str(out), "--exclude", "train/*")
+    assert first.code == 0, first.text
+    assert out.read_text().startswith('{\n    "') and not out.read_text().endswith("\n")  # Megatron's writer
+    doc = json.loads(out.read_text())
+    out.write_text(json.dumps(dict(reversed(list(doc.items())))))  # its own key order, on one line
+    before = out.read_text()
+    again = run_cli("record", str(card), "--runs", "2", "--format", "megatron", "--out", str(out), "--exclude",
+                    "train/*", "--update")
+    assert again.code == 0, again.text
+    assert out.read_text() == before  # the same runs: not one byte changed
+
+
+def test_the_format_table_gives_the_cli_choices_and_a_new_module_is_a_new_format(tmp_path: Path) -> None:
+    assert FORMATS == ("detaudit", "miles", "megatron", "torchtitan", "nemo")
+    assert [f.name for f in TABLE] == list(FORMATS)
+    # One new module in formats/ and nothing else: the CLI offers it, detection finds it, convert reads it.
+    copy = tmp_path / "pkg"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "detaudit", copy / "detaudit",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "detaudit" / "standards" / "formats" / "csvloss.py").write_text(CSV_FORMAT)
+    env = {**os.environ, "PYTHONPATH": str(copy), "COLUMNS": "200"}
+    src = write(tmp_path, "loss.csv", "step,value\n1,0.5\n2,0.25\n")
+    out = tmp_path / "o.json"
+    proc = subprocess.run([sys.executable, "-m", "detaudit", "standard", "convert", str(src), str(out), "--format",
+                           "detaudit"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text())["comparison"] == "csvloss"
+    helptext = subprocess.run([sys.executable, "-m", "detaudit", "standard", "convert", "--help"], capture_output=True,
+                              text=True, env=env, cwd=tmp_path).stdout
+    assert "nemo|csvloss" in helptext
+
+
+CSV_FORMAT = '''"""A format of the test: `step,value` lines under a header."""
+from detaudit.data.compare import SeriesData, compare_series
+from detaudit.standards.formats.common import Format
+from detaudit.standards.model import Standard
+
+
+def load(path, source):
+    rows = [line.split(",") for line in source.text.splitlines()[1:]]
+    series = SeriesData("loss", "", [int(s) for s, _ in rows], [float(v) for _, v in rows])
+    return Standard(series={"loss": series}, format="csvloss", path=path, source_text=source.text)
+
+
+def render(standard, target):
+    data = standard.series["loss"]
+    return "step,value\\n" + "".join(f"{s},{v!r}\\n" for s, v in zip(data.steps, data.values))
+
+
+FORMAT = Format(name="csvloss", title="CSV loss", shape="step,value lines", order=9,
+                detect=lambda source: source.text.startswith("step,value"), load=load, render=render,
+                compare=lambda expected, native, actual: compare_series(expected, actual, 1, lenient_steps=True),
+                rule="exact", holds_step_types=False)
+'''
+
+
+def test_the_spelling_writer_writes_what_json_dumps_writes() -> None:
+    from detaudit.standards.formats.common import JsonLayout, dump_json
+
+    doc = {"a": [1, 2.5, -0.0, 1e-05, 1e300, None, True, False, "é\n\"x\"", [], {}, [[1, {"b": []}]]],
+           "nan": math.nan, "inf": [math.inf, -math.inf], "nested": {"x": {"y": [0.1, 7]}}, "": 3}
+    for indent in (None, 1, 2, 4):
+        for separators in ((", ", ": "), (",", ":"), (",", ": ")):
+            for ascii_only in (True, False):
+                layout = JsonLayout(indent, *separators, final_newline=False, ascii=ascii_only,
+                                    spellings={"1e+301": "1E+301"})  # a spelling: the writer of its own, not json's
+                assert dump_json(doc, layout, allow_nan=True) == json.dumps(
+                    doc, indent=indent, separators=separators, ensure_ascii=ascii_only)
+    spelled = JsonLayout(2, ",", ": ", spellings={"4e-05": "0.00004"})
+    assert dump_json({"v": [4e-05, 4e-06]}, spelled, allow_nan=False) == '{\n  "v": [\n    0.00004,\n    4e-06\n  ]\n}'
+    with pytest.raises(ValueError):
+        dump_json({"v": math.nan}, spelled, allow_nan=False)
+
+
+def test_miles_meta_travels_through_detaudit_whatever_it_holds(tmp_path: Path) -> None:
+    from detaudit.standards.formats import convert
+
+    text = json.dumps({"meta": {"commit": "abc", "score": math.nan, "nested": {"a": [1, None]}},
+                       "metrics": {"x": [[0, 0.5], [1.0, math.nan]]}}, indent=2, sort_keys=True) + "\n"
+    std = load_any(write(tmp_path, "m.json", text))
+    det = write(tmp_path, "m.det.json", convert(std, "detaudit", target="m.det.json").text)
+    back = load_any(det)
+    assert math.isnan(back.meta["score"]) and back.comparison == "miles"
+    assert convert(back, "miles", target="back.json").text == text
+    reserved = load_any(write(tmp_path, "r.json", '{"meta": {"x": {"float": "NaN"}}, "metrics": {"x": [[0, 0.5]]}}'))
+    with pytest.raises(InputError, match=r'detaudit cannot hold this meta: it uses the \{"float": ...\} shape'):
+        convert(reserved, "detaudit", target="r.det.json")

@@ -161,6 +161,9 @@ def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: 
 @click.option("--allow-other-runner", is_flag=True, help="Exit 0 (SKIPPED), not 1 (NOT VERIFIED), when the only standard is for another runner class.")
 @click.option("--strict-runner", is_flag=True, help="Exit 1 when the runner class differs from the standard's (the default; kept for old scripts).")
 @step_key_option()
+@click.option("--exclude", multiple=True, metavar="GLOB",
+              help="Leave the standard's series matching GLOB out of the comparison (repeatable; the report lists them).")
+@click.option("--include", multiple=True, metavar="GLOB", help="Compare series matching GLOB even if --exclude names them.")
 @workdir_option("Where the run dir goes; it must be empty (default: a new temp dir, removed when the run passed).")
 @cluster_option("the run")
 @click.option("--suite", metavar="NAME", help="Verify every card of suite NAME (cards in --cards): one table, one exit code.")
@@ -172,9 +175,10 @@ def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: 
 @html_options(scan=True)
 @handle_errors
 def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None, standard: Path | None,
-           allow_other_runner: bool, strict_runner: bool, step_key: str | None, workdir: Path | None,
-           cluster: str | None, suite: str | None, cards: Path, junit_xml: Path | None, trace: str | None,
-           as_json: bool, html: Path | None, overwrite_html: bool, scan_report: Path | None) -> None:
+           allow_other_runner: bool, strict_runner: bool, step_key: str | None, exclude: tuple[str, ...],
+           include: tuple[str, ...], workdir: Path | None, cluster: str | None, suite: str | None, cards: Path,
+           junit_xml: Path | None, trace: str | None, as_json: bool, html: Path | None, overwrite_html: bool,
+           scan_report: Path | None) -> None:
     """Check one run of CARD (or --metrics RUN.jsonl) against its standard, exactly.
 
     CARD defaults to the embedded tiny CPU recipe when neither CARD nor --metrics is given.
@@ -201,9 +205,10 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
         raise click.UsageError("--strict-runner and --allow-other-runner contradict each other")
     if suite is not None:
         if card is not None or metrics is not None or standard is not None or extra_args or workdir is not None or cluster \
-                or trace or as_json:
+                or trace or as_json or exclude or include:
             raise click.UsageError("--suite verifies the suite's cards: it takes no CARD, --metrics, --standard, --workdir, "
-                                   "--cluster, --trace, --json or extra args (--junit-xml gives one report)")
+                                   "--cluster, --trace, --json, --exclude, --include or extra args (--junit-xml gives "
+                                   "one report)")
         _verify_suite(suite, cards, allow_other_runner, junit_xml, html, overwrite_html, scan_report)
     findings = prepare_html(html, overwrite_html, scan_report)
     if card is None and metrics is None:
@@ -214,7 +219,7 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
         with display:
             result = run_verify(card, metrics=metrics, standard=standard, allow_other_runner=allow_other_runner,
                                 step_key=step_key, extra_args=extra_args, workdir=workdir, cluster=cluster,
-                                on_update=display.update, trace=trace)
+                                on_update=display.update, trace=trace, exclude=exclude, include=include)
     except KeyboardInterrupt as exc:
         _interrupted(err_console, exc, "not verified")
     label = card.stem if card is not None else Path(str(metrics)).stem

@@ -35,23 +35,27 @@ def standard_group() -> None:
 def standard_convert(source: Path, dest: Path, fmt: str, series: str | None, drop_nan_series: bool, overwrite: bool) -> None:
     """Convert a standard to another format, exactly (the source format is detected).
 
-    Exit 2, writing nothing, where the target format cannot hold a value bit for bit.
+    Exit 2, writing nothing, where the target format cannot hold what the source holds (a value
+    bit for bit, Megatron-LM's "nan" cells and headers, miles' meta, ...) or, converting a file
+    to its own format or to detaudit, where its bytes would not come back.
 
     \b
     Examples:
-      detaudit standard convert golden_values_dev.json tiny.json --format detaudit
-      detaudit standard convert tiny.json golden.json --format megatron --overwrite
+      detaudit standard convert golden_values_dev.json std.json --format detaudit
+      detaudit standard convert std.json golden.json --format megatron --overwrite
     """
-    from detaudit.fileio import write_atomic
-    from detaudit.standards.formats import drop_nan_series as drop_nan
-    from detaudit.standards.formats import load_any, render_as
+    from detaudit.standards.formats import convert, drop_nan_series as drop_nan
+    from detaudit.standards.formats import load_any, write_conversion
 
     std = load_any(source)
     dropped = drop_nan(std) if drop_nan_series else []
     for name in dropped:
         click.echo(f"detaudit: dropped {name} (holds NaN)", err=True)
-    write_atomic(dest, render_as(std, fmt, target=dest, series=series), overwrite=overwrite, replace_flag="--overwrite")
-    n = 1 if series or fmt == "torchtitan" else len(std.series)
+    conversion = convert(std, fmt, target=dest, series=series)
+    write_conversion(dest, conversion, overwrite=overwrite)
+    for note in conversion.notes:
+        click.echo(f"detaudit: note: {note}", err=True)
+    n = 1 if series else len(std.series)
     click.echo(f"detaudit: converted {source} ({std.format}) -> {dest} ({fmt}), {n} series")
 
 
@@ -104,11 +108,11 @@ def standard_show(path: Path, as_json: bool) -> None:
       detaudit standard show golden_values_dev.json --json
     """
     from detaudit.render.jsonout import dump_json
-    from detaudit.render.standard import print_standard_summary, standard_summary
+    from detaudit.render.standard import print_standard_summary, standard_json
     from detaudit.standards.formats import load_any
 
     std = load_any(path)
     if as_json:
-        click.echo(dump_json(standard_summary(std)))
+        click.echo(dump_json(standard_json(std)))
     else:
         print_standard_summary(std, console())

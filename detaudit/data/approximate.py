@@ -10,7 +10,9 @@ class (a second GPU type, a new container) is checked against that standard appr
 
 Series that no glob names stay exact. A point is within tolerance when its type and step
 match and ``|run - standard| <= atol + rtol * |standard|`` (with rtol or atol given) or its
-ULP distance is at most ``max_ulps`` (with that given); NaN matches only NaN. ``verify``
+ULP distance is at most ``max_ulps`` (with that given); a NaN or an infinity matches only the
+very same value (an infinite standard value is no licence for any run value), and integers of
+any size are compared exactly. ``verify``
 reports such series as "within tolerance (approximate)", never as identical.
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import fnmatch
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from detaudit.data.card import Card
@@ -30,6 +33,16 @@ from detaudit.runner_class import RunnerClass
 _KEYS = ("rtol", "atol", "max_ulps")
 
 
+def _within(expected: int | float, actual: int | float, rtol: float, atol: float) -> bool:
+    """``|actual - expected| <= atol + rtol * |expected|`` for finite numbers, never overflowing:
+    in floats where every term is finite, else (huge ints, sums beyond float range) exactly."""
+    if type(expected) is float:
+        diff, bound = abs(actual - expected), atol + rtol * abs(expected)
+        if math.isfinite(diff) and math.isfinite(bound):
+            return diff <= bound
+    return abs(Fraction(actual) - Fraction(expected)) <= Fraction(atol) + Fraction(rtol) * abs(Fraction(expected))
+
+
 @dataclass(frozen=True)
 class Tolerance:
     rtol: float | None = None
@@ -37,15 +50,16 @@ class Tolerance:
     max_ulps: int | None = None
 
     def allows(self, expected: Any, actual: Any) -> bool:
+        """Is ``actual`` within this tolerance of ``expected``? A NaN or an infinity (on either side)
+        is within it only of the very same value; ints of any size are compared exactly."""
         if same_value(expected, actual):
             return True
         if type(expected) is not type(actual) or type(expected) not in (int, float):
             return False
-        if type(expected) is float and (math.isnan(expected) or math.isnan(actual)):
+        if type(expected) is float and not (math.isfinite(expected) and math.isfinite(actual)):
             return False
         if self.rtol is not None or self.atol is not None:
-            bound = (self.atol or 0.0) + (self.rtol or 0.0) * abs(float(expected))
-            if abs(float(actual) - float(expected)) <= bound:
+            if _within(expected, actual, self.rtol or 0, self.atol or 0):
                 return True
         if self.max_ulps is not None and type(expected) is float:
             ulps = ulp_distance(expected, actual)

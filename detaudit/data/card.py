@@ -56,6 +56,8 @@ class Card:
     # runner class ("h100-1gpu") -> {"against": class, series glob -> {rtol, atol, max_ulps}}; see tolerance.py
     approximate: dict[str, Any] = field(default_factory=dict)
     portable: PortableProfile | None = None  # a portable CPU profile: its settings in every run, its class
+    # run series -> standard series: verify compares the run's series under the standard's name
+    rename: dict[str, str] = field(default_factory=dict)
 
     @property
     def card_dir(self) -> Path:
@@ -95,8 +97,25 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "standards_dir": ((str,), "a path"),
     "approximate": ((dict,), "a table of runner classes, each with tolerances per series glob"),
     "portable": ((str,), f"a portable CPU profile ({', '.join(sorted(PROFILES))})"),
+    "rename": ((dict,), 'a table of run series names to standard series names ({"loss_metrics/global_avg_loss" = "loss"})'),
 }
 _REQUIRED = ("name", "command")
+
+
+def check_rename(path: str | Path | None, where: str, value: Any, line: int | None = None) -> dict[str, str]:
+    """A rename map (run series -> standard series), as a card or a detaudit standard holds it:
+    non-empty strings, nothing renamed to itself, no two run series onto one standard series."""
+    if not isinstance(value, dict) or not all(isinstance(k, str) and k and isinstance(v, str) and v
+                                              for k, v in value.items()):
+        raise InputError(path, f"{where} must be a table of non-empty series names to series names", line)
+    targets: dict[str, str] = {}
+    for source, target in value.items():
+        if source == target:
+            raise InputError(path, f"{where}: {source!r} is renamed to itself", line)
+        if target in targets:
+            raise InputError(path, f"{where}: {targets[target]!r} and {source!r} are both renamed to {target!r}", line)
+        targets[target] = source
+    return dict(value)
 
 
 def _key_line(text: str, key: str) -> int | None:
@@ -239,6 +258,7 @@ def load_card(path: str | Path) -> Card:
         standards_dir=data.get("standards_dir", "standards"),
         approximate=dict(data.get("approximate", {})),
         portable=portable,
+        rename=check_rename(path, "rename", data.get("rename", {}), _key_line(text, "rename")),
     )
 
 

@@ -67,6 +67,38 @@ def loads_line(text: str | bytes) -> Any:
             raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from None
 
 
+class DuplicateKey(ValueError):
+    """A JSON object names ``key`` twice (raised by ``unique_pairs``)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"duplicate key {key!r}")
+        self.key = key
+
+
+def unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` for ``json.loads`` that refuses a key named twice in one object
+    (Python's json, like orjson, keeps the last one silently). Standards use it too."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)
+            seen.add(key)
+    return obj
+
+
+def duplicate_key(raw: bytes) -> str | None:
+    """A key that a line's JSON names twice in one object, else None (orjson and json keep the
+    last one silently). Parses again with a hook that sees every key: the slow path, taken only
+    for a line with more colons than its object has keys (see ``read_metrics``)."""
+    try:
+        json.loads(raw, object_pairs_hook=unique_pairs)
+    except DuplicateKey as dup:
+        return dup.key
+    return None
+
+
 class TornLineWarning(UserWarning):
     """The last line of a metrics file was cut off (a run killed mid-write) and was dropped."""
 
@@ -289,6 +321,11 @@ def read_metrics(
                 if obj is None:
                     raise InputError(path, "expected a JSON object, got null", lineno)
                 raise InputError(path, f"expected a JSON object, got {_json_type(obj)}", lineno)
+            # A key named twice leaves more colons than keys; so do nested objects and colons in
+            # strings, which the slow path then clears. A flat line costs one C-speed count.
+            if raw.count(b":") > len(obj) and (twice := duplicate_key(raw)) is not None:
+                raise InputError(path, f"duplicate key {twice!r} (JSON readers keep the last one silently; "
+                                       "name each key once)", lineno)
             shape_key = (obj.get("step_key"), *obj)
             shape = shapes.get(shape_key)
             if shape is None:

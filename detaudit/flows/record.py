@@ -148,7 +148,7 @@ def _judge(plan: RunPlan, states: list[RunState], path: Path | None, old: Standa
     if traced:
         check_replaceable(standard_trace_dir(path))  # it could have appeared during the runs: exit 2, nothing written
     # Exact in every format, or an InputError (exit 2) before anything is written.
-    write_atomic(path, render_as(standard, fmt, target=path), overwrite=update)
+    write_atomic(path, render_as(standard, fmt, target=path, previous=old), overwrite=update)  # old's byte layout kept
     standard.path = path
     result.status = RecordStatus.WRITTEN
     _keep_standard_trace(result, plan, path, traced)

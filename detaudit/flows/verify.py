@@ -19,7 +19,7 @@ from detaudit.env.provenance import (
 )
 from detaudit.errors import InputError, UsageError
 from detaudit.results import VerifyResult, VerifyStatus
-from detaudit.standards.check import check_run
+from detaudit.standards.check import check_run, compared_series
 from detaudit.run.cluster import runner_mismatch
 from detaudit.run.local import interrupts_as_exceptions
 from detaudit.run.plan import (
@@ -56,8 +56,13 @@ def verify(
     cluster: str | None = None,
     on_update: Callable[[list[RunState]], None] | None = None,
     trace: str | None = None,
+    exclude: tuple[str, ...] = (),
+    include: tuple[str, ...] = (),
 ) -> VerifyResult:
     """Compare one run with a standard; see the module doc for what passes.
+
+    ``exclude`` / ``include``: globs over the standard's series; a series ``exclude`` names is left
+    out (and reported) unless ``include`` names it too.
 
     ``strict_runner`` is the older spelling: True is the default behaviour, False the same
     as ``allow_other_runner=True``.
@@ -118,6 +123,7 @@ def verify(
     if not std.series:
         result.status = VerifyStatus.EMPTY_STANDARD
         return result
+    compared_series(std, tuple(exclude), tuple(include), card)  # bad selection or nothing to compare: before any run
     plan = None
     explicit_trace = bool(trace)
     saved_trace = None
@@ -150,9 +156,11 @@ def verify(
                                       reference_labels=("the standard's run", "this run"))
         metrics = plan.specs[0].metrics_path
     result.metrics_path = Path(metrics)
-    check = check_run(std, Path(metrics), card=card, step_key=step_key, approximate=approximate)
+    check = check_run(std, Path(metrics), card=card, step_key=step_key, approximate=approximate,
+                      exclude=tuple(exclude), include=tuple(include))
     result.failures, result.approximate = check.failures, check.approximate
     result.compared, result.extra_series = check.compared, check.extra_series
+    result.left_out, result.renamed = check.left_out, check.renamed
     if info is not None:  # a run of the card here: its packages against the standard's
         result.package_changes = package_differences(std.runner, info)
     if result.failures:

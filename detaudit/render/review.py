@@ -11,7 +11,9 @@ from rich.table import Table
 from detaudit.data.values import format_value
 from detaudit.render.diff import num_text
 from detaudit.render.jsonout import dump_json
-from detaudit.standards.diff import SeriesChange, StandardDiff
+from detaudit.standards.diff import FieldChange, SeriesChange, StandardDiff
+
+_SHOWN = 60  # characters of a field's value a review line shows
 
 def _steps_text(steps: list[Any], limit: int = 6) -> str:
     shown = ", ".join(format_value(s) for s in steps[:limit])
@@ -39,14 +41,31 @@ def change_line(change: SeriesChange) -> str:
         parts.append(f"steps added: {_steps_text(change.steps_added)}")
     if change.steps_removed:
         parts.append(f"steps removed: {_steps_text(change.steps_removed)}")
+    if change.step_keys:
+        parts.append(f"step key {change.step_keys[0]!r} -> {change.step_keys[1]!r}")
     return f"changed: {change.name}: " + "; ".join(parts)
 
 
+def _field_value(value: Any) -> str:
+    text = "absent" if value is None else format_value(value)
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 1] + "…"
+
+
+def field_line(change: FieldChange) -> str:
+    """One line per field beyond the points that differs: each differing place, old -> new."""
+    shown = "; ".join(("" if path == change.name else f"{path}: ") + f"{_field_value(a)} -> {_field_value(b)}"
+                      for path, a, b in change.paths)
+    more = f"; … (+{change.more}; --json lists them)" if change.more else ""
+    return f"changed: {change.name}: {shown}{more}"
+
+
 def review_lines(diff: StandardDiff) -> list[str]:
-    """The changed, added and removed series, one line each, then a count line."""
+    """The changed, added and removed series and the differing fields, one line each, then a count line."""
     lines = [change_line(c) for c in diff.series if c.status != "identical"]
+    lines += [field_line(f) for f in diff.fields]
     counts = ", ".join(f"{diff.count(s)} {s}" for s in ("changed", "added", "removed", "identical"))
-    lines.append(f"series: {counts}")
+    fields = f"; fields: {', '.join(f.name for f in diff.fields)} differ" if diff.fields else ""
+    lines.append(f"series: {counts}{fields}")
     return lines
 
 
@@ -73,8 +92,10 @@ def print_review(diff: StandardDiff, console: Console) -> None:
                           f"+{len(c.steps_added)} / -{len(c.steps_removed)}" if c.status == "changed" else "")
         console.print(table)
         for c in changed:
-            if c.steps_added or c.steps_removed:
+            if c.steps_added or c.steps_removed or c.step_keys:
                 console.print("  " + escape(change_line(c)))
+    for f in diff.fields:
+        console.print(escape(field_line(f)))
     style = "green" if diff.identical else "yellow"
     console.print(f"[{style}]{escape(review_lines(diff)[-1])}[/{style}]")
 

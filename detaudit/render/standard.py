@@ -9,8 +9,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from detaudit.data.values import encode_value, format_value
+from detaudit.errors import InputError
 from detaudit.render.diff import names_text
-from detaudit.standards.standard import Standard
+from detaudit.standards.formats.registry import comparison_of, format_of
+from detaudit.standards.model import Standard
+
 
 def standard_summary(standard: Standard) -> dict[str, Any]:
     """What ``detaudit standard show`` prints, as data (also its ``--json``)."""
@@ -26,18 +29,46 @@ def standard_summary(standard: Standard) -> dict[str, Any]:
             "last_step": encode_value(data.steps[-1]) if len(data) else None,
             "types": types,
             "nan": nan,
+            "not_logged": len(standard.native_series(name).get("missing", [])),
         })
+    rule = comparison_of(standard)
+    owner = standard.native.get("format")
     return {
         "path": str(standard.path) if standard.path else None,
         "format": standard.format,
         "name": standard.name,
         "runner_class": standard.runner_class.to_json() if standard.runner_class else None,
+        "comparison": {"format": rule.name, "rule": rule.rule},
+        "native": format_of(owner).describe_native(standard.native) if owner else [],
+        "rename": dict(standard.rename),
         "recorded": standard.recorded,
         "meta": standard.meta,
-        "excluded": sorted((standard.excluded.get("series") or {}).keys()) if isinstance(standard.excluded, dict) else [],
+        "excluded": sorted((standard.excluded.get("series") or {}).keys()),
         "dropped": sorted(standard.dropped),
         "series": rows,
     }
+
+
+def _nonfinite_path(value: Any, path: str) -> str | None:
+    if type(value) is float and value != value or type(value) is float and value in (float("inf"), float("-inf")):
+        return path
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _nonfinite_path(item, f"{path}.{key}" if isinstance(value, dict) else f"{path}[{key}]")
+        if found:
+            return found
+    return None
+
+
+def standard_json(standard: Standard) -> dict[str, Any]:
+    """``standard show --json``: the summary, whose free-form fields must be strict JSON."""
+    summary = standard_summary(standard)
+    for key in ("meta", "recorded"):
+        where = _nonfinite_path(summary[key], key)
+        if where:
+            raise InputError(standard.path, f"{where} is NaN or infinite: strict JSON (--json) cannot carry it "
+                                            "(`standard show` without --json prints it)")
+    return summary
 
 
 def print_standard_summary(standard: Standard, console: Console) -> None:
@@ -47,6 +78,13 @@ def print_standard_summary(standard: Standard, console: Console) -> None:
                   + f", {len(info['series'])} series, {sum(r['points'] for r in info['series'])} points")
     if info["runner_class"]:
         console.print(f"runner class: {escape('-'.join(info['runner_class']))}")
+    console.print(f"compared by: {escape(info['comparison']['format'])}'s rule: {escape(info['comparison']['rule'])}")
+    if info["native"]:
+        console.print(f"from {escape(format_of(standard.native['format']).title)}: " + escape("; ".join(info["native"])))
+    if info["rename"]:
+        console.print("rename (run -> standard): " + escape(", ".join(f"{a} -> {b}" for a, b in info["rename"].items())))
+    if info["meta"]:
+        console.print("meta: " + escape(", ".join(f"{k} {format_value(v)}" for k, v in info["meta"].items())))
     rec = info["recorded"]
     if rec:
         console.print("recorded: " + escape(", ".join(
@@ -55,17 +93,20 @@ def print_standard_summary(standard: Standard, console: Console) -> None:
         console.print(f"excluded ({len(info['excluded'])}): " + escape(names_text(info["excluded"])))
     if info["dropped"]:
         console.print(f"dropped ({len(info['dropped'])}): " + escape(names_text(info["dropped"])))
-    dropped_nan = standard.meta.get("dropped_nan_series") if isinstance(standard.meta, dict) else None
+    dropped_nan = standard.meta.get("dropped_nan_series")
     if dropped_nan:
         console.print(f"dropped for holding NaN ({len(dropped_nan)}): " + escape(names_text(list(dropped_nan))))
     table = Table(header_style="bold")
-    for col, justify in (("series", "left"), ("step key", "left"), ("points", "right"), ("steps", "right"),
-                         ("types", "left"), ("NaN", "right")):
+    not_logged = any(r["not_logged"] for r in info["series"])
+    columns = [("series", "left"), ("step key", "left"), ("points", "right"), ("steps", "right"), ("types", "left"),
+               ("NaN", "right")] + ([("\"nan\" (not logged)", "right")] if not_logged else [])
+    for col, justify in columns:
         table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for r in info["series"]:
         first = format_value(standard.series[r["series"]].steps[0]) if r["points"] else ""
         last = format_value(standard.series[r["series"]].steps[-1]) if r["points"] else ""
-        table.add_row(escape(r["series"]), escape(r["step_key"] or "-"), str(r["points"]), escape(f"{first} .. {last}"),
-                      ", ".join(r["types"]), str(r["nan"]))
+        row = [escape(r["series"]), escape(r["step_key"] or "-"), str(r["points"]), escape(f"{first} .. {last}"),
+               ", ".join(r["types"]), str(r["nan"])]
+        table.add_row(*row, *([str(r["not_logged"])] if not_logged else []))
     console.print(table)
 

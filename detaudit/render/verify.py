@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from detaudit.render.console import PREFIX
-from detaudit.render.diff import divergence_document, divergence_line
+from detaudit.render.diff import divergence_document, divergence_line, names_text
 from detaudit.render.runs import print_failed_runs, print_workdir_note, runner_mismatch_message, runs_document
 from detaudit.render.suite import approximate_line, other_classes_text
 from detaudit.render.trace import print_runs_trace, runs_trace_json
@@ -24,6 +24,7 @@ def verify_document(result: VerifyResult, card: str | None) -> dict[str, Any]:
         "standard": str(result.standard_path), "compared": result.compared,
         "failures": [divergence_document(name, d) for name, d in result.failures],
         "extra_series": list(result.extra_series),
+        "left_out": dict(result.left_out), "renamed": dict(result.renamed),
         "approximate": [{"series": s, "tolerance": t} for s, t in result.approximate],
         "runner_class": result.runner_here, "standard_runner_class": result.runner_standard,
         "other_classes": list(result.other_classes),
@@ -34,6 +35,19 @@ def verify_document(result: VerifyResult, card: str | None) -> dict[str, Any]:
         "metrics": str(result.metrics_path) if result.metrics_path else None,
         "workdir": str(result.workdir) if result.workdir else None, "workdir_removed": result.workdir_removed,
     }
+
+
+def print_selection(result: VerifyResult, out: Console) -> None:
+    """Which series were renamed, left out, or are in the run only: what the verdict did not cover."""
+    if result.renamed:
+        out.print(f"{PREFIX} renamed: " + escape(", ".join(f"{a} -> {b}" for a, b in sorted(result.renamed.items()))))
+    if result.left_out:
+        reasons = sorted(set(result.left_out.values()))
+        out.print(f"{PREFIX} left out ({len(result.left_out)}, by {escape('; '.join(reasons))}): "
+                  + escape(names_text(sorted(result.left_out))))
+    if result.extra_series:
+        out.print(f"{PREFIX} note: {len(result.extra_series)} series not in the standard: "
+                  + escape(names_text(result.extra_series)))
 
 
 def print_verify(result: VerifyResult, *, out: Console, err: Console) -> None:
@@ -68,14 +82,13 @@ def print_verify(result: VerifyResult, *, out: Console, err: Console) -> None:
         print_runs_trace(out, result.trace)
         out.print(f"[yellow]{PREFIX} PASSED (approximate, not identical): {escape(approximate_line(result))} "
                   f"({path})[/yellow]")
+        print_selection(result, out)
         print_workdir_note(err, result.workdir, result.workdir_removed, True)
         return
     if status == VerifyStatus.PASSED:
         print_runs_trace(out, result.trace)
         out.print(f"[green]{PREFIX} PASSED: {result.compared} metric series match {path}[/green]")
-        if result.extra_series:
-            out.print(f"{PREFIX} note: {len(result.extra_series)} series not in the standard: "
-                      + escape(", ".join(result.extra_series[:20])))
+        print_selection(result, out)
         if result.package_changes:
             err.print(f"[yellow]detaudit: warning: the bits match, but {len(result.package_changes)} package "
                       "version(s) differ from the standard's: " + escape("; ".join(result.package_changes)) + "[/yellow]")
@@ -84,6 +97,7 @@ def print_verify(result: VerifyResult, *, out: Console, err: Console) -> None:
     out.print(f"[red]{PREFIX} FAILED: {len(result.failures)} of {result.compared} metric series differ from {path}[/red]")
     for name, d in result.failures:
         out.print("  " + escape(divergence_line(name, d)))
+    print_selection(result, out)
     print_runs_trace(out, result.trace)
     if result.provenance:
         out.print(f"[yellow]{PREFIX} this environment differs from the standard's:[/yellow]")

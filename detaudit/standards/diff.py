@@ -1,10 +1,14 @@
 """Review a change to a standard: per series what was added or removed, where values first
-differ, by how much (max absolute and relative difference, ULPs), and which steps came or went.
+differ, by how much (max absolute and relative difference, ULPs), and which steps came or went;
+and every other field that differs (the comparison rule, Megatron-LM's "nan" cells and
+headers, miles' meta, how it was recorded, ...). Two standards are identical only when they
+hold the same information, whatever their formats; their byte layout does not count.
 
-``detaudit standard diff OLD NEW`` and ``record --update`` print this (``report.py`` renders
-it). Points are matched by step (the n-th occurrence of a step with the n-th), so a series
-that gained or lost steps still has its common points compared. Formats that cannot hold a
-step's JSON type (miles, Megatron-LM, NeMo-RL, TorchTitan) match steps by numeric value.
+``detaudit standard diff OLD NEW`` and ``record --update`` print this (``render.review``
+renders it). Points are matched by step (the n-th occurrence of a step with the n-th), so a
+series that gained or lost steps still has its common points compared. When either file's
+format cannot hold a step's JSON type (Megatron-LM, NeMo-RL, TorchTitan: steps are keys or
+text), steps are matched by numeric value.
 """
 
 from __future__ import annotations
@@ -14,10 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detaudit.data.compare import SeriesData, classify
-from detaudit.data.values import encode_value, same_value, ulp_distance
-from detaudit.standards.standard import Standard
+from detaudit.data.values import encode_value, first_difference, same_value, to_float, ulp_distance
+from detaudit.standards.formats.registry import format_of, information
+from detaudit.standards.model import FIELDS, Standard
 
-LENIENT_STEP_FORMATS = ("miles", "megatron", "nemo", "torchtitan")
+MAX_FIELD_PATHS = 8  # per field, the differing paths a review names
 
 
 @dataclass
@@ -38,6 +43,7 @@ class SeriesChange:
     max_abs: float | None = None
     max_rel: float | None = None
     max_ulps: int | None = None
+    step_keys: tuple[str, str] | None = None  # (old, new) when the step key differs
 
     def to_json(self) -> dict[str, Any]:
         def finite(x: float | None) -> float | None:
@@ -56,7 +62,21 @@ class SeriesChange:
             "max_abs_diff": finite(self.max_abs),
             "max_rel_diff": finite(self.max_rel),
             "max_ulps": self.max_ulps,
+            "step_keys": list(self.step_keys) if self.step_keys else None,
         }
+
+
+@dataclass
+class FieldChange:
+    """A field beyond the points that differs: where inside it (``paths``), old and new there."""
+
+    name: str  # one of model.FIELDS
+    paths: list[tuple[str, Any, Any]]  # (path, old, new); None for the side that lacks it
+    more: int = 0  # differing paths not listed
+
+    def to_json(self) -> dict[str, Any]:
+        return {"field": self.name, "more": self.more,
+                "paths": [{"path": p, "old": encode_value(a), "new": encode_value(b)} for p, a, b in self.paths]}
 
 
 @dataclass
@@ -66,10 +86,11 @@ class StandardDiff:
     old_format: str
     new_format: str
     series: list[SeriesChange]
+    fields: list[FieldChange] = field(default_factory=list)
 
     @property
     def identical(self) -> bool:
-        return all(c.status == "identical" for c in self.series)
+        return all(c.status == "identical" for c in self.series) and not self.fields
 
     def count(self, status: str) -> int:
         return sum(1 for c in self.series if c.status == status)
@@ -82,6 +103,7 @@ class StandardDiff:
             "identical": self.identical,
             "counts": {s: self.count(s) for s in ("added", "removed", "changed", "identical")},
             "series": [c.to_json() for c in self.series],
+            "fields": [f.to_json() for f in self.fields],
         }
 
 
@@ -119,27 +141,52 @@ def compare_series_change(name: str, old: SeriesData, new: SeriesData, *, lenien
             change.first_step, change.first_old, change.first_new = step, va, vb
             change.kind = classify(va, vb)
         if type(va) in (int, float) and type(vb) in (int, float):
-            try:
-                diff = abs(float(va) - float(vb))
-            except OverflowError:
-                diff = math.inf
+            # exact for ints of any size, inf where a difference is beyond float range
+            diff = to_float(abs(va - vb)) if type(va) is int and type(vb) is int else abs(to_float(va) - to_float(vb))
             if not math.isnan(diff):
                 change.max_abs = diff if change.max_abs is None else max(change.max_abs, diff)
-                scale = max(abs(float(va)), abs(float(vb)))
-                rel = diff / scale if scale else 0.0
+                scale = max(abs(to_float(va)), abs(to_float(vb)))
+                rel = diff / scale if scale and math.isfinite(scale) else (0.0 if diff == 0 else math.inf)
                 change.max_rel = rel if change.max_rel is None else max(change.max_rel, rel)
         if type(va) is float and type(vb) is float:
             ulps = ulp_distance(va, vb)
             if ulps is not None:
                 change.max_ulps = ulps if change.max_ulps is None else max(change.max_ulps, ulps)
-    if change.differing or change.steps_added or change.steps_removed:
+    if old.step_key != new.step_key:
+        change.step_keys = (old.step_key, new.step_key)
+    if change.differing or change.steps_added or change.steps_removed or change.step_keys:
         change.status = "changed"
     return change
 
 
+def _paths(old: Any, new: Any, path: str, out: list[tuple[str, Any, Any]]) -> None:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in list(old) + [k for k in new if k not in old]:
+            if key not in new or key not in old:
+                out.append((f"{path}.{key}", old.get(key), new.get(key)))
+            else:
+                _paths(old[key], new[key], f"{path}.{key}", out)
+    elif first_difference(old, new) is not None:
+        out.append((path, old, new))
+
+
+def field_changes(old: Standard, new: Standard) -> list[FieldChange]:
+    """The fields beyond the points that differ (``model.FIELDS``), each with where it differs."""
+    a, b = information(old), information(new)
+    changes = []
+    for name in FIELDS:
+        if first_difference(a[name], b[name]) is None:
+            continue
+        paths: list[tuple[str, Any, Any]] = []
+        _paths(a[name], b[name], name, paths)
+        changes.append(FieldChange(name, paths[:MAX_FIELD_PATHS], max(0, len(paths) - MAX_FIELD_PATHS)))
+    return changes
+
+
 def diff_standards(old: Standard, new: Standard, *, old_label: str = "old", new_label: str = "new") -> StandardDiff:
-    """Per series of either standard: added, removed, changed (with figures) or identical."""
-    lenient = old.format in LENIENT_STEP_FORMATS or new.format in LENIENT_STEP_FORMATS
+    """Per series of either standard: added, removed, changed (with figures) or identical; and
+    every other field that differs."""
+    lenient = not (format_of(old.format).holds_step_types and format_of(new.format).holds_step_types)
     changes = []
     for name in sorted(set(old.series) | set(new.series)):
         if name not in old.series:
@@ -148,4 +195,4 @@ def diff_standards(old: Standard, new: Standard, *, old_label: str = "old", new_
             changes.append(SeriesChange(name, "removed", len(old.series[name]), 0))
         else:
             changes.append(compare_series_change(name, old.series[name], new.series[name], lenient=lenient))
-    return StandardDiff(old_label, new_label, old.format, new.format, changes)
+    return StandardDiff(old_label, new_label, old.format, new.format, changes, field_changes(old, new))

@@ -1,31 +1,39 @@
-"""Standard file formats: ours (detaudit), miles_diffusion's, and the golden-value files of
-Megatron-LM, TorchTitan and NeMo-RL.
+"""Standard file formats: detaudit's own, miles_diffusion's, and the golden files of Megatron-LM,
+TorchTitan and NeMo-RL; one module each, found by ``registry`` (its table).
 
-``registry`` says which format a file is and reads and writes through it. Each format module
-imports ``detaudit.standards.standard`` (the model), never the reverse. Conversions are exact: where a
-format cannot hold a value bit for bit (NaN in Megatron's files, a float step in a format
-keyed by integer steps, more than one series in a TorchTitan loss file), writing fails with
-an ``InputError`` naming the series and step; nothing is rounded or dropped silently.
+Each format module imports the model (``detaudit.standards.model``), never the reverse. A
+format module defines ``FORMAT`` (``common.Format``): how its files are recognised, read and
+written, how ``verify`` compares a run with one (its framework's checker), and what it holds.
+Conversions are exact or refused: ``registry.convert`` reads what it wrote back and refuses,
+naming it, anything that would be lost.
 """
 
 from detaudit.standards.formats.registry import (
     FORMATS,
-    SAMPLED_FORMATS,
-    align_run_series,
+    TABLE,
+    Conversion,
+    comparison_of,
+    convert,
     detect_format,
     drop_nan_series,
+    format_of,
     load_any,
     render_as,
     write_as,
+    write_conversion,
 )
 
 __all__ = [
     "FORMATS",
-    "SAMPLED_FORMATS",
-    "align_run_series",
+    "TABLE",
+    "Conversion",
+    "comparison_of",
+    "convert",
     "detect_format",
     "drop_nan_series",
+    "format_of",
     "load_any",
     "render_as",
     "write_as",
+    "write_conversion",
 ]

@@ -1,152 +1,317 @@
 """Megatron-LM golden values (``tests/functional_tests/test_cases/**/golden_values_*.json``)::
 
-    {"lm loss": {"start_step": 1, "end_step": 50, "step_interval": 1,
-                 "values": {"1": 10.92, "2": "nan", ...}}}
+    {"lm loss": {"start_step": 1, "end_step": 50, "step_interval": 5,
+                 "values": {"1": 10.92705, "5": 10.8592, "10": "nan"}}}
 
-A step whose value is the string ``"nan"`` is a point Megatron did not log: it is read as a
-missing point (not a NaN value) and written back in place. Older files hold ``values`` as a
-list from ``start_step`` every ``step_interval``; those are read, and written back as lists.
-The optional per-metric ``"value_precision"`` (decimals the values were rounded to) is kept,
-and ``verify`` rounds the run's values to it before the exact comparison. Top-level entries
-that are not metrics (e.g. ``"iteration_timing_avg": 0.5``) are kept as they are.
+What a file holds, all of it kept (a conversion to detaudit and back gives the same bytes):
 
-What the format cannot hold, writing refuses: NaN (``"nan"`` means missing here), infinity,
-non-numeric values, float steps, decreasing steps.
+* per metric ``start_step``, ``end_step``, ``step_interval`` (Megatron-LM's ``GoldenValueMetric``
+  requires them; its current checker does not use them) and ``values``;
+* ``"nan"``: a step on the extractor's grid that TensorBoard had no value for. It is not a NaN
+  (Megatron's extractor refuses NaN); the run must not have a value there either;
+* list-shaped ``values`` (the layout before 2025): item *i* is the run's (``start_step`` + *i* x
+  ``step_interval``)-th logged value of the metric, a position, not an iteration;
+* top-level entries that are not metrics (``"iteration_timing_avg": 0.119``), in place;
+* the byte layout: key order, indent (4, 1 or one line), final newline, number spellings.
+
+Not Megatron-LM's: ``value_precision`` (no Megatron golden has it; its checker ignores unknown
+keys) is refused with a one-line error. Inference goldens (request ids with
+``generated_tokens``), ``{}`` and empty files are refused: they hold no training metrics.
+
+Verdict (Megatron-LM's ``pipeline`` with its Deterministic test; docs/formats.md): the golden's
+steps only (extra run steps are ignored); a golden ``"nan"`` matches only a step the run does not
+have; a golden number needs the run's value there: a value Megatron's extractor could write
+(at most 5 decimals: it writes ``round(x, 5)``) matches when the run's value rounded to 5
+decimals equals it, as Megatron compares; any other value only matches the run's value bit for
+bit. A NaN or infinite value anywhere in the run's series fails it: Megatron's extractor
+refuses to write one (``allow_nan=False``), so its test fails.
 """
 
 from __future__ import annotations
 
-import json
+import math
 from pathlib import Path
 from typing import Any
 
-from detaudit.data.compare import SeriesData
+from detaudit.data.compare import ABSENT, PairDivergence, SeriesData, classify
+from detaudit.data.values import format_value, same_value
 from detaudit.errors import InputError
 from detaudit.standards.formats.common import (
+    Format,
+    JsonLayout,
+    Source,
+    detect_layout,
+    dump_json,
     int_step_key,
+    is_number,
+    last_by_step,
     require_int_steps,
     require_number,
 )
-from detaudit.standards.standard import Standard
+from detaudit.standards.model import Standard
 
 NAME = "megatron"
-MISSING = "nan"
-HEADER = ("start_step", "end_step", "step_interval", "value_precision")
-META_KEY = "megatron"  # Standard.meta[META_KEY][series] = header fields, missing steps, layout
-EXTRA_KEY = "megatron_extra"  # top-level entries that are not metrics
+MISSING = "nan"  # a step Megatron's extractor had no value for
+HEADER = ("start_step", "end_step", "step_interval")
+ENTRY_KEYS = (*HEADER, "values")
+# Megatron's extractor (read_tb_logs_as_list) writes every scalar as round(value, 5).
+DECIMALS = 5
+# Megatron's writer (get_test_results_from_tensorboard_logs.py): json.dumps(indent=4), no final newline.
+WRITER = JsonLayout(indent=4, item_separator=",", final_newline=False)
+_INFERENCE_KEYS = {"generated_tokens", "generated_text", "logprobs"}
 
 
-def detect(doc: Any) -> bool:
-    metrics = [v for v in doc.values() if isinstance(v, dict)] if isinstance(doc, dict) else []
-    return bool(metrics) and all("values" in v for v in metrics)
+def _is_metric(entry: Any) -> bool:
+    return isinstance(entry, dict) and "values" in entry
 
 
-def _int_field(path: Path, name: str, entry: dict[str, Any], key: str) -> int | None:
-    if key not in entry:
+def detect(source: Source) -> bool:
+    doc = source.doc
+    if not isinstance(doc, dict):
+        return False
+    entries = [v for v in doc.values() if isinstance(v, dict)]
+    return bool(entries) and all("values" in v for v in entries)
+
+
+def refuse(source: Source) -> str | None:
+    """Why a Megatron-LM file that is not a metrics golden cannot be a standard (None: it is none)."""
+    doc = source.doc
+    if not isinstance(doc, dict):
         return None
-    value = entry[key]
-    if type(value) is not int:
-        raise InputError(path, f"series {name!r}: {key!r} must be an integer, got {value!r}")
+    entries = [v for v in doc.values() if isinstance(v, dict)]
+    if _INFERENCE_KEYS & set(doc) or any(_INFERENCE_KEYS & set(v) for v in entries):
+        return ("a Megatron-LM inference golden (generated tokens and logprobs per request), not training "
+                "metrics; detaudit compares metric series, it cannot check this file")
+    return None
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+def _cell(path: Path, name: str, step: int, value: Any) -> Any:
+    if value == MISSING and type(value) is str:
+        return MISSING
+    if type(value) is float and not math.isfinite(value):
+        raise InputError(path, f"series {name!r}: step {step}: {format_value(value)} is not a value Megatron-LM "
+                               "writes (its extractor refuses NaN and infinity; a step it did not log is \"nan\")")
+    if not is_number(value):
+        raise InputError(path, f"series {name!r}: step {step}: value {format_value(value)[:60]} is not a number "
+                               "or \"nan\"")
     return value
 
 
-def load(path: Path, doc: dict[str, Any]) -> Standard:
+def _entry(path: Path, name: str, entry: dict[str, Any]) -> tuple[SeriesData, dict[str, Any]]:
+    if "value_precision" in entry:
+        raise InputError(path, f"series {name!r}: \"value_precision\" is not a Megatron-LM field (no Megatron golden "
+                               "has it and its checker ignores it); remove it: goldens are compared at Megatron's own "
+                               f"{DECIMALS} decimals")
+    unknown = sorted(set(entry) - set(ENTRY_KEYS))
+    if unknown:
+        raise InputError(path, f"series {name!r}: unknown key {unknown[0]!r} (a Megatron-LM metric holds "
+                               f"{', '.join(ENTRY_KEYS)})")
+    info: dict[str, Any] = {}
+    for key in HEADER:
+        if key not in entry:
+            raise InputError(path, f"series {name!r}: no {key!r} (Megatron-LM's GoldenValueMetric requires "
+                                   f"{', '.join(ENTRY_KEYS)})")
+        if type(entry[key]) is not int:
+            raise InputError(path, f"series {name!r}: {key!r} must be an integer, got {format_value(entry[key])[:40]}")
+        info[key] = entry[key]
+    raw = entry["values"]
+    if isinstance(raw, list):
+        start, interval = info["start_step"], info["step_interval"]
+        if interval <= 0 or start < 0:
+            raise InputError(path, f"series {name!r}: list-shaped values need start_step >= 0 and step_interval > 0")
+        items = [(start + i * interval, v) for i, v in enumerate(raw)]
+        info["list"] = True
+    elif isinstance(raw, dict):
+        items = sorted(((int_step_key(path, name, k), v) for k, v in raw.items()), key=lambda p: p[0])
+    else:
+        raise InputError(path, f"series {name!r}: \"values\" must be an object of step -> value (or a list)")
+    steps, values, missing = [], [], []
+    for step, value in items:
+        if _cell(path, name, step, value) is MISSING:
+            missing.append(step)
+        else:
+            steps.append(step)
+            values.append(value)
+    if missing:
+        info["missing"] = missing
+    return SeriesData(name, "", steps, values), info
+
+
+def load(path: Path, source: Source) -> Standard:
+    doc = source.doc
     series: dict[str, SeriesData] = {}
     headers: dict[str, dict[str, Any]] = {}
     extra: dict[str, Any] = {}
     for name, entry in doc.items():
-        if not isinstance(entry, dict):
+        if not _is_metric(entry):
+            if isinstance(entry, dict):
+                raise InputError(path, f"top-level entry {name!r} is an object without \"values\": not a Megatron-LM metric")
             extra[name] = entry
             continue
-        unknown = sorted(set(entry) - set(HEADER) - {"values"})
-        if unknown:
-            raise InputError(path, f"series {name!r}: unknown keys {', '.join(map(repr, unknown))}")
-        header: dict[str, Any] = {k: _int_field(path, name, entry, k) for k in HEADER if k in entry}
-        raw = entry["values"]
-        if isinstance(raw, list):
-            start, interval = header.get("start_step"), header.get("step_interval")
-            if start is None or not interval:
-                raise InputError(path, f"series {name!r}: a list of values needs start_step and a step_interval > 0")
-            items = [(start + i * interval, v) for i, v in enumerate(raw)]
-            header["layout"] = "list"
-        elif isinstance(raw, dict):
-            items = sorted(((int_step_key(path, name, k), v) for k, v in raw.items()), key=lambda p: p[0])
-        else:
-            raise InputError(path, f"series {name!r}: \"values\" must be an object of step -> value")
-        steps, values, missing = [], [], []
-        for step, value in items:
-            if value == MISSING:
-                missing.append(step)
-                continue
-            if type(value) not in (int, float):
-                raise InputError(path, f"series {name!r}: step {step}: value {value!r} is not a number or \"nan\"")
-            steps.append(step)
-            values.append(value)
-        if missing:
-            header["missing"] = missing
-        headers[name] = header
-        series[name] = SeriesData(name, "", steps, values)
-    if not series:
-        raise InputError(path, "no metrics: expected {\"<metric>\": {\"start_step\", \"end_step\", \"step_interval\", \"values\"}}")
-    meta: dict[str, Any] = {META_KEY: headers}
+        series[name], headers[name] = _entry(path, name, entry)
+    layout = detect_layout(source.text, source.spellings).to_json()
+    layout["order"] = list(doc)
+    native: dict[str, Any] = {"format": NAME, "series": headers, "layout": layout}
     if extra:
-        meta[EXTRA_KEY] = extra
-    return Standard(series=series, format=NAME, meta=meta, path=path)
+        native["extra"] = extra
+    return Standard(series=series, format=NAME, native=native, path=path, source_text=source.text)
 
 
-def _interval(steps: list[int]) -> int:
-    from math import gcd
+# --- writing ---------------------------------------------------------------------------------
 
-    step = 0
-    for a, b in zip(steps, steps[1:]):
-        step = gcd(step, b - a)
-    return step or 1
+
+def infer_interval(steps: list[int]) -> int:
+    """The step interval as Megatron's extractor infers it: the gcd of the gaps, the first (start) sample aside."""
+    cadence = steps[1:]
+    if len(cadence) < 2:
+        return 1
+    return math.gcd(*(b - a for a, b in zip(cadence, cadence[1:]))) or 1
+
+
+def _render_entry(name: str, data: SeriesData, info: dict[str, Any], target: str) -> dict[str, Any]:
+    require_int_steps(target, NAME, data)
+    for step, value in zip(data.steps, data.values):
+        require_number(target, NAME, name, step, value, nonfinite=False)
+    cells: dict[int, Any] = dict(zip(data.steps, data.values))
+    for step in info.get("missing", []):
+        if step in cells:
+            raise InputError(target, f"series {name!r}: step {step} is both a value and \"nan\"")
+        cells[step] = MISSING
+    ordered = sorted(cells)
+    entry: dict[str, Any] = {
+        "start_step": info.get("start_step", ordered[0] if ordered else 0),
+        "end_step": info.get("end_step", ordered[-1] if ordered else 0),
+        "step_interval": info.get("step_interval", infer_interval(ordered)),
+    }
+    if info.get("list"):
+        start, interval = entry["start_step"], entry["step_interval"]
+        if ordered != list(range(start, start + interval * len(ordered), interval)):
+            raise InputError(target, f"series {name!r}: positions no longer fit start_step {start} every {interval}")
+        entry["values"] = [cells[s] for s in ordered]
+    else:
+        entry["values"] = {str(s): cells[s] for s in ordered}
+    return entry
 
 
 def render(standard: Standard, target: str) -> str:
-    headers = standard.meta.get(META_KEY, {}) if standard.format == NAME else {}
+    own = standard.native if standard.native.get("format") == NAME else {}
+    layout_doc = own.get("layout", {})
+    layout = JsonLayout.from_json(target, layout_doc, WRITER)
+    headers = own.get("series", {})
+    extra = own.get("extra", {})
+    entries = {name: _render_entry(name, data, headers.get(name, {}), target) for name, data in standard.series.items()}
     doc: dict[str, Any] = {}
-    for name, data in sorted(standard.series.items()):
-        require_int_steps(target, NAME, data)
-        for step, value in zip(data.steps, data.values):
-            require_number(target, NAME, name, step, value, nonfinite=False)
-        header = dict(headers.get(name, {}))
-        missing = list(header.pop("missing", []))
-        layout = header.pop("layout", "dict")
-        points = dict(zip(data.steps, data.values))
-        for step in missing:
-            if step in points:
-                raise InputError(target, f"series {name!r}: step {step} is both a point and missing")
-            points[step] = MISSING
-        ordered = sorted(points)
-        entry: dict[str, Any] = {
-            "start_step": header.get("start_step", ordered[0] if ordered else 0),
-            "end_step": header.get("end_step", ordered[-1] if ordered else 0),
-            "step_interval": header.get("step_interval", _interval(ordered)),
-        }
-        if "value_precision" in header:
-            entry["value_precision"] = header["value_precision"]
-        if layout == "list":
-            start, interval = entry["start_step"], entry["step_interval"]
-            if ordered != list(range(start, start + interval * len(ordered), interval)):
-                raise InputError(target, f"series {name!r}: steps no longer fit start_step {start} every {interval}")
-            entry["values"] = [points[s] for s in ordered]
-        else:
-            entry["values"] = {str(s): points[s] for s in ordered}
-        doc[name] = entry
-    if standard.format == NAME:
-        for key, value in standard.meta.get(EXTRA_KEY, {}).items():
-            doc.setdefault(key, value)
-    # Megatron's own files: 4-space indent, header before values; floats by repr (exact).
+    for key in layout_doc.get("order", []):  # the file's key order, top-level entries in place
+        if key in entries:
+            doc[key] = entries[key]
+        elif key in extra:
+            doc[key] = extra[key]
+    for key, value in list(entries.items()) + list(extra.items()):
+        doc.setdefault(key, value)
     try:
-        return json.dumps(doc, indent=4, allow_nan=False, ensure_ascii=False) + "\n"
+        return dump_json(doc, layout, allow_nan=False)
     except ValueError as exc:  # a non-finite number among the kept top-level entries
         raise InputError(target, f"{NAME} cannot hold a top-level entry: {exc}") from None
 
 
-def value_precision(standard: Standard, name: str) -> int | None:
-    """The decimals a Megatron series was rounded to, if its file says so."""
-    if standard.format != NAME:
-        return None
-    value = standard.meta.get(META_KEY, {}).get(name, {}).get("value_precision")
-    return value if type(value) is int else None
+def describe_native(native: dict[str, Any]) -> list[str]:
+    """What of ``native`` a reader should know is there (``show``; what a conversion would lose)."""
+    series = native.get("series", {})
+    out = []
+    if series:
+        out.append(f"start_step/end_step/step_interval of {len(series)} series")
+    cells = {name: len(info.get("missing", [])) for name, info in series.items() if info.get("missing")}
+    if cells:
+        out.append(f"\"nan\" cells ({sum(cells.values())} in {len(cells)} series: steps the run must not have)")
+    listed = [name for name, info in series.items() if info.get("list")]
+    if listed:
+        out.append(f"list-shaped values of {len(listed)} series (item i is the run's i-th logged value)")
+    if native.get("extra"):
+        out.append("top-level entries " + ", ".join(map(repr, native["extra"])))
+    return out
+
+
+def check_native(path: Path | str, native: dict[str, Any]) -> None:
+    """``native`` as a detaudit file carries it for a standard converted from a Megatron-LM golden."""
+    series = native.get("series", {})
+    ok = isinstance(series, dict) and isinstance(native.get("extra", {}), dict)
+    for info in series.values() if isinstance(series, dict) else ():
+        ok = ok and isinstance(info, dict) and set(info) <= {*HEADER, "missing", "list"}
+        ok = ok and all(type(info[k]) is int for k in HEADER if k in info)
+        ok = ok and isinstance(info.get("missing", []), list) and all(type(s) is int for s in info.get("missing", []))
+        ok = ok and info.get("list", False) in (True, False)
+    layout = native.get("layout", {})
+    ok = ok and isinstance(layout, dict) and isinstance(layout.get("order", []), list)
+    if not ok:
+        raise InputError(path, "native: not what a Megatron-LM golden carries (series headers, \"nan\" cells, "
+                               "top-level entries, layout)")
+    JsonLayout.from_json(path, layout, WRITER)
+
+
+# --- comparing ---------------------------------------------------------------------------------
+
+
+def value_matches(golden: Any, run: Any) -> bool:
+    """Does the run's value match the golden's, as Megatron-LM's Deterministic test decides?"""
+    if not (is_number(golden) and is_number(run)):
+        return False
+    if type(run) is float and not math.isfinite(run):
+        return False  # Megatron's extractor refuses NaN and infinity: the test fails
+    if type(golden) is int or round(golden, DECIMALS) == golden:
+        return (round(run, DECIMALS) if type(run) is float else run) == golden
+    return same_value(golden, run)  # no extractor wrote this value: only the very same value matches
+
+
+def compare(expected: SeriesData, native: dict[str, Any], actual: SeriesData | None) -> PairDivergence | None:
+    cells: list[tuple[int, Any]] = sorted([*zip(expected.steps, expected.values),
+                                           *((s, MISSING) for s in native.get("missing", []))], key=lambda c: c[0])
+    if actual is None:
+        return PairDivergence(1, 0, "missing", cells[0][0] if cells else ABSENT,
+                              expected.values[0] if len(expected) else ABSENT, ABSENT, len_a=len(cells))
+    for index, value in enumerate(actual.values):  # Megatron's extractor refuses the whole run then
+        if type(value) is float and not math.isfinite(value):
+            step = actual.steps[index]
+            golden = dict(cells).get(step if not native.get("list") else index, ABSENT)
+            return PairDivergence(1, index, "nan", step, golden, value, step, step, len(cells), len(actual))
+    if native.get("list"):  # positions of the run's logged values
+        run_at = {i: (i, v) for i, v in enumerate(actual.values)}
+    else:
+        run_at = last_by_step(actual)
+    present = sum(1 for step, _ in cells if step in run_at)
+    for index, (step, golden) in enumerate(cells):
+        hit = run_at.get(step)
+        if golden is MISSING:
+            if hit is not None:
+                where = actual.steps[hit[0]] if native.get("list") else step
+                return PairDivergence(1, index, "nan", where, MISSING, hit[1], where, actual.steps[hit[0]],
+                                      len(cells), present)
+            continue
+        if hit is None:
+            return PairDivergence(1, index, "steps", step, golden, ABSENT, step, ABSENT, len(cells), present)
+        if not value_matches(golden, hit[1]):
+            where = actual.steps[hit[0]] if native.get("list") else step  # a position is named by the run's step
+            return PairDivergence(1, index, classify(golden, hit[1]), where, golden, hit[1], where,
+                                  actual.steps[hit[0]], len(cells), present)
+    return None
+
+
+FORMAT = Format(
+    name=NAME,
+    title="Megatron-LM golden values",
+    shape='metrics with "start_step", "end_step", "step_interval", "values" (Megatron-LM)',
+    order=2,
+    detect=detect,
+    load=load,
+    render=render,
+    compare=compare,
+    rule="Megatron-LM's functional test (Deterministic): the golden's steps only; a \"nan\" step must be absent "
+         f"from the run; a value with at most {DECIMALS} decimals matches the run's value rounded to {DECIMALS} "
+         "decimals, any other value only the same value; a NaN or infinity anywhere in the run's series fails it",
+    holds_step_types=False,
+    describe_native=describe_native,
+    check_native=check_native,
+    refuse=refuse,
+)

@@ -1,125 +1,310 @@
-"""Which format a standard file is; reading and writing any standard through its format.
+"""The table of standard formats, and reading, writing and converting any standard through it.
 
-``load_any(path)`` detects the format from the content (never the file name):
+Every module of this package that defines ``FORMAT`` (a ``common.Format``) is a format: the
+table is found, not listed, so adding a format is one module (and its test). Ordered by
+``Format.order``, the table gives the CLI's ``--format`` choices, the order in which a file's
+content is recognised (never its name), each format's comparison rule (how ``verify`` compares
+a run: the framework's own checker), whether its files hold a step's JSON type, and its byte
+layout.
 
-* ``detaudit``   a JSON object with ``"schema": "detaudit/standard/1"``
-* ``miles``      a JSON object with ``"metrics": {series: [[step, value], ...]}``
-* ``megatron``   a JSON object of metrics, each ``{"start_step", "end_step", "step_interval", "values"}``
-* ``nemo``       a JSON object of metrics, each ``{"<step>": value}``
-* ``torchtitan`` text, one ``STEP VALUE`` per line
-
-``render_as(standard, fmt)`` writes a standard in any of them, or raises ``InputError``
-where the format cannot hold a value exactly.
+Conversions never change a standard silently: ``convert`` writes the target text, reads it
+back, and refuses (``InputError``, nothing written) when anything the source holds did not
+survive (points, Megatron-LM's "nan" cells, headers and top-level entries, miles' meta, a
+rename map), or, converting a file to its own format or to detaudit, when the file's bytes
+would not come back. What a target format cannot carry by design is said, not refused: each
+format is verified by its own rule, and only a detaudit file keeps detaudit's record of the
+recording (name, runner, recorded, excluded, dropped, step keys).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
+import pkgutil
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from detaudit.data.compare import SeriesData
+from detaudit.data.values import first_difference, format_value, same_value
 from detaudit.errors import InputError, UsageError
-from detaudit.standards.formats import megatron, nemo, torchtitan
-from detaudit.standards.standard import (
+from detaudit.fileio import write_atomic
+from detaudit.standards.formats.common import NOT_JSON, Format, JsonLayout, Source, first_changed_line
+from detaudit.standards.model import (
+    FIELDS,
+    RECORD_KEEPING,
     Standard,
-    load_standard,
     parse_json_document,
     read_standard_text,
-    render_standard,
 )
-from detaudit.fileio import write_atomic
 
-FORMATS = ("detaudit", "miles", "megatron", "torchtitan", "nemo")
-# Formats that keep a sample of a run's points (every Nth step) and cannot hold a step's
-# JSON type: verify compares the run at the standard's steps only, steps by numeric value.
-SAMPLED_FORMATS = ("megatron", "torchtitan", "nemo")
-DROPPED_NAN_KEY = "dropped_nan_series"  # miles meta: series left out by --drop-nan-series
+DROPPED_NAN_KEY = "dropped_nan_series"  # meta: series left out by --drop-nan-series
+DETAUDIT = "detaudit"
 
-_SHAPES = (
-    '"schema" (detaudit), "metrics" (miles), metrics with "values" (Megatron-LM), '
-    'metrics of {"<step>": value} (NeMo-RL), or `STEP VALUE` lines (TorchTitan)'
-)
+
+def _discover() -> tuple[Format, ...]:
+    package = importlib.import_module(__package__ or "detaudit.standards.formats")
+    found = []
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        fmt = getattr(module, "FORMAT", None)
+        if isinstance(fmt, Format):
+            found.append(fmt)
+    return tuple(sorted(found, key=lambda f: (f.order, f.name)))
+
+
+TABLE: tuple[Format, ...] = _discover()
+FORMATS: tuple[str, ...] = tuple(f.name for f in TABLE)
+_BY_NAME = {f.name: f for f in TABLE}
+
+
+def format_of(name: str) -> Format:
+    """The table's row for a format name (``UsageError`` naming the choices otherwise)."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise UsageError(f"unknown format {name!r} (one of {', '.join(FORMATS)})") from None
+
+
+def comparison_of(standard: Standard) -> Format:
+    """The format whose rule ``verify`` compares a run with this standard by."""
+    return _BY_NAME[standard.comparison or standard.format]
+
+
+def _shapes() -> str:
+    return ", ".join(f.shape for f in TABLE)
+
+
+# --- reading -------------------------------------------------------------------------
+
+
+def read_source(path: str | Path, text: str | None = None) -> Source:
+    """A standard file's text and, when it is JSON, the parsed document (keys named once)."""
+    text = read_standard_text(path) if text is None else text
+    if not text.strip():
+        raise InputError(path, "empty file: not a standard (no series)")
+    if not text.lstrip().startswith(("{", "[")):
+        return Source(text)
+    spellings: dict[str, str] = {}
+    return Source(text, parse_json_document(path, text, spellings), spellings)
+
+
+def _detect(path: str | Path, source: Source) -> Format:
+    for fmt in TABLE:
+        if fmt.detect(source):
+            return fmt
+    for fmt in TABLE:
+        reason = fmt.refuse(source)
+        if reason:
+            raise InputError(path, reason)
+    if source.doc is not NOT_JSON and not isinstance(source.doc, dict):
+        raise InputError(path, "a standard must be a JSON object")
+    if source.doc == {}:
+        raise InputError(path, "an empty JSON object: no series (a golden with no metrics proves nothing)")
+    raise InputError(path, f"not a standard: expected {_shapes()}")
 
 
 def detect_format(path: str | Path, text: str | None = None) -> str:
     """The format of a standard file, from its content; ``InputError`` when it is none of them."""
-    path = Path(path)
-    text = read_standard_text(path) if text is None else text
-    return _detect(path, text)[0]
+    return _detect(path, read_source(path, text)).name
 
 
-def _detect(path: Path, text: str) -> tuple[str, Any]:
-    try:
-        doc = parse_json_document(path, text)
-    except InputError:
-        if torchtitan.detect(text):
-            return "torchtitan", None
-        if text.lstrip().startswith(("{", "[")):
-            raise
-        raise InputError(path, f"not a standard: expected {_SHAPES}") from None
-    if not isinstance(doc, dict):
-        raise InputError(path, "a standard must be a JSON object")
-    if "schema" in doc:
-        return "detaudit", doc
-    if isinstance(doc.get("metrics"), dict) and set(doc) <= {"meta", "metrics"}:
-        return "miles", doc
-    if megatron.detect(doc):
-        return "megatron", doc
-    if nemo.detect(doc):
-        return "nemo", doc
-    raise InputError(path, f"not a standard: expected {_SHAPES}")
+def _checked(path: str | Path, standard: Standard) -> Standard:
+    """What a detaudit file says about other formats (its rule, their native data) is valid."""
+    if standard.comparison is not None and standard.comparison not in _BY_NAME:
+        raise InputError(path, f"comparison {standard.comparison!r} is not a format's rule (one of {', '.join(FORMATS)})")
+    if standard.native:
+        owner = standard.native.get("format")
+        if owner not in _BY_NAME or owner == DETAUDIT:
+            raise InputError(path, f"native: \"format\" must name the foreign format it came from, got {owner!r}")
+        fmt = _BY_NAME[owner]
+        if fmt.check_native is not None:
+            fmt.check_native(path, standard.native)
+        else:
+            JsonLayout.from_json(path, standard.native.get("layout", {}), JsonLayout())
+    return standard
+
+
+def load_source(path: str | Path, source: Source) -> Standard:
+    return _checked(path, _detect(path, source).load(Path(path), source))
 
 
 def load_any(path: str | Path) -> Standard:
     """Read a standard in any known format (detected from the content)."""
-    path = Path(path)
-    text = read_standard_text(path)
-    fmt, doc = _detect(path, text)
-    if fmt in ("detaudit", "miles"):
-        return load_standard(path)
-    if fmt == "megatron":
-        return megatron.load(path, doc)
-    if fmt == "nemo":
-        return nemo.load(path, doc)
-    return torchtitan.load(path, text)
+    return load_source(path, read_source(path))
 
 
-def render_as(standard: Standard, fmt: str, *, target: str | Path = "<output>", series: str | None = None) -> str:
-    """The file text of ``standard`` in format ``fmt``; exact, or ``InputError`` saying what cannot be held."""
+# --- writing -------------------------------------------------------------------------
+
+
+def _only(standard: Standard, series: str | None, target: str) -> Standard:
+    if series is None:
+        return standard
+    if series not in standard.series:
+        raise InputError(target, f"no series {series!r} in the standard")
+    return dataclasses.replace(standard, series={series: standard.series[series]},
+                               native=_native_of(standard, [series]), source_text=None)
+
+
+def _native_of(standard: Standard, names: list[str]) -> dict[str, Any]:
+    native = dict(standard.native)
+    if isinstance(native.get("series"), dict):
+        native["series"] = {n: info for n, info in native["series"].items() if n in names}
+    return native
+
+
+def _laid_out_like(standard: Standard, previous: Standard | None, fmt: str) -> Standard:
+    # A re-recorded file keeps the previous file's byte layout (key order, indent, final newline).
+    if previous is None or standard.native.get("format") == fmt or previous.native.get("format") != fmt:
+        return standard
+    layout = {k: v for k, v in previous.layout.items() if k != "spellings"}
+    return dataclasses.replace(standard, native={"format": fmt, "layout": layout})
+
+
+def render_as(standard: Standard, fmt: str, *, target: str | Path = "<output>", series: str | None = None,
+              previous: Standard | None = None) -> str:
+    """The file text of ``standard`` in format ``fmt``; exact, or ``InputError`` saying what cannot be held.
+
+    ``previous``: the standard the file replaces; its byte layout is kept (a re-record then
+    changes only what changed).
+    """
     target = str(target)
-    if fmt not in FORMATS:
-        raise UsageError(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
-    if series is not None and fmt != "torchtitan":
-        if series not in standard.series:
-            raise InputError(target, f"no series {series!r} in the standard")
-        standard = dataclasses.replace(standard, series={series: standard.series[series]})
-    if fmt == "torchtitan":
-        return torchtitan.render(standard, target, series)
-    if fmt == "megatron":
-        return megatron.render(standard, target)
-    if fmt == "nemo":
-        return nemo.render(standard, target)
-    if standard.format in ("megatron",) and any(
-        megatron.value_precision(standard, name) is not None for name in standard.series
-    ):
-        raise InputError(
-            target,
-            f"{fmt} standards are exact, and this Megatron file's values are rounded (value_precision); "
-            "convert to megatron to keep the rounding",
-        )
-    if fmt == "miles":
-        meta = dict(standard.meta) if standard.format == "miles" else {}
-        return render_standard(dataclasses.replace(standard, format="miles", meta=meta))
-    return render_standard(dataclasses.replace(standard, format="detaudit"))
+    row = format_of(fmt)
+    standard = _only(standard, series, target)
+    if row.name == DETAUDIT:
+        rule = standard.comparison or standard.format
+        return row.render(dataclasses.replace(standard, format=DETAUDIT, comparison=rule), target)
+    return row.render(_laid_out_like(standard, previous, fmt), target)
 
 
-def write_as(path: str | Path, standard: Standard, fmt: str, *, overwrite: bool, series: str | None = None) -> str:
+def write_as(path: str | Path, standard: Standard, fmt: str, *, overwrite: bool, series: str | None = None,
+             previous: Standard | None = None) -> str:
     """Render and write atomically (never replacing an existing file without ``overwrite``)."""
-    text = render_as(standard, fmt, target=path, series=series)
+    text = render_as(standard, fmt, target=path, series=series, previous=previous)
     write_atomic(path, text, overwrite=overwrite)
     return text
+
+
+# --- converting -------------------------------------------------------------------------
+
+
+@dataclass
+class Conversion:
+    """A conversion's text, and what the target holds differently (said, not silent)."""
+
+    text: str
+    fmt: str
+    notes: list[str] = field(default_factory=list)
+
+
+def _info_native(native: dict[str, Any]) -> dict[str, Any]:
+    info = {k: v for k, v in native.items() if k not in ("layout", "format")}
+    return {"format": native.get("format"), **info} if info else {}
+
+
+def information(standard: Standard) -> dict[str, Any]:
+    """What a standard holds beyond its points, field by field (byte layout aside)."""
+    values = {name: getattr(standard, name) for name in FIELDS}
+    values["comparison"] = comparison_of(standard).name
+    values["native"] = _info_native(standard.native)
+    return values
+
+
+def _points_lost(source: Standard, back: Standard) -> list[str]:
+    lost = []
+    for name, data in source.series.items():
+        got = back.series.get(name)
+        if got is None:
+            lost.append(f"series {name!r}")
+            continue
+        for i, (step, value) in enumerate(zip(data.steps, data.values)):
+            if i >= len(got) or not (same_value(step, got.steps[i]) and same_value(value, got.values[i])):
+                lost.append(f"series {name!r} exactly (step {format_value(step)}: {format_value(value)})")
+                break
+        else:
+            if len(got) != len(data):
+                lost.append(f"series {name!r} exactly ({len(data)} points, {len(got)} read back)")
+    return lost
+
+
+def _one_series_renamed(source: Standard, back: Standard, fmt: Format) -> tuple[str, str] | None:
+    """(old, new) name of a format's one series that has a fixed name (TorchTitan's ``loss``)."""
+    if fmt.holds_series == 1 and len(source.series) == 1 and len(back.series) == 1:
+        (old,), (new,) = source.series, back.series
+        if old != new:
+            return old, new
+    return None
+
+
+def _fields_lost(source: Standard, back: Standard) -> tuple[list[str], list[str]]:
+    """(lost: refuse, left behind: say) of the fields beyond the points."""
+    old, new = information(source), information(back)
+
+    def gone(name: str) -> bool:  # held by the source, not the same read back (NaN matches NaN)
+        return bool(old[name]) and first_difference(old[name], new[name]) is not None
+
+    lost, behind = [], []
+    if gone("native"):
+        owner = _BY_NAME[old["native"]["format"]]
+        lost += owner.describe_native(source.native) or [f"{owner.title} data ({', '.join(old['native'])})"]
+    if gone("meta"):
+        lost.append(f"meta ({', '.join(map(str, old['meta']))})")
+    if gone("rename"):
+        lost.append(f"the rename map ({len(old['rename'])} series)")
+    behind += [name for name in RECORD_KEEPING if gone(name)]
+    steps = [n for n, data in source.series.items() if data.step_key and n in back.series
+             and back.series[n].step_key != data.step_key]
+    if steps:
+        behind.append(f"step keys of {len(steps)} series")
+    return lost, behind
+
+
+def convert(standard: Standard, fmt: str, *, target: str | Path, series: str | None = None) -> Conversion:
+    """``standard`` in format ``fmt``, checked by reading it back; ``InputError`` when anything would be lost."""
+    target = str(target)
+    text = render_as(standard, fmt, target=target, series=series)
+    source = _only(standard, series, target)
+    back = load_source(target, read_source(target, text))
+    renamed = _one_series_renamed(source, back, format_of(fmt))
+    if renamed:
+        back = dataclasses.replace(back, series={name: SeriesData(name, data.step_key, data.steps, data.values)
+                                                 for name, data in zip(source.series, back.series.values())})
+    lost = _points_lost(source, back)
+    more, behind = _fields_lost(source, back)
+    lost += more
+    if lost:
+        raise InputError(target, f"{fmt} cannot hold {'; '.join(lost)}; nothing written")
+    _check_bytes(source, fmt, text, back)
+    notes = []
+    old_rule, new_rule = comparison_of(source), comparison_of(back)
+    if old_rule is not new_rule:
+        notes.append(f"verified by {new_rule.name}'s rule from now on ({new_rule.rule}), not {old_rule.name}'s")
+    if renamed:
+        behind.insert(0, f"the series name {renamed[0]!r} (a {fmt} file's one series is {renamed[1]!r})")
+    if behind:
+        notes.append(f"not kept (a {fmt} file has no place for them): {', '.join(behind)}")
+    return Conversion(text, fmt, notes)
+
+
+def _check_bytes(source: Standard, fmt: str, text: str, back: Standard) -> None:
+    """A foreign file converted to its own format, or to detaudit and back, must give its very bytes."""
+    original = source.source_text
+    if original is None or source.format == DETAUDIT or fmt not in (source.format, DETAUDIT):
+        return
+    again = text if fmt == source.format else render_as(back, source.format, target=str(source.path))
+    if again != original:
+        line = first_changed_line(original, again)
+        shown = original.split("\n")[line - 1][:60] if line <= original.count("\n") + 1 else ""
+        raise InputError(source.path, f"the file's byte layout is not one detaudit reproduces (line {line} "
+                                      f"{shown!r} would change); converting would lose it, nothing written", line)
+
+
+def write_conversion(path: str | Path, conversion: Conversion, *, overwrite: bool) -> None:
+    write_atomic(path, conversion.text, overwrite=overwrite, replace_flag="--overwrite")
+
+
+# --- NaN series -------------------------------------------------------------------------
 
 
 def _holds_nan(data: SeriesData) -> bool:
@@ -136,31 +321,6 @@ def drop_nan_series(standard: Standard) -> list[str]:
         del standard.series[name]
     if dropped:
         standard.meta[DROPPED_NAN_KEY] = sorted(set(standard.meta.get(DROPPED_NAN_KEY, [])) | set(dropped))
+        standard.native = _native_of(standard, list(standard.series))
+        standard.source_text = None  # changed on purpose: its bytes are not the file's any more
     return dropped
-
-
-def steps_are_lenient(standard: Standard) -> bool:
-    """True where the file cannot hold a step's JSON type (1 vs 1.0): steps compare by value."""
-    return standard.format == "miles" or standard.format in SAMPLED_FORMATS
-
-
-def align_run_series(standard: Standard, name: str, actual: SeriesData) -> SeriesData:
-    """The run's series as the standard's format compares it.
-
-    Sampled formats (Megatron, NeMo-RL, TorchTitan) hold every Nth step: the run is compared
-    at the standard's steps only (a standard step the run lacks still fails). A Megatron
-    ``value_precision`` rounds the run's values to those decimals first.
-    """
-    if standard.format not in SAMPLED_FORMATS:
-        return actual
-    expected = standard.series[name]
-    wanted = {s for s in expected.steps if type(s) in (int, float)}
-    steps, values = [], []
-    for step, value in zip(actual.steps, actual.values):
-        if type(step) in (int, float) and step in wanted:
-            steps.append(step)
-            values.append(value)
-    precision = megatron.value_precision(standard, name)
-    if precision is not None:
-        values = [round(v, precision) if type(v) is float and math.isfinite(v) else v for v in values]
-    return SeriesData(actual.name, actual.step_key, steps, values)
