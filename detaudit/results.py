@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from detaudit.data.card import Card
 from detaudit.data.compare import DiffReport, PairDivergence
+from detaudit.data.metrics import MetricsRun
 from detaudit.run.spec import RunState
 from detaudit.runner_class import RunnerClass
 
@@ -125,6 +126,7 @@ class VerifyResult:
     approximate_against: str | None = None  # set when checked approximately: the standard's runner class
     left_out: dict[str, str] = field(default_factory=dict)  # standard series not compared (--exclude) -> why
     renamed: dict[str, str] = field(default_factory=dict)  # run series -> standard series it was compared as
+    run_metrics: "MetricsRun | None" = field(default=None, repr=False)  # the run as the comparison read it (reports draw it)
 
     @property
     def ok(self) -> bool:

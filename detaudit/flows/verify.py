@@ -161,6 +161,7 @@ def verify(
     result.failures, result.approximate = check.failures, check.approximate
     result.compared, result.extra_series = check.compared, check.extra_series
     result.left_out, result.renamed = check.left_out, check.renamed
+    result.run_metrics = check.run
     if info is not None:  # a run of the card here: its packages against the standard's
         result.package_changes = package_differences(std.runner, info)
     if result.failures:

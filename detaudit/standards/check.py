@@ -19,7 +19,7 @@ from detaudit.data.approximate import ApproximateRule, compare_within
 from detaudit.data.card import Card
 from detaudit.data.compare import PairDivergence, SeriesData
 from detaudit.data.exclusion import Exclusion, exclusion_for
-from detaudit.data.metrics import read_metrics
+from detaudit.data.metrics import MetricsRun, read_metrics
 from detaudit.errors import InputError, UsageError
 from detaudit.standards.formats.registry import comparison_of
 from detaudit.standards.model import Standard
@@ -35,6 +35,7 @@ class RunCheck:
     extra_series: list[str] = field(default_factory=list)  # in the run, not in the standard
     left_out: dict[str, str] = field(default_factory=dict)  # standard series not compared -> why
     renamed: dict[str, str] = field(default_factory=dict)  # run series -> the standard series it was compared as
+    run: MetricsRun | None = field(default=None, repr=False)  # the run's metrics as read for the comparison
 
 
 def _chooser(exclude: tuple[str, ...], include: tuple[str, ...]) -> Exclusion:
@@ -102,7 +103,7 @@ def check_run(std: Standard, metrics: Path, *, card: Card | None = None, step_ke
         warnings.simplefilter("always")
         run = read_metrics(metrics, default_step_key=default_step_key, exclusion=exclusion)
     rule = comparison_of(std)
-    check = RunCheck(compared=len(names), left_out=left_out)
+    check = RunCheck(compared=len(names), left_out=left_out, run=run)
     for name in names:
         source = source_of.get(name)
         if source is not None and source in run.series:

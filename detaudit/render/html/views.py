@@ -21,8 +21,8 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 
 from detaudit.data.compare import ABSENT, DiffReport, PairDivergence, SeriesData, compare_series
-from detaudit.data.exclusion import Exclusion, exclusion_for
-from detaudit.data.metrics import MetricsRun, read_metrics, read_metrics_many
+from detaudit.data.exclusion import Exclusion
+from detaudit.data.metrics import MetricsRun, read_metrics_many
 from detaudit.data.values import format_value
 from detaudit.errors import InputError
 from detaudit.render.diff import divergence_line, kind_label, root_summary
@@ -45,7 +45,6 @@ from detaudit.results import (
 )
 from detaudit.runner_class import class_text
 from detaudit.standards.diff import StandardDiff
-from detaudit.standards.formats import align_run_series
 from detaudit.standards.standard import Standard
 from detaudit.trace import run_trace_dir
 from detaudit.trace.compare import RunsTraceReport, first_draw_difference, first_module_difference, match_processes
@@ -407,22 +406,6 @@ def environment_rows(lines: list[str]) -> tuple[list[tuple[str, str, str]], list
     return rows, other
 
 
-def _run_metrics_for(result: VerifyResult, card_path: str | None, step_key: str | None) -> MetricsRun | None:
-    """The verified run's metrics read as ``standards.check`` read them, or None when gone."""
-    path = result.metrics_path
-    std = result.standard
-    if path is None or std is None or not Path(path).is_file():
-        return None
-    from detaudit.data.card import load_card
-
-    card = load_card(card_path) if card_path is not None else None
-    keep = tuple(glob.escape(name) for name in std.series)
-    exclusion = exclusion_for(card, include=keep) if card is not None else Exclusion(include=keep)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return read_metrics(path, default_step_key=step_key or (card.step_key if card else None), exclusion=exclusion)
-
-
 def verify_page(result: VerifyResult, card: str | None, *, step_key: str | None = None,
                 findings: Findings | None = None, title: str | None = None) -> Page:
     """``detaudit verify``: one run against its standard."""
@@ -456,7 +439,7 @@ def verify_page(result: VerifyResult, card: str | None, *, step_key: str | None 
     if status == VerifyStatus.RUN_FAILED and result.run is not None:
         _failed_runs(page, [result.run])
     if std is not None and status in (VerifyStatus.PASSED, VerifyStatus.FAILED, VerifyStatus.APPROXIMATE):
-        _fill_verify_series(page, result, std, _run_metrics_for(result, card, step_key))
+        _fill_verify_series(page, result, std, result.run_metrics)
     rows, other = environment_rows(list(result.provenance) + [p for p in result.package_changes
                                                               if p not in result.provenance])
     page.environment = [("runner class", class_text(result.runner_standard), class_text(result.runner_here))] \
@@ -484,6 +467,7 @@ def verify_page(result: VerifyResult, card: str | None, *, step_key: str | None 
 
 
 def _fill_verify_series(page: Page, result: VerifyResult, std: Standard, run: MetricsRun | None) -> None:
+    source_of = {target: source for source, target in result.renamed.items()}
     failures = dict(result.failures)
     within = dict(result.approximate)
     lines: list[tuple[int, str, PairDivergence]] = []  # (run line of the first divergence, series, divergence)
@@ -493,8 +477,9 @@ def _fill_verify_series(page: Page, result: VerifyResult, std: Standard, run: Me
             page.identical.append(_spark(name, expected.step_key, expected.steps, expected.values))
             continue
         actual = None
-        if run is not None and name in run.series:
-            actual = align_run_series(std, name, SeriesData.from_run(run, run.series[name]))
+        source = source_of.get(name, name)  # the run's name of the series (a rename compares it as ``name``)
+        if run is not None and source in run.series:
+            actual = SeriesData.from_run(run, run.series[source])
         first = failures.get(name)
         if first is None and actual is not None:  # passed within tolerance: where it stops being identical
             first = compare_series(expected, actual, 1)
@@ -519,7 +504,7 @@ def _fill_verify_series(page: Page, result: VerifyResult, std: Standard, run: Me
             panel = _panel(name, step_key, state, sources, first, summary)
         page.differing.append(panel)
         if first is not None:
-            lines.append((_run_line(run, name, first), name, first))
+            lines.append((_run_line(run, source_of.get(name, name), first), name, first))
     if run is not None and lines:
         _order_by_run_lines(page, std, run, lines)
 
