@@ -304,7 +304,7 @@ def _updated_standard(old: Any, series: dict[str, Any], *, name: str, recorded: 
     run is taken at the golden's steps (as verify compares it); series it lacks are reported,
     not added (which steps to sample is the golden's owners' choice).
     """
-    from detaudit.standards.formats import SAMPLED_FORMATS, align_run_series
+    from detaudit.standards.formats import comparison_of
     from detaudit.standards.standard import Standard
 
     if old is None:
@@ -312,8 +312,9 @@ def _updated_standard(old: Any, series: dict[str, Any], *, name: str, recorded: 
     added = sorted(set(series) - set(old.series))
     removed = sorted(set(old.series) - set(series))
     notes = []
-    if old.format in SAMPLED_FORMATS:
-        kept = {n: align_run_series(old, n, series[n]) for n in old.series if n in series}
+    sample_run = comparison_of(old).sample_run
+    if sample_run is not None:
+        kept = {n: sample_run(old.series[n], old.native_series(n), series[n]) for n in old.series if n in series}
         new = dataclasses.replace(old, series=kept)
         if added:
             notes.append(f"not added to this {old.format} golden (it keeps the series it has): {', '.join(added)}")
@@ -328,9 +329,10 @@ def _updated_standard(old: Any, series: dict[str, Any], *, name: str, recorded: 
 
 def _adds_series(result: Any) -> bool:
     """The run has series its standard lacks, and an update would add them (not to a sampled golden)."""
-    from detaudit.standards.formats import SAMPLED_FORMATS
+    from detaudit.standards.formats import comparison_of
 
-    return bool(result.extra_series) and result.standard is not None and result.standard.format not in SAMPLED_FORMATS
+    return (bool(result.extra_series) and result.standard is not None
+            and comparison_of(result.standard).sample_run is None)
 
 
 def _project_relative(config: pytest.Config, path: Path) -> str | None:

@@ -56,6 +56,9 @@ class Format:
     describe_native: Callable[[dict[str, Any]], list[str]] = lambda native: []
     check_native: Callable[[Path | str, dict[str, Any]], None] | None = None  # validates native carried by a detaudit file
     refuse: Callable[[Source], str | None] = lambda source: None  # a file of this framework that is no standard: why
+    # A golden that samples the run at its own steps (Megatron-LM): the run's series taken at the
+    # golden's steps, for an update that keeps them. None: the file holds every point of the run.
+    sample_run: Callable[[SeriesData, dict[str, Any], SeriesData], SeriesData] | None = None
 
 
 # --- JSON byte layout ------------------------------------------------------------------------

@@ -298,6 +298,24 @@ def compare(expected: SeriesData, native: dict[str, Any], actual: SeriesData | N
     return None
 
 
+def sample_run(expected: SeriesData, native: dict[str, Any], actual: SeriesData) -> SeriesData:
+    """The run's values at the golden's steps (positions in the list layout), as an update writes
+    them: the golden keeps its steps, its "nan" steps and its header; a step the run lacks is an error."""
+    if native.get("list"):
+        run_at = {i: (i, v) for i, v in enumerate(actual.values)}
+    else:
+        run_at = last_by_step(actual)
+    values = []
+    for step in expected.steps:
+        hit = run_at.get(step)
+        if hit is None:
+            where = f"logged value #{step}" if native.get("list") else f"step {step}"
+            raise InputError(actual.name or expected.name, f"series {expected.name!r}: the run has no {where}, which "
+                                                           "this Megatron-LM golden samples; it cannot be updated from this run")
+        values.append(hit[1])
+    return SeriesData(expected.name, expected.step_key, list(expected.steps), values)
+
+
 FORMAT = Format(
     name=NAME,
     title="Megatron-LM golden values",
@@ -307,6 +325,7 @@ FORMAT = Format(
     load=load,
     render=render,
     compare=compare,
+    sample_run=sample_run,
     rule="Megatron-LM's functional test (Deterministic): the golden's steps only; a \"nan\" step must be absent "
          f"from the run; a value with at most {DECIMALS} decimals matches the run's value rounded to {DECIMALS} "
          "decimals, any other value only the same value; a NaN or infinity anywhere in the run's series fails it",
