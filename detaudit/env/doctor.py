@@ -3,7 +3,8 @@
 It starts ``detaudit.env.probes.doctor_probe`` with the card's environment (interpreter, variables,
 PYTHONPATH), which reports three processes: the run process as it starts, the driver after
 ``determinism.enable(seed)``, and a Ray worker started through
-``determinism.ray_runtime_env(seed)``. Each gets the rows below; a failing row has a fix.
+``determinism.ray_runtime_env(seed)`` in a Ray the probe starts for itself (never a cluster the
+machine's ``RAY_ADDRESS`` or a ``ray start`` names). Each gets the rows below; a failing row has a fix.
 
 Fail closed: a probe that does not report is a failing row, not a pass. Rows that only
 matter on a GPU (cuBLAS workspace, TF32, NCCL) pass as "n/a" where the process sees no CUDA.
