@@ -119,7 +119,8 @@ def run_doctor(card: Card, *, seed: int = DEFAULT_SEED, ray: bool = True, timeou
     if line is None:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         return [Row("probe", "probe", False, f"exit code {proc.returncode}: {tail[:200]}",
-                    "the card's environment must start Python with detaudit importable")]
+                    "the probe must run in the card's environment: Python with detaudit (and, for the Ray "
+                    "row, ray) importable, and a Ray of its own able to start here")]
     report = json.loads(line[len(PROBE_MARK):])
     rows = evaluate("run process at start", report["start"], seed=seed, gpus_per_run=card.gpus_per_run, at_start=True)
     rows += evaluate("driver after enable()", report["driver"], seed=seed, gpus_per_run=card.gpus_per_run, at_start=False,
