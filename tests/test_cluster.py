@@ -505,3 +505,14 @@ def test_doctor_and_in_process_ray_start_their_own_ray_beside_a_running_cluster(
     # (Ray's job client here follows RAY_ADDRESS to the GCS, in this process: ask without it.)
     monkeypatch.delenv("RAY_ADDRESS")
     assert [j.entrypoint for j in head.client().list_jobs() if str(j.type).endswith("DRIVER")] == []
+
+
+def test_record_and_verify_run_cards_through_the_seam_not_the_cluster_module() -> None:
+    import ast
+
+    for flow in ("record", "verify", "trace"):
+        tree = ast.parse((REPO / "detaudit" / "flows" / f"{flow}.py").read_text())
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        imported |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
+        assert "detaudit.run.card_runs" in imported, flow
+        assert "detaudit.run.cluster" not in imported and "detaudit.run.cluster_job" not in imported, flow

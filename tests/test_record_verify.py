@@ -280,3 +280,11 @@ def test_a_local_run_gets_no_ray_address_unless_its_card_names_one(tmp_path: Pat
 
     assert saw("plain") == 0
     assert saw("named", '[env]\nRAY_ADDRESS = "auto"\n') == 1
+
+
+def test_a_relative_workdir_is_the_same_folder_for_detaudit_and_the_run(toy_card: Path, tmp_path: Path) -> None:
+    # Each run's cwd is its own run dir: a relative --workdir used to send its metrics path there, twice nested.
+    result = run_cli("record", str(toy_card), "--runs", "2", "--no-write", "--no-doctor", "--workdir", "rel",
+                     cwd=tmp_path)
+    assert result.code == 0, result.text
+    assert (tmp_path / "rel" / "run1" / "metrics.jsonl").is_file() and not (tmp_path / "rel" / "run1" / "rel").exists()
