@@ -516,3 +516,27 @@ def test_record_and_verify_run_cards_through_the_seam_not_the_cluster_module() -
         imported |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
         assert "detaudit.run.card_runs" in imported, flow
         assert "detaudit.run.cluster" not in imported and "detaudit.run.cluster_job" not in imported, flow
+
+
+def test_a_result_counts_only_when_well_formed_and_ray_agrees(tmp_path: Path) -> None:
+    from detaudit.run.cluster import JobState, take_result
+    from detaudit.run.spec import RunSpec, RunStatus
+
+    def taken(ray_status: str, **fields: object) -> tuple[JobState, object]:
+        run = tmp_path / "run1"
+        state = JobState(RunSpec(index=0, argv=[], env={}, workdir=run, log_path=run / "run.log",
+                                 metrics_path=run / "metrics.jsonl", timeout_s=1, collect=("trace",)), job_id="j")
+        good = {"status": "ok", "returncode": 0, "runner_class": ["cpu", "test"], "environment": {}, "node": "n",
+                "log_tail": "", "metrics_b64": base64.b64encode(b'{"a": 1}\n').decode(), "files": {}}
+        return state, take_result(state, ray_status, "", {**good, **fields})
+
+    state, (metrics, files, _) = taken("SUCCEEDED")
+    assert state.status == RunStatus.OK and metrics == b'{"a": 1}\n' and str(state.runner_class) == "cpu-test"
+    for ray_status, expected in (("FAILED", RunStatus.FAILED), ("STOPPED", RunStatus.KILLED)):
+        state, _ = taken(ray_status)
+        assert state.status == expected and "the run does not count" in (state.error or "")
+    for bad in ({"metrics_b64": "%%%"}, {"metrics_b64": 7}, {"files": {"../x": ""}}, {"files": ["trace/x"]},
+                {"runner_class": ["../../x"]}, {"runner_class": "cpu"}, {"status": "fine"}):
+        state, (metrics, files, tail) = taken("SUCCEEDED", **bad)
+        assert state.status == RunStatus.FAILED and not files, bad
+        assert state.error and state.error in tail, bad  # the run's log says why

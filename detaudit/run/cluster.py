@@ -49,6 +49,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import zlib
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -531,7 +532,9 @@ def _collect(server: JobServer, state: JobState, status: str, message: str, max_
         if len(logs) > 2 * max_bytes:
             raise ValueError(f"the job log is {len(logs)} characters, over the bound")
         result = decode_result(logs, state.nonce, max_bytes)
-    except (ValueError, JobServerError) as exc:
+        if result is not None and not isinstance(result, dict):
+            raise ValueError(f"the result block holds {type(result).__name__}, not a table")
+    except (ValueError, zlib.error, JobServerError) as exc:
         state.error = f"cannot read the job's results: {exc}"
     if result is None:
         state.status = RunStatus.KILLED if status == "STOPPED" else RunStatus.FAILED
@@ -539,13 +542,23 @@ def _collect(server: JobServer, state: JobState, status: str, message: str, max_
         # What the job log has (Ray's set-up messages, a traceback) is all there is.
         _write_local(state, None, {}, "\n".join(logs.splitlines()[-200:]) + f"\n[detaudit] {state.error}\n")
         return
+    _write_local(state, *take_result(state, status, message, result))
+
+
+def take_result(state: JobState, status: str, message: str, result: dict[str, Any]) -> tuple[bytes | None, dict[Path, bytes], str]:
+    """Set ``state`` from a job's result block and Ray's last ``status`` of the job; the metrics, the
+    files to write in the run dir and the log tail. Anything malformed fails the run, by name."""
     reported = result.get("status")
     state.status = RunStatus(reported) if reported in set(RunStatus) else RunStatus.FAILED
-    state.returncode = result.get("returncode")
-    state.environment = result.get("environment")
-    state.node = result.get("node")
+    if reported not in set(RunStatus):
+        state.error = f"the job reported an unknown status {str(reported)[:40]!r}"
+    returncode = result.get("returncode")
+    state.returncode = returncode if isinstance(returncode, int) and not isinstance(returncode, bool) else None
+    environment, node = result.get("environment"), result.get("node")
+    state.environment = environment if isinstance(environment, dict) else None
+    state.node = str(node)[:200] if node is not None else None
     if result.get("error"):
-        state.error = str(result["error"])
+        state.error = str(result["error"])[:2000]  # the node's own reason wins
     try:  # the class names the standard's file: it must be plain tokens, like every class
         state.runner_class = RunnerClass.of(result["runner_class"], f"Ray job {state.job_id}") if result.get("runner_class") else None
     except InputError as exc:
@@ -555,16 +568,19 @@ def _collect(server: JobServer, state: JobState, status: str, message: str, max_
         state.status = RunStatus.KILLED if status == "STOPPED" else RunStatus.FAILED
         state.error = (f"Ray reports the job {status}{f' ({message})' if message else ''} although its log holds "
                        "a result block: the run does not count")
-    metrics = base64.b64decode(result["metrics_b64"]) if result.get("metrics_b64") else None
     try:
+        encoded = result.get("metrics_b64")
+        if encoded is not None and not isinstance(encoded, str):
+            raise ValueError("the metrics are not base64 text")
+        metrics = base64.b64decode(encoded, validate=True) if encoded else None
         files = _received_files(state.spec, result.get("files") or {})
     except ValueError as exc:
-        state.status, files = RunStatus.FAILED, {}
-        state.error = f"the job sent back an unusable file: {exc}"
+        state.status, metrics, files = RunStatus.FAILED, None, {}
+        state.error = f"the job sent back unusable data: {exc}"
     tail = str(result.get("log_tail", ""))
     if state.error:
         tail += f"\n[detaudit] {state.error}\n"
-    _write_local(state, metrics, files, tail)
+    return metrics, files, tail
 
 
 def _received_files(spec: RunSpec, files: dict[str, Any]) -> dict[Path, bytes]:
