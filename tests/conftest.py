@@ -1,19 +1,37 @@
-"""Shared helpers: run the detaudit CLI in a subprocess, write cards for the toy recipe."""
+"""Shared helpers: run the detaudit CLI in a subprocess, write cards for the toy recipe, start a
+real Ray head for the cluster tests; and the check that no test starts Ray in the pytest process.
+
+Ray (and gloo) started inside the pytest process leave native threads behind after shutdown
+(gRPC's timer and event-engine threads, the GCS client's I/O thread); a full run was seen to
+pass every test and then segfault at interpreter exit. Tests start Ray in subprocesses; after
+each test this file looks for such threads, and the session fails naming the first test that
+left them (or a torch.distributed group still initialised).
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 TOY = REPO / "tests" / "recipes" / "toy_recipe.py"
+RAY = Path(sys.executable).parent / "ray"
+# Thread names (/proc/self/task/*/comm, 15 characters at most) that Ray's core worker leaves.
+RAY_THREAD_PREFIXES = ("grpc_global_tim", "gcs_client_io_s", "event_engine", "ray_")
+_LEFT_IN_PROCESS: list[str] = []
 
 
 @dataclass
@@ -27,10 +45,16 @@ class Result:
         return self.out + self.err
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict[str, str] | None = None) -> Result:
-    """Run `python -m detaudit ARGS` (the installed package) and capture everything."""
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600,
+            env: dict[str, str | None] | None = None) -> Result:
+    """Run `python -m detaudit ARGS` (the installed package) and capture everything; ``env`` values
+    of None remove that variable."""
     full_env = dict(os.environ, COLUMNS="200")
-    full_env.update(env or {})
+    for name, value in (env or {}).items():
+        if value is None:
+            full_env.pop(name, None)
+        else:
+            full_env[name] = value
     proc = subprocess.run(
         [sys.executable, "-m", "detaudit", *args],
         cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env,
@@ -63,3 +87,136 @@ def write_jsonl(path: Path, lines: list[str]) -> Path:
 @pytest.fixture
 def toy_card(tmp_path: Path) -> Path:
     return write_card(tmp_path / "toy.toml")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def processes_under(marker: str) -> list[int]:
+    """Pids whose command line names ``marker`` (a Ray head's own temp dir)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+@dataclass(frozen=True)
+class RayHead:
+    dashboard: str  # http://127.0.0.1:PORT, the job server
+    gcs: str  # 127.0.0.1:PORT, what RAY_ADDRESS names
+    temp: Path
+    headers: dict[str, str]  # what a client in this process sends (token authentication)
+
+    def client(self):
+        from ray.job_submission import JobSubmissionClient
+
+        return JobSubmissionClient(self.dashboard, headers=dict(self.headers))
+
+
+@contextmanager
+def ray_head(token: str | None = None) -> Iterator[RayHead]:
+    """A real `ray start --head` on 127.0.0.1 with its job server, own ports and own temp dir.
+
+    ``token``: the head uses Ray's token authentication with this token (``RAY_AUTH_TOKEN`` in its
+    own environment, which wins over any ~/.ray/auth_token); without it, token authentication is
+    off even if this machine has a ~/.ray/auth_token. Stopped after by ending the processes it started,
+    never with a broad `ray stop`.
+    """
+    temp = Path(tempfile.mkdtemp(prefix="rayt", dir="/tmp"))  # short: Ray's socket paths are bounded
+    dash, gcs = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH") and k != "RAY_ADDRESS"}
+    env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+               RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=str(REPO))
+    env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token} if token else {"RAY_AUTH_MODE": "disabled"})
+    argv = [str(RAY), "start", "--head", "--block", "--port", str(gcs), "--dashboard-port", str(dash),
+            "--dashboard-host", "127.0.0.1", "--include-dashboard", "true", "--num-cpus", "2", "--num-gpus", "0",
+            "--temp-dir", str(temp), "--ray-client-server-port", str(free_port()),
+            "--dashboard-agent-listen-port", str(free_port()), "--disable-usage-stats"]
+    head = subprocess.Popen(argv, env=env, stdout=open(temp / "head.log", "wb"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    info = RayHead(f"http://127.0.0.1:{dash}", f"127.0.0.1:{gcs}", temp,
+                   {"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        deadline = time.time() + 240
+        while True:
+            try:  # up when it takes a job (its agent starts after the HTTP server)
+                ready = info.client().submit_job(entrypoint="true", entrypoint_num_cpus=0)
+                break
+            except Exception:
+                if head.poll() is not None or time.time() > deadline:
+                    raise RuntimeError(f"the Ray head did not start: {(temp / 'head.log').read_text()[-3000:]}")
+                time.sleep(1)
+        while str(info.client().get_job_status(ready)) not in ("SUCCEEDED", "FAILED"):
+            if time.time() > deadline:
+                raise RuntimeError("the Ray head's job server does not finish a trivial job")
+            time.sleep(1)
+        yield info
+    finally:
+        head.send_signal(signal.SIGTERM)  # --block: ends every Ray process it started
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            head.kill()
+        for _ in range(50):
+            left = processes_under(str(temp))
+            if not left:
+                break
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.2)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def ray_threads_here() -> list[str]:
+    """Names of this process's threads that Ray left (none unless Ray was started in it)."""
+    names = []
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+        except OSError:
+            continue
+        if name.startswith(RAY_THREAD_PREFIXES):
+            names.append(name)
+    return sorted(names)
+
+
+@pytest.fixture(autouse=True)
+def _no_ray_in_the_test_process(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    if not _LEFT_IN_PROCESS:
+        threads = ray_threads_here()
+        if threads:
+            _LEFT_IN_PROCESS.append(f"{request.node.nodeid} started Ray in the pytest process "
+                                    f"(threads left: {', '.join(sorted(set(threads)))})")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the session when a test started Ray (or left torch.distributed initialised) in this process."""
+    problems = list(_LEFT_IN_PROCESS)
+    distributed = sys.modules.get("torch.distributed")
+    if distributed is not None and distributed.is_available() and distributed.is_initialized():
+        problems.append("a torch.distributed process group is still initialised in the pytest process")
+    if not problems:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    for problem in problems:
+        message = f"in-process Ray/gloo check: {problem}; start it in a subprocess"
+        if reporter is not None:
+            reporter.write_line(message, red=True)
+            reporter.flush()  # out before the interpreter exits (which is where such threads crash)
+        else:
+            print(message, file=sys.stderr)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED

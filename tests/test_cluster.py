@@ -1,104 +1,46 @@
 """record and verify --cluster against a real local Ray cluster (head node with its job server).
 
-One cluster for the whole module (2 CPUs, own ports, own temp dir); it is stopped after by
-ending the processes this module started, never with a broad `ray stop`.
+One cluster for the whole module (2 CPUs, own ports, own temp dir, started by conftest.ray_head);
+it is stopped after by ending the processes this module started, never with a broad `ray stop`.
+A server that never answers and one that answers HTTP 500 are local sockets (loopback only): no
+Ray server can be made to do either on purpose.
 """
 
 from __future__ import annotations
 
+import base64
+import http.server
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
-from conftest import REPO, run_cli, write_card
+from conftest import RAY, REPO, RayHead, free_port, ray_head, run_cli, write_card
 
-from detaudit.run.cluster_job import decode_result, encode_result
+from detaudit.run.cluster_job import decode_result, encode_result, expand, portable
 from detaudit.standards.standard import load_standard
 
-RAY = Path(sys.executable).parent / "ray"
 ACTIVE = ("PENDING", "RUNNING")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _processes_under(marker: str) -> list[int]:
-    """Pids whose command line names ``marker`` (this module's own Ray temp dir)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if marker in cmdline:
-            pids.append(int(entry.name))
-    return pids
+TRACE_RECIPE = REPO / "tests" / "recipes" / "trace_recipe.py"
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[str]:
-    """A Ray head with the dashboard's job server on 127.0.0.1; yields its HTTP address."""
-    temp = Path(tempfile.mkdtemp(prefix="rayt", dir="/tmp"))  # short: Ray's socket paths are bounded
-    dash = free_port()
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-               RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=str(REPO),
-               # A token in ~/.ray (another cluster's) would switch token auth on; this test cluster has none.
-               RAY_AUTH_MODE="disabled")
-    argv = [str(RAY), "start", "--head", "--block", "--port", str(free_port()), "--dashboard-port", str(dash),
-            "--dashboard-host", "127.0.0.1", "--include-dashboard", "true", "--num-cpus", "2", "--num-gpus", "0",
-            "--temp-dir", str(temp), "--ray-client-server-port", str(free_port()),
-            "--dashboard-agent-listen-port", str(free_port()), "--disable-usage-stats"]
-    head = subprocess.Popen(argv, env=env, stdout=open(temp / "head.log", "wb"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    address = f"http://127.0.0.1:{dash}"
-    try:
-        from ray.job_submission import JobSubmissionClient
+def head() -> Iterator[RayHead]:
+    with ray_head() as started:
+        yield started
 
-        deadline = time.time() + 180
-        while True:
-            try:  # up when it takes a job (its agent starts after the HTTP server)
-                ready = JobSubmissionClient(address).submit_job(entrypoint="true", entrypoint_num_cpus=0)
-                break
-            except Exception:
-                if head.poll() is not None or time.time() > deadline:
-                    raise RuntimeError(f"the Ray head did not start: {(temp / 'head.log').read_text()[-3000:]}")
-                time.sleep(1)
-        while str(JobSubmissionClient(address).get_job_status(ready)) not in ("SUCCEEDED", "FAILED"):
-            if time.time() > deadline:
-                raise RuntimeError("the Ray head's job server does not finish a trivial job")
-            time.sleep(1)
-        yield address
-    finally:
-        head.send_signal(signal.SIGTERM)  # --block: ends every Ray process it started
-        try:
-            head.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            head.kill()
-        for _ in range(50):
-            left = _processes_under(str(temp))
-            if not left:
-                break
-            for pid in left:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.2)
-        shutil.rmtree(temp, ignore_errors=True)
+
+@pytest.fixture(scope="module")
+def cluster(head: RayHead) -> str:
+    """The head's job server address."""
+    return head.dashboard
 
 
 def client(address: str):
@@ -177,7 +119,9 @@ def test_toy_record_on_cluster_equals_local_record(cluster: str, tmp_path: Path)
         assert "toy recipe: wrote" in (tmp_path / "remote" / f"run{i}" / "run.log").read_text()
     assert set(our_jobs(cluster, "toycl", probes=True).values()) == {"SUCCEEDED"}
     assert len(our_jobs(cluster, "toycl")) == 2
-    verified = run_cli("verify", str(card), "--cluster", cluster, "--workdir", str(tmp_path / "verify"))
+    # An explicit --cluster is used as given: a RAY_ADDRESS here (Ray's client would follow it) does not redirect it.
+    verified = run_cli("verify", str(card), "--cluster", cluster, "--workdir", str(tmp_path / "verify"),
+                       env={"RAY_ADDRESS": f"http://127.0.0.1:{free_port()}"})
     assert verified.code == 0, verified.text
     assert "PASSED: 4 metric series match" in verified.out
 
@@ -245,7 +189,14 @@ def test_interrupt_stops_every_job_it_submitted(cluster: str, tmp_path: Path, si
 
 def test_runs_on_different_runner_classes_write_no_standard(cluster: str, tmp_path: Path) -> None:
     # Run 2's interpreter dispatches torch to its portable kernels: a different runner class,
-    # exactly what a node with another CPU would report.
+    # exactly what a node with another CPU would report. Both classes come from the probe on this
+    # machine (an AMX Xeon's native class ends in -default-amx, an AVX2 one's in -avx2): no CPU assumed.
+    from detaudit.env.provenance import detect_environment, runner_class
+
+    native = str(runner_class(detect_environment(env=dict(os.environ)), 0))
+    forced = str(runner_class(detect_environment(env=dict(os.environ, ATEN_CPU_CAPABILITY="default")), 0))
+    if native == forced:
+        pytest.skip(f"torch already runs its portable kernels here ({native}): no second class to force")
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(
@@ -257,9 +208,8 @@ def test_runs_on_different_runner_classes_write_no_standard(cluster: str, tmp_pa
                      "--workdir", str(tmp_path / "runs"))
     assert result.code == 1, result.text
     assert "runs ran on different runner classes" in result.err
-    lines = [line for line in result.err.splitlines() if "Ray job detaudit-toymix-" in line]
-    assert len(lines) == 2 and lines[0].split("runner class ")[1] != lines[1].split("runner class ")[1], result.err
-    assert lines[1].endswith("-default")
+    lines = sorted(line for line in result.err.splitlines() if "Ray job detaudit-toymix-" in line)
+    assert [line.split("runner class ")[1] for line in lines] == [native, forced], result.err
     assert not (tmp_path / "standards").exists()
 
 
@@ -275,3 +225,318 @@ def test_tiny_recipe_on_cluster_matches_a_local_run(cluster: str, tmp_path: Path
     local = run_cli("verify", str(card), "--standard", str(std), "--workdir", str(tmp_path / "local"), timeout=900)
     assert local.code == 0, local.text
     assert "PASSED: 20 metric series match" in local.out
+
+
+def test_portable_text_names_this_machines_paths_and_only_whole_ones() -> None:
+    here = {"workdir": "/tmp/w/run1", "metrics": "/tmp/w/run1/metrics.jsonl", "python": "/v/bin/python",
+            "project": "/proj", "detaudit": "/src/detaudit", "detaudit_parent": "/src"}
+    node = {"workdir": "/n/run1", "metrics": "/n/run1/m.jsonl", "python": "/py", "project": "/cwd",
+            "detaudit": "/pkgs/detaudit", "detaudit_parent": "/pkgs"}
+    cases = {
+        "/tmp/w/run1/metrics.jsonl": "/n/run1/m.jsonl",
+        "/tmp/w/run1/trace": "/n/run1/trace",
+        "--out=/tmp/w/run1 /v/bin/python": "--out=/n/run1 /py",
+        "/src/detaudit/trace/site:/src:/proj/x:/project2": "/pkgs/detaudit/trace/site:/pkgs:/cwd/x:/project2",
+        "/src/tests/recipe.py": "/src/tests/recipe.py",  # under the package's folder, not the package: as is
+        "/v/bin/python3": "/v/bin/python3",
+        '{"a": "{workdir}"}': '{"a": "{workdir}"}',  # braces are text, never placeholders
+    }
+    for text, there in cases.items():
+        assert expand(portable(text, here), here) == text
+        assert expand(portable(text, here), node) == there, text
+    with pytest.raises(ValueError, match="unknown path anchor"):
+        expand([["", "home"]], node)
+
+
+def test_files_a_job_sends_back_stay_in_the_folders_asked_for(tmp_path: Path) -> None:
+    from detaudit.run.cluster import _received_files
+    from detaudit.run.spec import RunSpec
+
+    run = tmp_path / "run1"
+    spec = RunSpec(index=0, argv=[], env={}, workdir=run, log_path=run / "run.log",
+                   metrics_path=run / "metrics.jsonl", timeout_s=1, collect=("trace",))
+    data = base64.b64encode(b"{}\n").decode()
+    assert _received_files(spec, {"trace/main.1.jsonl": data}) == {run / "trace" / "main.1.jsonl": b"{}\n"}
+    for name in ("trace/../../x", "../x", "/etc/x", "trace/", "trace/.hidden", "other/main.1.jsonl", "trace/a/b"):
+        with pytest.raises(ValueError):
+            _received_files(spec, {name: data})
+    with pytest.raises(ValueError):
+        _received_files(spec, {"trace/main.1.jsonl": "not base64!"})
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """A loopback socket that accepts connections and never answers."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        for conn in accepted:
+            conn.close()
+        listener.close()
+
+
+def test_a_server_that_never_answers_ends_the_command_with_one_line(silent_server: str, tmp_path: Path) -> None:
+    card = write_card(tmp_path / "toy.toml")
+    card.write_text(card.read_text().replace("timeout_s = 60", "timeout_s = 3"))
+    started = time.monotonic()
+    result = run_cli("record", str(card), "--runs", "2", "--cluster", silent_server, "--no-doctor", timeout=300)
+    took = time.monotonic() - started
+    assert result.code == 2, result.text
+    assert result.err.startswith(f"detaudit: error: {silent_server}: cannot reach a Ray job server: no answer within 5s")
+    assert result.err.count("\n") == 1 and "Traceback" not in result.err
+    assert took < 120, took  # bounded by the request timeout, not forever
+    assert not (tmp_path / "standards").exists()
+
+
+class _FailingJobServer(http.server.BaseHTTPRequestHandler):
+    """Answers like Ray's job server up to the job's status, then HTTP 500 (a broken head); with the
+    server's ``stall`` set, it never answers a job request at all (a hung head)."""
+
+    def _send(self, code: int, body: object) -> None:
+        data = (json.dumps(body) if not isinstance(body, str) else body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json" if not isinstance(body, str) else "text/plain")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's spelling)
+        if self.path == "/api/authentication_mode":
+            self._send(200, {"authentication_mode": "disabled"})
+        elif self.path == "/api/version":
+            self._send(200, {"version": "4", "ray_version": "2.60.0", "ray_commit": "test"})
+        elif self.path.startswith("/api/packages/"):
+            self._send(404, "not found")
+        elif self.server.stall.is_set():  # type: ignore[attr-defined]
+            self.server.released.wait(600)  # type: ignore[attr-defined]
+        else:
+            self._send(500, "Internal Server Error: the head broke\nTraceback (most recent call last): ...")
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self._send(200, {})
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        if self.server.stall.is_set():  # type: ignore[attr-defined]
+            self.server.released.wait(600)  # type: ignore[attr-defined]
+        elif self.path == "/api/jobs/":
+            self._send(200, {"job_id": body.get("submission_id"), "submission_id": body.get("submission_id")})
+        else:
+            self._send(500, "Internal Server Error")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def failing_server() -> Iterator[http.server.ThreadingHTTPServer]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FailingJobServer)
+    server.stall, server.released = threading.Event(), threading.Event()  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.released.set()  # type: ignore[attr-defined]
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_a_server_that_stops_answering_ends_the_command_with_one_line(failing_server, tmp_path: Path) -> None:
+    # It answers the connection and the version, then never answers the job submission.
+    failing_server.stall.set()
+    address = f"http://127.0.0.1:{failing_server.server_address[1]}"
+    card = write_card(tmp_path / "toy.toml", name="toystall")
+    card.write_text(card.read_text().replace("timeout_s = 60", "timeout_s = 3"))
+    started = time.monotonic()
+    result = run_cli("record", str(card), "--runs", "2", "--cluster", address, "--no-doctor", timeout=300)
+    took = time.monotonic() - started
+    assert result.code == 2, result.text
+    assert result.err.startswith(f"detaudit: error: {address}: the Ray job server failed to accept job "
+                                 "detaudit-toystall-"), result.err
+    assert "no answer within 5s" in result.err and result.err.count("\n") == 1
+    assert took < 120, took
+
+
+def test_http_500_from_the_job_api_is_one_line_exit_2(failing_server, tmp_path: Path) -> None:
+    address = f"http://127.0.0.1:{failing_server.server_address[1]}"
+    card = write_card(tmp_path / "toy.toml", name="toy500")
+    result = run_cli("record", str(card), "--runs", "2", "--cluster", address, "--no-doctor", timeout=300)
+    assert result.code == 2, result.text
+    assert result.err.startswith(f"detaudit: error: {address}: the Ray job server failed to report job detaudit-toy500-")
+    assert "Request failed with status code 500: Internal Server Error: the head broke" in result.err
+    assert result.err.count("\n") == 1 and "Traceback" not in result.err
+    assert not (tmp_path / "standards").exists()
+
+
+def trace_card(tmp_path: Path, name: str, env: dict[str, str] | None = None) -> Path:
+    path = tmp_path / f"{name}.toml"
+    command = json.dumps(["{python}", str(TRACE_RECIPE)])
+    table = "".join(f"{k} = {json.dumps(v)}\n" for k, v in (env or {}).items())
+    path.write_text(f'name = "tracecl"\ncommand = {command}\ntimeout_s = 600\nrunner = ["cpu", "test"]\n'
+                    f'standards_dir = "{tmp_path / "standards"}"\n' + (f"[env]\n{table}" if table else ""))
+    return path
+
+
+def test_record_cluster_trace_end_to_end(cluster: str, tmp_path: Path) -> None:
+    """record --cluster --trace: the trace variables reach the node, the node's trace comes back and
+    is saved next to the standard; verify --cluster traces its run too and names what differs."""
+    card = trace_card(tmp_path, "trace")
+    runs = tmp_path / "runs"
+    result = run_cli("record", str(card), "--runs", "2", "--cluster", cluster, "--trace=modules",
+                     "--workdir", str(runs), "--no-doctor", timeout=900)
+    assert result.code == 0, result.text
+    std = tmp_path / "standards" / "tracecl.cpu-test.json"
+    saved = tmp_path / "standards" / "tracecl.cpu-test.trace"
+    assert std.exists() and json.loads((saved / "meta.json").read_text())["mode"] == "modules"
+    for run in (runs / "run1", runs / "run2"):  # each run's trace, written on the node, came back
+        assert list((run / "trace").glob("main.*.jsonl")), sorted(p.name for p in run.iterdir())
+    assert list((saved / "trace").glob("main.*.jsonl"))
+    same = run_cli("verify", str(card), "--cluster", cluster, "--workdir", str(tmp_path / "v1"), timeout=900)
+    assert same.code == 0, same.text
+    assert "the standard carries a trace" in same.err and "this run was traced and compared with it" in same.err
+    assert "traces identical" in same.out, same.out
+    # The card's env reaches the run on the node: this one perturbs the model's Scale module.
+    perturbed = trace_card(tmp_path, "perturbed", env={"TRACE_RECIPE_PERTURB": "1"})
+    other = run_cli("verify", str(perturbed), "--cluster", cluster, "--workdir", str(tmp_path / "v2"), timeout=900)
+    assert other.code == 1 and "FAILED" in other.out, other.text
+    assert "first differing module: main process: module Sequential.3 (Scale)" in other.out, other.out
+    assert list((tmp_path / "v2" / "run1" / "trace").glob("main.*.jsonl"))
+
+
+# In a Ray job's driver (`python -m detaudit.run.cluster_job SPEC`) only: act once its results are
+# out. Reaches the driver through the card's env (PYTHONPATH), as a node's own site set-up would.
+NODE_HOOK = r'''
+import atexit, base64, json, os, sys
+
+
+def _after_results():
+    if len(sys.argv) < 2 or not sys.argv[0].replace(os.sep, "/").endswith("detaudit/run/cluster_job.py"):
+        return
+    spec = json.loads(base64.urlsafe_b64decode(sys.argv[1].encode()))
+    action = os.environ.get("NODE_HOOK", "")
+    if action == "crash-runs" and not spec.get("probe"):
+        sys.stdout.flush()
+        os._exit(3)  # a crash at exit, after the result block went out
+    if action.startswith("forge-probe:") and spec.get("probe"):
+        from detaudit.run.cluster_job import encode_result
+
+        forged = {"status": "ok", "returncode": 0, "runner_class": json.loads(action.split(":", 1)[1]),
+                  "environment": {}, "node": "forged", "log_tail": "", "metrics_b64": None}
+        sys.stdout.write(encode_result(forged, spec["nonce"]))
+        sys.stdout.flush()
+
+
+atexit.register(_after_results)
+'''
+
+
+def hooked_card(tmp_path: Path, name: str, action: str) -> Path:
+    hook = tmp_path / "hook"
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(NODE_HOOK)
+    return write_card(tmp_path / f"{name}.toml", name=name,
+                      extra=f"[env]\nPYTHONPATH = {json.dumps(str(hook))}\nNODE_HOOK = {json.dumps(action)}\n")
+
+
+def test_a_job_that_fails_after_printing_its_results_is_not_a_good_run(cluster: str, tmp_path: Path) -> None:
+    card = hooked_card(tmp_path, "toycrash", "crash-runs")
+    result = run_cli("record", str(card), "--runs", "2", "--cluster", cluster, "--workdir", str(tmp_path / "runs"),
+                     "--no-doctor")
+    assert result.code == 1, result.text
+    assert "Ray reports the job FAILED" in result.err and "the run does not count" in result.err, result.err
+    assert not (tmp_path / "standards").exists()
+    assert set(our_jobs(cluster, "toycrash").values()) == {"FAILED"}
+
+
+@pytest.mark.parametrize("forged", [["..", "..", "escaped"], ["../../x"]], ids=["dotdot-parts", "slash-part"])
+def test_a_job_reporting_an_escaping_runner_class_writes_nothing(cluster: str, tmp_path: Path, forged: list) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    card = hooked_card(work, "toyesc", "forge-probe:" + json.dumps(forged))
+    before = sorted(str(p) for p in tmp_path.parent.rglob("*") if not p.is_relative_to(work / "hook"))
+    result = run_cli("record", str(card), "--runs", "2", "--cluster", cluster, "--no-doctor")
+    assert result.code == 2, result.text
+    assert "found no runner class: the job reported an unusable runner class" in result.err, result.err
+    assert result.err.count("\n") == 1
+    after = sorted(str(p) for p in tmp_path.parent.rglob("*") if not p.is_relative_to(work / "hook"))
+    assert after == before  # no standard, no lock, no folder: nowhere
+
+
+def test_doctor_and_in_process_ray_start_their_own_ray_beside_a_running_cluster(head: RayHead, tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine that runs a `ray start` cluster and names it in RAY_ADDRESS: the doctor's Ray worker
+    and the determinism tests' Ray start their own Ray, never join it (joining with num_cpus fails)."""
+    from test_determinism import RAY_HOOK_PROBE
+
+    from detaudit.data.card import load_card
+    from detaudit.env.doctor import run_doctor
+
+    monkeypatch.setenv("RAY_ADDRESS", head.gcs)
+    card = write_card(tmp_path / "toy.toml", extra='[env]\nPYTHONHASHSEED = "0"\n')
+    rows = run_doctor(load_card(card), seed=11, ray=True)
+    worker = [r for r in rows if r.process.startswith("Ray worker")]
+    assert worker and all(r.ok for r in rows), rows
+    probe = subprocess.run([sys.executable, "-c", RAY_HOOK_PROBE, "77", "math"], capture_output=True, text=True,
+                           timeout=600)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    assert json.loads(probe.stdout.strip().splitlines()[-1])["seeded"][0]["seed"] == 77
+    # No driver joined the cluster named in RAY_ADDRESS (a job submitted there is a SUBMISSION, not a DRIVER).
+    # (Ray's job client here follows RAY_ADDRESS to the GCS, in this process: ask without it.)
+    monkeypatch.delenv("RAY_ADDRESS")
+    assert [j.entrypoint for j in head.client().list_jobs() if str(j.type).endswith("DRIVER")] == []
+
+
+def test_record_and_verify_run_cards_through_the_seam_not_the_cluster_module() -> None:
+    import ast
+
+    for flow in ("record", "verify", "trace"):
+        tree = ast.parse((REPO / "detaudit" / "flows" / f"{flow}.py").read_text())
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        imported |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
+        assert "detaudit.run.card_runs" in imported, flow
+        assert "detaudit.run.cluster" not in imported and "detaudit.run.cluster_job" not in imported, flow
+
+
+def test_a_result_counts_only_when_well_formed_and_ray_agrees(tmp_path: Path) -> None:
+    from detaudit.run.cluster import JobState, take_result
+    from detaudit.run.spec import RunSpec, RunStatus
+
+    def taken(ray_status: str, **fields: object) -> tuple[JobState, object]:
+        run = tmp_path / "run1"
+        state = JobState(RunSpec(index=0, argv=[], env={}, workdir=run, log_path=run / "run.log",
+                                 metrics_path=run / "metrics.jsonl", timeout_s=1, collect=("trace",)), job_id="j")
+        good = {"status": "ok", "returncode": 0, "runner_class": ["cpu", "test"], "environment": {}, "node": "n",
+                "log_tail": "", "metrics_b64": base64.b64encode(b'{"a": 1}\n').decode(), "files": {}}
+        return state, take_result(state, ray_status, "", {**good, **fields})
+
+    state, (metrics, files, _) = taken("SUCCEEDED")
+    assert state.status == RunStatus.OK and metrics == b'{"a": 1}\n' and str(state.runner_class) == "cpu-test"
+    for ray_status, expected in (("FAILED", RunStatus.FAILED), ("STOPPED", RunStatus.KILLED)):
+        state, _ = taken(ray_status)
+        assert state.status == expected and "the run does not count" in (state.error or "")
+    for bad in ({"metrics_b64": "%%%"}, {"metrics_b64": 7}, {"files": {"../x": ""}}, {"files": ["trace/x"]},
+                {"runner_class": ["../../x"]}, {"runner_class": "cpu"}, {"status": "fine"}):
+        state, (metrics, files, tail) = taken("SUCCEEDED", **bad)
+        assert state.status == RunStatus.FAILED and not files, bad
+        assert state.error and state.error in tail, bad  # the run's log says why

@@ -1,19 +1,21 @@
-"""detaudit.env.determinism in this process and, through Ray's worker setup hook, in every actor."""
+"""detaudit.env.determinism in this process and, through Ray's worker setup hook, in every actor.
+
+Ray runs in subprocesses started by these tests, never in the pytest process (Ray leaves native
+threads behind after shutdown; see conftest), and each starts its own Ray (``address="local"``):
+never a cluster that RAY_ADDRESS or a `ray start` on the machine names.
+"""
 
 from __future__ import annotations
 
-import os
+import json
 import subprocess
 import sys
 
-import ray
-import torch
-
-from detaudit import determinism
+from detaudit.env import determinism
 
 PROBE = """
 import json, random, torch
-from detaudit import determinism
+from detaudit.env import determinism
 determinism.enable(123)
 print(json.dumps([torch.initial_seed(), torch.are_deterministic_algorithms_enabled(),
                   torch.backends.cudnn.deterministic, torch.randperm(6).tolist(), random.random()]))
@@ -25,6 +27,15 @@ def test_enable_seeds_and_sets_flags_in_a_fresh_process() -> None:
             for _ in range(2)]
     assert runs[0] == runs[1]
     assert runs[0].startswith("[123, true, true, ")
+
+
+# python -c RAY_HOOK_PROBE SEED ATTENTION: two seeded actors and one that skips the seed, in a Ray of its own.
+RAY_HOOK_PROBE = """
+import json, os, sys
+import ray, torch
+from detaudit.env import determinism
+
+seed, attention = int(sys.argv[1]), sys.argv[2]
 
 
 @ray.remote(num_cpus=0)
@@ -39,16 +50,28 @@ class Probe:
         }
 
 
+ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2,
+         runtime_env=determinism.ray_runtime_env(seed, attention=attention))
+try:
+    seeded = [Probe.remote() for _ in range(2)]
+    unseeded = Probe.options(runtime_env={"env_vars": {determinism.SKIP_SEED_ENV: "1"}}).remote()
+    out = {"seeded": ray.get([a.state.remote() for a in seeded]), "skipped": ray.get(unseeded.state.remote())}
+finally:
+    ray.shutdown()
+print(json.dumps(out))
+"""
+
+
+def ray_probe(seed: int, attention: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", RAY_HOOK_PROBE, str(seed), attention], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def test_ray_hook_seeds_every_worker_and_skip_leaves_one_unseeded() -> None:
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env=determinism.ray_runtime_env(77),
-             object_store_memory=100 * 1024**2)
-    try:
-        seeded = [Probe.remote() for _ in range(2)]
-        unseeded = Probe.options(runtime_env={"env_vars": {determinism.SKIP_SEED_ENV: "1"}}).remote()
-        states = ray.get([a.state.remote() for a in seeded])
-        skipped = ray.get(unseeded.state.remote())
-    finally:
-        ray.shutdown()
+    found = ray_probe(77, "math")
+    states, skipped = found["seeded"], found["skipped"]
     for state in states:
         assert state["seed"] == 77 and state["deterministic"] and state["cublas"] == ":4096:8"
         assert state["sdp"] == ["math"]  # the default: math only
@@ -59,18 +82,13 @@ def test_ray_hook_seeds_every_worker_and_skip_leaves_one_unseeded() -> None:
 
 def test_attention_choice_reaches_every_worker() -> None:
     """The worker hook sets the SDPA backends the driver chose, not math regardless."""
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env=determinism.ray_runtime_env(5, attention="flash"),
-             object_store_memory=100 * 1024**2)
-    try:
-        state = ray.get(Probe.remote().state.remote())
-    finally:
-        ray.shutdown()
+    state = ray_probe(5, "flash")["seeded"][0]
     assert state["deterministic"] and state["sdp"] == ["flash", "math"]
 
 
 SWITCHES = """
 import json, os, torch
-from detaudit import determinism
+from detaudit.env import determinism
 os.environ.update({determinism.SEED_ENV: "1", determinism.ATTENTION_ENV: "math"})
 determinism.ray_worker_setup()          # the hook: math only
 determinism.enable(1, attention="any")  # then the actor asks for any backend
@@ -94,7 +112,7 @@ def test_unknown_attention_mode_is_refused() -> None:
 
 FILL_PROBE = """
 import json, sys, torch
-from detaudit import determinism
+from detaudit.env import determinism
 determinism.enable(1, fill_uninitialized_memory=sys.argv[1] == "1")
 print(json.dumps([torch.utils.deterministic.fill_uninitialized_memory,
                   bool(torch.isnan(torch.empty(64)).all())]))

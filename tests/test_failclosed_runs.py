@@ -162,3 +162,81 @@ def test_a_second_ctrl_c_hurries_the_kill_and_still_kills_everything(toy_card: P
     assert "Traceback" not in err
     assert not pid_alive(child)
     assert not Path(str(standard_of(toy_card)) + ".lock").exists()
+
+
+def test_a_symlinked_trace_folder_is_refused_before_any_run(toy_card: Path, tmp_path: Path) -> None:
+    # `record --update` used to rewrite the standard and then crash removing the old trace (rmtree on a link).
+    assert run_cli("record", str(toy_card), "--runs", "2", "--no-doctor").code == 0
+    path = standard_of(toy_card)
+    before = path.read_bytes()
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "trace").mkdir(parents=True)
+    (elsewhere / "meta.json").write_text(json.dumps({"schema": "detaudit/trace/1", "mode": "rng"}))
+    link = path.with_name(path.stem + ".trace")
+    link.symlink_to(elsewhere, target_is_directory=True)
+    for extra in ((), ("--trace",)):
+        result = run_cli("record", str(toy_card), "--runs", "2", "--update", "--no-doctor",
+                         "--workdir", str(tmp_path / f"runs{len(extra)}"), *extra)
+        assert result.code == 2, result.text
+        assert result.err == f"detaudit: error: {link}: is a symbolic link; a standard's trace folder must be a real " \
+                             "folder (remove the link, or put the folder it points to in its place)\n"
+        assert not (tmp_path / f"runs{len(extra)}").exists()  # refused before any run
+    assert path.read_bytes() == before and link.is_symlink() and (elsewhere / "meta.json").is_file()
+    assert not Path(str(path) + ".lock").exists()
+
+
+def untraceable_card(tmp_path: Path) -> Path:
+    """A card whose run is not Python (so no trace bootstrap starts in it) and writes fixed metrics."""
+    lines = "".join(json.dumps({"step_key": "step", "step": i, "loss": i / 2}) + "\n" for i in range(3))
+    source = tmp_path / "metrics.jsonl"
+    source.write_text(lines)
+    card = tmp_path / "sh.toml"
+    card.write_text(f'name = "sh"\ncommand = {json.dumps(["sh", "-c", f"cp {source} $DETAUDIT_METRICS_JSONL"])}\n'
+                    f'timeout_s = 60\nrunner = ["cpu", "test"]\nstandards_dir = "{tmp_path / "standards"}"\n')
+    return card
+
+
+def test_a_traced_record_whose_run_left_no_trace_writes_nothing(tmp_path: Path) -> None:
+    # The standard used to be written, then copying run 1's trace crashed (what `record --cluster
+    # --trace` did before runs carried their trace variables). Now the missing trace is found first.
+    card = untraceable_card(tmp_path)
+    result = run_cli("record", str(card), "--runs", "2", "--trace", "--no-doctor", "--workdir", str(tmp_path / "runs"))
+    assert result.code == 2, result.text
+    errors = [line for line in result.err.splitlines() if line.startswith("detaudit: error: ")]
+    assert errors == [f"detaudit: error: {tmp_path / 'runs' / 'run1' / 'trace'}: run 1 was traced but left no trace "
+                      "here; no standard written"], result.err
+    assert "Traceback" not in result.err
+    assert not (tmp_path / "standards").exists() or list((tmp_path / "standards").iterdir()) == []
+
+
+def test_update_that_cannot_review_the_old_standard_leaves_it_as_it_was(toy_card: Path) -> None:
+    # An old standard holding 10**400: the review of the update used to crash after the new standard
+    # was written. The review comes before the write: either it works and the update is written with
+    # it, or the old standard stays, byte for byte.
+    assert run_cli("record", str(toy_card), "--runs", "2", "--no-doctor").code == 0
+    path = standard_of(toy_card)
+    doc = json.loads(path.read_text())
+    doc["series"]["rollout/reward/raw_num_samples"]["points"][0][1] = 10**400
+    path.write_text(json.dumps(doc))
+    before = path.read_bytes()
+    result = run_cli("record", str(toy_card), "--runs", "2", "--update", "--no-doctor")
+    if result.code == 0:
+        assert "update: changed: rollout/reward/raw_num_samples" in result.out, result.text
+        assert path.read_bytes() != before
+    else:
+        assert path.read_bytes() == before, result.text
+        assert "RECORDED" not in result.out
+    assert not Path(str(path) + ".lock").exists()
+
+
+def test_verify_never_claims_a_trace_it_did_not_take(tmp_path: Path) -> None:
+    card = untraceable_card(tmp_path)
+    assert run_cli("record", str(card), "--runs", "2", "--no-doctor").code == 0
+    saved = tmp_path / "standards" / "sh.cpu-test.trace"
+    (saved / "trace").mkdir(parents=True)
+    (saved / "meta.json").write_text(json.dumps({"schema": "detaudit/trace/1", "card": "sh", "mode": "rng"}))
+    result = run_cli("verify", str(card), "--workdir", str(tmp_path / "v"))
+    assert "this run was traced" not in result.err, result.text
+    assert f"trace incomplete: run 1: no trace at {tmp_path / 'v' / 'run1' / 'trace'}" in result.out, result.text
+    doc = json.loads(run_cli("verify", str(card), "--json", "--workdir", str(tmp_path / "w")).out)
+    assert doc["standard_trace"] is None and doc["trace"]["missing"]

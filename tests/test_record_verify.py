@@ -254,3 +254,37 @@ def test_library_usable_from_python(toy_card: Path, tmp_path: Path) -> None:
     assert result.ok and result.standard is not None and len(result.standard.series) == 4
     checked = verify(toy_card, standard=tmp_path / "s.json")
     assert checked.status == "passed" and checked.compared == 4
+
+
+ADDRESS_RECIPE = """
+import json, os
+with open(os.environ["DETAUDIT_METRICS_JSONL"], "w") as out:
+    out.write(json.dumps({"step_key": "step", "step": 0, "saw_ray_address": int("RAY_ADDRESS" in os.environ)}) + "\\n")
+"""
+
+
+def test_a_local_run_gets_no_ray_address_unless_its_card_names_one(tmp_path: Path) -> None:
+    """RAY_ADDRESS on this machine (a `ray start` cluster, someone else's) is not where a local run's
+    Ray goes: the run does not see it. A card that names a cluster in its env keeps it."""
+    script = tmp_path / "address.py"
+    script.write_text(ADDRESS_RECIPE)
+
+    def saw(name: str, extra: str = "") -> float:
+        card = tmp_path / f"{name}.toml"
+        card.write_text(f'name = "{name}"\ncommand = {json.dumps(["{python}", str(script)])}\ntimeout_s = 60\n'
+                        f'runner = ["cpu", "test"]\n{extra}')
+        result = run_cli("record", str(card), "--runs", "2", "--no-write", "--no-doctor",
+                         "--workdir", str(tmp_path / name), env={"RAY_ADDRESS": "127.0.0.1:1"})
+        assert result.code == 0, result.text
+        return json.loads((tmp_path / name / "run1" / "metrics.jsonl").read_text())["saw_ray_address"]
+
+    assert saw("plain") == 0
+    assert saw("named", '[env]\nRAY_ADDRESS = "auto"\n') == 1
+
+
+def test_a_relative_workdir_is_the_same_folder_for_detaudit_and_the_run(toy_card: Path, tmp_path: Path) -> None:
+    # Each run's cwd is its own run dir: a relative --workdir used to send its metrics path there, twice nested.
+    result = run_cli("record", str(toy_card), "--runs", "2", "--no-write", "--no-doctor", "--workdir", "rel",
+                     cwd=tmp_path)
+    assert result.code == 0, result.text
+    assert (tmp_path / "rel" / "run1" / "metrics.jsonl").is_file() and not (tmp_path / "rel" / "run1" / "rel").exists()

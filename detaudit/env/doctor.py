@@ -3,7 +3,8 @@
 It starts ``detaudit.env.probes.doctor_probe`` with the card's environment (interpreter, variables,
 PYTHONPATH), which reports three processes: the run process as it starts, the driver after
 ``determinism.enable(seed)``, and a Ray worker started through
-``determinism.ray_runtime_env(seed)``. Each gets the rows below; a failing row has a fix.
+``determinism.ray_runtime_env(seed)`` in a Ray the probe starts for itself (never a cluster the
+machine's ``RAY_ADDRESS`` or a ``ray start`` names). Each gets the rows below; a failing row has a fix.
 
 Fail closed: a probe that does not report is a failing row, not a pass. Rows that only
 matter on a GPU (cuBLAS workspace, TF32, NCCL) pass as "n/a" where the process sees no CUDA.
@@ -118,7 +119,8 @@ def run_doctor(card: Card, *, seed: int = DEFAULT_SEED, ray: bool = True, timeou
     if line is None:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         return [Row("probe", "probe", False, f"exit code {proc.returncode}: {tail[:200]}",
-                    "the card's environment must start Python with detaudit importable")]
+                    "the probe must run in the card's environment: Python with detaudit (and, for the Ray "
+                    "row, ray) importable, and a Ray of its own able to start here")]
     report = json.loads(line[len(PROBE_MARK):])
     rows = evaluate("run process at start", report["start"], seed=seed, gpus_per_run=card.gpus_per_run, at_start=True)
     rows += evaluate("driver after enable()", report["driver"], seed=seed, gpus_per_run=card.gpus_per_run, at_start=False,

@@ -14,10 +14,9 @@ from typing import Any, Callable
 from detaudit.data.card import load_card
 from detaudit.errors import UsageError
 from detaudit.results import TraceResult, TraceStatus
-from detaudit.run.local import interrupts_as_exceptions, run_batch
-from detaudit.run.plan import make_specs, prepare_workdir
+from detaudit.run.card_runs import run_card
 from detaudit.run.spec import RunState
-from detaudit.trace import MODES, run_trace_dir, trace_hook
+from detaudit.trace import MODES, run_trace_dir
 from detaudit.trace.compare import (
     compare_traces,
     seed_collisions,
@@ -49,11 +48,11 @@ def trace_card(
         raise UsageError(f"unknown trace mode {mode!r} (one of {', '.join(MODES)})")
     if save is not None and Path(save).exists() and (not Path(save).is_dir() or any(Path(save).iterdir())):
         raise UsageError("exists; give --save a new folder", save)
-    base, _ = prepare_workdir(card, workdir, 1, "trace")  # kept: the trace is what this command is for
-    spec = make_specs(card, 1, base, extra_args, env_hooks=(trace_hook(mode),))[0]
+    # Here, unprobed (a trace needs no runner class); the work dir is kept: the trace is what this command is for.
+    plan = run_card(card, 1, workdir=workdir, extra_args=extra_args, trace=mode, label="trace", probe=False,
+                    on_update=on_update)
+    spec, state = plan.specs[0], plan.states[0]
     trace_dir = run_trace_dir(spec.workdir)
-    with interrupts_as_exceptions():
-        state = run_batch([spec], on_update=on_update)[0]
     result = TraceResult(TraceStatus.OK if state.ok else TraceStatus.RUN_FAILED, mode, state, trace_dir)
     if not state.ok:
         return result

@@ -20,23 +20,18 @@ from detaudit.env.provenance import (
 from detaudit.errors import InputError, UsageError
 from detaudit.results import VerifyResult, VerifyStatus
 from detaudit.standards.check import check_run, compared_series
-from detaudit.run.cluster import runner_mismatch
-from detaudit.run.local import interrupts_as_exceptions
+from detaudit.run.card_runs import Placement, place, run_card
+from detaudit.run.executor import runner_mismatch
 from detaudit.run.plan import (
     EnvHook,
-    Executor,
-    environment_for,
-    execute,
     finish,
-    make_plan,
     missing_metrics,
     no_metrics_error,
-    resolve_runner,
     standards_of_card,
 )
 from detaudit.run.spec import RunState
 from detaudit.standards.formats import load_any
-from detaudit.trace import run_trace_dir, trace_hook
+from detaudit.trace import MODES, run_trace_dir
 from detaudit.trace.compare import audit_runs
 from detaudit.trace.saved import read_saved, standard_trace_dir
 
@@ -51,7 +46,6 @@ def verify(
     step_key: str | None = None,
     extra_args: tuple[str, ...] = (),
     workdir: str | Path | None = None,
-    executor: Executor | None = None,
     env_hooks: Sequence[EnvHook] = (),
     cluster: str | None = None,
     on_update: Callable[[list[RunState]], None] | None = None,
@@ -65,7 +59,10 @@ def verify(
     out (and reported) unless ``include`` names it too.
 
     ``strict_runner`` is the older spelling: True is the default behaviour, False the same
-    as ``allow_other_runner=True``.
+    as ``allow_other_runner=True``. ``cluster``: the run is a Ray job there; a standard that
+    carries a trace gets the cluster run traced too (its trace comes back with its metrics).
+    The result names the standard's trace (``standard_trace``) only when this run's trace was
+    taken and compared with it.
     """
     if strict_runner is not None:
         if strict_runner and allow_other_runner:
@@ -79,18 +76,15 @@ def verify(
         raise UsageError("--trace traces a run: give a CARD, not --metrics")
     if cluster is not None and metrics is not None:
         raise UsageError("--cluster runs the card; with --metrics nothing runs")
+    if trace is not None and trace not in MODES:
+        raise UsageError(f"unknown trace mode {trace!r} (one of {', '.join(MODES)})")
     card: Card | None = load_card(card_path) if card_path is not None else None
     info: dict[str, Any] | None = None
-    here: list[str] | None = None
-    if card is not None and cluster is not None and metrics is None:
-        from detaudit.run.cluster import ClusterExecutor
-
-        executor = ClusterExecutor(card, card_path, cluster, extra_args)  # type: ignore[arg-type]
-        with interrupts_as_exceptions():
-            info, here = executor.probe()
-    elif card is not None:
-        info = environment_for(card)
-        here = resolve_runner(card, info)
+    here = None
+    placement: Placement | None = None
+    if card is not None:
+        placement = place(card, cluster=cluster)
+        info, here = placement.environment, placement.runner_class
     # Opt-in, kept apart: this runner class checked approximately against another's standard.
     rule = approximate_rule(card, here) if card is not None and here is not None else None
     if standard is not None:
@@ -128,19 +122,15 @@ def verify(
     explicit_trace = bool(trace)
     saved_trace = None
     if metrics is None:
-        assert card is not None and info is not None
+        assert card is not None and placement is not None
         carried = standard_trace_dir(path)
         if (carried / "meta.json").is_file():  # the standard carries its run's trace: trace this run too
             saved_meta, saved_trace = read_saved(carried)
-            result.standard_trace = carried
             trace = "modules" if "modules" in (trace, saved_meta.get("mode")) else "rng"
-        if trace:
-            env_hooks = tuple(env_hooks) + (trace_hook(trace),)
-        with interrupts_as_exceptions():
-            plan = make_plan(card, 1, environment=info, workdir=workdir, extra_args=extra_args,
-                             env_hooks=env_hooks, label="verify")
-            result.workdir = plan.workdir
-            state = execute(plan, executor=executor, on_update=on_update)[0]
+        plan = run_card(card, 1, placement=placement, workdir=workdir, extra_args=extra_args, env_hooks=env_hooks,
+                        trace=trace, label="verify", on_update=on_update)
+        result.workdir = plan.workdir
+        state = plan.states[0]
         result.run = state
         if not state.ok:
             result.status = VerifyStatus.RUN_FAILED
@@ -154,6 +144,8 @@ def verify(
         if trace:
             result.trace = audit_runs([run_trace_dir(plan.specs[0].workdir)], reference=saved_trace,
                                       reference_labels=("the standard's run", "this run"))
+            if saved_trace is not None and not result.trace.missing:
+                result.standard_trace = carried  # never claimed for a trace this run did not take
         metrics = plan.specs[0].metrics_path
     result.metrics_path = Path(metrics)
     check = check_run(std, Path(metrics), card=card, step_key=step_key, approximate=approximate,

@@ -37,12 +37,15 @@ def interrupted_message(signal_name: str, states: list[Any], repeated: bool, wri
 
 
 def job_lines(states: list[Any]) -> list[str]:
-    """Where each cluster run ran: its Ray job id, node and runner class (local runs: none)."""
+    """Where each cluster run ran: its Ray job id, node and runner class, and where the token for a
+    job server with token authentication came from (local runs: none)."""
     lines = []
     for s in states:
         if getattr(s, "job_id", None) and s.status not in ("waiting", "killed"):
             cls = class_text(s.runner_class)
-            lines.append(f"run {s.spec.index + 1}: Ray job {s.job_id} on {s.node or 'an unknown node'}, runner class {cls}")
+            token = f" (job server token from {s.token_source})" if getattr(s, "token_source", None) else ""
+            lines.append(f"run {s.spec.index + 1}: Ray job {s.job_id}{token} on {s.node or 'an unknown node'}, "
+                         f"runner class {cls}")
     return lines
 
 

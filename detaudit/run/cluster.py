@@ -10,15 +10,27 @@ as ``http://head:8265``, or ``auto`` for the cluster this machine belongs to). A
 - carries the project (the git work tree holding the card, else the card's folder) as its
   ``working_dir`` and this detaudit as a ``py_modules`` entry, plus the card's ``env``
   and the determinism variables as ``env_vars``, which every Ray worker of the job gets;
-- runs ``python -m detaudit.run.cluster_job SPEC``: the card's command as a local record
-  runs it, in a node-local dir; the recipe's ``ray.init`` joins the cluster through the
-  ``RAY_ADDRESS`` that Ray sets for job drivers;
-- sends back its metrics, log tail, environment and runner class as one framed,
-  checksummed, size-bounded block in the job log (no shared filesystem needed).
+- runs ``python -m detaudit.run.cluster_job SPEC``: the run's own command and variables (its
+  ``RunSpec.argv`` and ``RunSpec.overlay``: extra arguments, the card's ``env``, trace
+  variables), with this machine's paths named so that the node fills in its own, in a
+  node-local dir; the recipe's ``ray.init`` joins the cluster through the ``RAY_ADDRESS`` that
+  Ray sets for job drivers;
+- sends back its metrics, the files of the folders the spec collects (``trace/``), log tail,
+  environment and runner class as one framed, checksummed, size-bounded block in the job log
+  (no shared filesystem needed).
 
-``ClusterExecutor`` plugs this into ``detaudit.run.plan``; its ``probe()`` job first reports the
-runner class of a node where the card's jobs go (so record and verify choose the standard
-before any run), and every run's own class is checked against it (``runner_mismatch``).
+A run counts as ok only when Ray reports its job SUCCEEDED *and* the block says ok. Every
+request to the job server has a timeout, and every wait (set-up, the run, stopping) is bounded
+by the card's timeout and a fixed grace, so a server that accepts and never answers ends the
+command with one line. A server that uses Ray's token authentication (``/api/authentication_mode``
+says ``token``) gets the token the way Ray's own clients find it (``RAY_AUTH_TOKEN``, else the
+file named by ``RAY_AUTH_TOKEN_PATH``, else ``~/.ray/auth_token``); which one was used is
+reported. An explicit ADDRESS is used as given: ``RAY_ADDRESS`` in this environment does not
+redirect it (Ray's client would).
+
+``ClusterExecutor`` is the ``detaudit.run.executor.Executor`` for clusters; its ``probe()`` job
+first reports the runner class of a node where the card's jobs go (so record and verify choose
+the standard before any run), and every run's own class is checked against it.
 
 Every job this batch submits is named ``detaudit-<card>-<token>-runN``. A failure, a
 timeout, Ctrl-C or SIGTERM stops those jobs, and only those, and waits until Ray reports
@@ -27,7 +39,9 @@ each one stopped. ray is imported inside functions only: the tool starts without
 
 from __future__ import annotations
 
+import base64
 import logging
+import os
 import re
 import secrets
 import signal
@@ -35,26 +49,45 @@ import subprocess
 import tempfile
 import threading
 import time
+import zlib
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from detaudit.data.card import Card
 from detaudit.env.determinism import DETERMINISTIC_ENV_VARS
 from detaudit.errors import InputError
-from detaudit.run.cluster_job import MAX_RESULT_BYTES, decode_result, encode_spec
+from detaudit.run.cluster_job import (
+    MAX_RESULT_BYTES,
+    PACKAGE_DIR,
+    anchors_here,
+    decode_result,
+    encode_spec,
+    portable,
+)
 from detaudit.run.local import Interrupted, log_tail
 from detaudit.run.spec import RunSpec, RunState, RunStatus
-from detaudit.runner_class import RunnerClass
+from detaudit.runner_class import RunnerClass, check_plain_name
 
 POLL_S = 0.5
 # On top of the card's timeout: runtime env set-up and the runner probe on the node.
 SETUP_GRACE_S = 120.0
 STOP_WAIT_S = 60.0
-SUBMIT_RETRY_S = 60.0  # a job server whose agent is not up yet says "try again later"  # Ray sends SIGTERM, then SIGKILL after RAY_JOB_STOP_WAIT_TIME_S (3 s)
+SUBMIT_RETRY_S = 60.0  # a job server whose agent is not up yet says "try again later"
+# Each request to the job server: a server that accepts and never answers must not hold a
+# command forever. Short cards get short requests (never under the floor).
+REQUEST_TIMEOUT_S = 30.0
+MIN_REQUEST_TIMEOUT_S = 5.0
+# While runs go, the job server may stop answering for this long (a restart, a network blip)
+# before the batch ends: never longer than the card's timeout, never past a run's own deadline.
+OUTAGE_GRACE_S = 60.0
 EXCLUDES = [".git/", ".venv/", "venv/", "__pycache__/", "*.pyc", ".pytest_cache/", ".detaudit/", "*.egg-info/"]
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+# Variables through which Ray's job client picks a server itself, overriding the address given.
+ADDRESS_ENVS = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
+TOKEN_ENV, TOKEN_PATH_ENV = "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"
 
 
 @dataclass
@@ -65,8 +98,11 @@ class JobState(RunState):
     runner_class: RunnerClass | None = None  # detected on the node, in the run's environment
     environment: dict[str, Any] | None = None
     node: str | None = None
-    error: str | None = None  # why the results could not be read back
+    error: str | None = None  # why the results could not be read back, or do not count
     job_status: str | None = None  # Ray's last word: PENDING, RUNNING, SUCCEEDED, ...
+    token_source: str | None = None  # where the job server's token came from (token authentication)
+    unanswered_since: float | None = field(default=None, repr=False)  # the job server stopped answering
+    outage_grace_s: float = field(default=OUTAGE_GRACE_S, repr=False)
     nonce: str = field(default_factory=lambda: secrets.token_hex(8), repr=False)
 
 
@@ -78,43 +114,206 @@ class ClusterInterrupted(Interrupted):
         self.stopped = stopped
 
 
+class JobServerError(InputError):
+    """A request to the job server failed (one line); ``transient``: it did not answer at all."""
+
+    def __init__(self, address: str, message: str, transient: bool = False) -> None:
+        super().__init__(address, message)
+        self.transient = transient
+
+    def __reduce__(self):
+        return (JobServerError, (self.path, self.message, self.transient))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def _no_answer(exc: BaseException) -> bool:
+    """The server did not answer (refused, reset, timed out), as opposed to answering an error."""
+    try:
+        import requests
+    except ImportError:  # pragma: no cover - ray[default] brings requests
+        return isinstance(exc, (ConnectionError, TimeoutError))
+    return isinstance(exc, (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
+                            ConnectionError, TimeoutError))
+
+
+def request_timeout(card: Card) -> float:
+    """Seconds one request to the job server may take for this card."""
+    return min(REQUEST_TIMEOUT_S, max(MIN_REQUEST_TIMEOUT_S, card.timeout_s))
+
+
+def outage_grace(card: Card) -> float:
+    """Seconds the job server may go without answering while this card's runs go."""
+    return min(OUTAGE_GRACE_S, max(MIN_REQUEST_TIMEOUT_S, card.timeout_s))
+
+
+@contextmanager
+def _address_as_given(address: str) -> Iterator[None]:
+    """Inside: Ray's job client uses ``address``, not one that ``RAY_ADDRESS`` (or
+    ``RAY_API_SERVER_ADDRESS``) names; ``auto`` still finds the cluster the way Ray does."""
+    saved = {} if address == "auto" else {k: os.environ.pop(k) for k in ADDRESS_ENVS if k in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def token_source() -> str:
+    """Where Ray's token loader takes the token from, in its order of precedence."""
+    if os.environ.get(TOKEN_ENV):
+        return f"${TOKEN_ENV}"
+    if os.environ.get(TOKEN_PATH_ENV):
+        return f"${TOKEN_PATH_ENV} ({os.environ[TOKEN_PATH_ENV]})"
+    return str(Path.home() / ".ray" / "auth_token")
+
+
+def _server_auth_mode(url: str, address: str, timeout_s: float) -> str | None:
+    """What the job server says of its authentication ("token", "disabled"); None when it does not say."""
+    import requests
+
+    try:
+        answer = requests.get(url.rstrip("/") + "/api/authentication_mode", timeout=timeout_s)
+    except Exception as exc:
+        why = f"no answer within {timeout_s:g}s" if isinstance(exc, requests.exceptions.Timeout) else _first_line(exc)
+        raise JobServerError(address, f"cannot reach a Ray job server: {why}", transient=True) from None
+    if answer.status_code != 200:
+        return None  # an older Ray: its client finds the token itself when RAY_AUTH_MODE=token
+    try:
+        mode = answer.json().get("authentication_mode")
+    except (ValueError, AttributeError):
+        return None
+    return mode if isinstance(mode, str) else None
+
+
+def _token_header(address: str) -> tuple[dict[str, str], str]:
+    """The token as Ray's clients send it, and where it came from; ``InputError`` when there is none."""
+    try:
+        from ray._raylet import AuthenticationTokenLoader
+        from ray.exceptions import AuthenticationError
+    except ImportError as exc:
+        raise InputError(address, f"the Ray job server wants a token and this Ray cannot load one ({exc})") from None
+    source = token_source()
+    loader = AuthenticationTokenLoader.instance()
+    loader.reset_cache()  # the environment may have changed since the loader last looked
+    try:
+        found = loader.has_token(ignore_auth_mode=True)
+        header = loader.get_token_for_http_header(ignore_auth_mode=True) if found else {}
+    except AuthenticationError as exc:
+        raise InputError(address, f"the Ray job server uses token authentication and the token in {source} "
+                                  f"cannot be read: {_first_line(exc)}") from None
+    if not header:
+        raise InputError(address, f"the Ray job server uses token authentication and no token was found "
+                                  f"(${TOKEN_ENV}, ${TOKEN_PATH_ENV} or {source}): set one of them to the "
+                                  "cluster's token (`ray get-auth-token` on the head)")
+    return dict(header), source
+
+
+def _bounded_client_class(base: type, timeout_s: float) -> type:
+    """``base`` (Ray's ``JobSubmissionClient``) with a timeout on every HTTP request it makes."""
+    if not callable(getattr(base, "_do_request", None)):
+        raise InputError(None, "this Ray's job client has no request method detaudit can put a timeout on; "
+                               "install a Ray with the job client of Ray 2.x (ray[default])")
+
+    class BoundedJobClient(base):  # type: ignore[misc, valid-type]
+        def _do_request(self, method: str, endpoint: str, **kwargs: Any) -> Any:
+            kwargs.setdefault("timeout", timeout_s)
+            return super()._do_request(method, endpoint, **kwargs)
+
+    return BoundedJobClient
+
+
+class JobServer:
+    """Ray's job server at one address: every request bounded in time, every failure one line."""
+
+    def __init__(self, address: str, timeout_s: float) -> None:
+        self.address = address
+        self.timeout_s = timeout_s
+        self.token_source: str | None = None  # set when the server uses token authentication
+        self.client = self._connect()
+
+    def _connect(self) -> Any:
+        try:
+            from ray.dashboard.utils import get_address_for_submission_client
+            from ray.job_submission import JobSubmissionClient
+        except ImportError as exc:
+            raise InputError(self.address, f"--cluster needs ray[default] installed here ({exc})") from None
+        # Ray logs each package upload at INFO on stderr; detaudit prints its own progress.
+        for name in ("ray.dashboard.modules.dashboard_sdk", "ray._private.runtime_env.packaging"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+        client_class = _bounded_client_class(JobSubmissionClient, self.timeout_s)
+        with _address_as_given(self.address):
+            try:
+                url = get_address_for_submission_client(self.address)
+            except Exception as exc:  # "auto" with no cluster here, a malformed address
+                raise InputError(self.address, f"cannot reach a Ray job server: {_first_line(exc)}") from None
+            headers = None
+            if _server_auth_mode(url, self.address, self.timeout_s) == "token":
+                headers, self.token_source = _token_header(self.address)
+            try:
+                return client_class(url, headers=headers)
+            except Exception as exc:  # ConnectionError, a timeout, RuntimeError, an authentication error
+                why = _first_line(exc)
+                if self.token_source is not None:
+                    why += f" (token from {self.token_source})"
+                raise InputError(self.address, f"cannot reach a Ray job server: {why}") from None
+
+    def call(self, what: str, request: Callable[[], Any]) -> Any:
+        """``request()``; any failure becomes a ``JobServerError`` saying ``what`` was asked."""
+        try:
+            return request()
+        except Exception as exc:
+            why = f"no answer within {self.timeout_s:g}s" if "timed out" in str(exc).lower() else _first_line(exc)
+            raise JobServerError(self.address, f"the Ray job server failed to {what}: {why}",
+                                 transient=_no_answer(exc)) from None
+
+    def info(self, job_id: str) -> Any:
+        return self.call(f"report job {job_id}", lambda: self.client.get_job_info(job_id))
+
+    def logs(self, job_id: str) -> str:
+        return self.call(f"send the log of job {job_id}", lambda: self.client.get_job_logs(job_id))
+
+    def stop(self, job_id: str) -> Any:
+        return self.call(f"stop job {job_id}", lambda: self.client.stop_job(job_id))
+
+
 class ClusterExecutor:
-    """An executor for ``detaudit.run.plan``: each spec a Ray job on the cluster at ``address``.
+    """The executor of ``detaudit.run.executor`` for a cluster: each spec a Ray job at ``address``.
 
     ``probe()`` runs one short job that only detects the runner class and environment on a
     node where a run of the card would go (same resource request), so that record and
     verify pick the standard before any run; every run's own class is checked against it.
     """
 
-    def __init__(self, card: Card, card_path: str | Path, address: str, extra_args: Sequence[str] = ()) -> None:
+    def __init__(self, card: Card, address: str) -> None:
         self.card = card
-        self.card_path = Path(card_path)
         self.address = address
-        self.extra_args = tuple(extra_args)
-        self.client = connect(address)
+        self.root = project_root(card)
+        try:
+            self.card_rel = card.path.resolve().relative_to(self.root).as_posix()
+        except ValueError:
+            raise InputError(card.path, f"the card is outside the project folder {self.root} that the jobs carry") from None
+        self.server = JobServer(address, request_timeout(card))
 
-    def probe(self) -> tuple[dict[str, Any], RunnerClass]:
+    def probe(self, card: Card, parallel: int = 1) -> tuple[dict[str, Any], RunnerClass]:
         """(environment, runner class) of a node where the card's jobs run."""
         with tempfile.TemporaryDirectory(prefix="detaudit-probe-") as tmp:
             folder = Path(tmp) / "probe"
             spec = RunSpec(index=0, argv=[], env={}, workdir=folder, log_path=folder / "probe.log",
                            metrics_path=folder / "metrics.jsonl", timeout_s=self.card.timeout_s)
-            state = run_jobs(self.card, self.card_path, [spec], self.address, client=self.client, probe=True)[0]
+            state = run_jobs(self.card, self.card_rel, self.root, [spec], self.server, probe=True)[0]
             tail = log_tail(spec.log_path, 5).strip()
         if not state.ok or not state.runner_class:
-            why = state.error or tail.splitlines()[-1] if (state.error or tail) else state.status
+            why = state.error or (tail.splitlines()[-1] if tail else state.status)
             raise InputError(self.address, f"the probe job {state.job_id} found no runner class: {why}")
         return state.environment or {}, state.runner_class
 
-    def __call__(self, specs: Sequence[RunSpec], *, parallel: int = 1, gpus_per_run: int = 0,
-                 on_update: Callable[[list[RunState]], None] | None = None) -> list[RunState]:
-        return list(run_jobs(self.card, self.card_path, specs, self.address, parallel=parallel,
-                             extra_args=self.extra_args, on_update=on_update, client=self.client))
-
-
-def runner_mismatch(states: Sequence[RunState], expected: RunnerClass) -> list[RunState]:
-    """Runs that report a runner class other than ``expected`` (local runs report none)."""
-    return [s for s in states if getattr(s, "runner_class", None) not in (None, expected)]
+    def run(self, specs: Sequence[RunSpec], *, parallel: int = 1, gpus_per_run: int = 0,
+            on_update: Callable[[list[RunState]], None] | None = None) -> list[RunState]:
+        return list(run_jobs(self.card, self.card_rel, self.root, specs, self.server, parallel=parallel,
+                             on_update=on_update))
 
 
 def project_root(card: Card) -> Path:
@@ -130,8 +329,6 @@ def project_root(card: Card) -> Path:
 
 def job_runtime_env(card: Card, root: Path, leave_out: Sequence[Path] = ()) -> dict[str, Any]:
     """The runtime env of every job of ``card``: project, detaudit, env vars, excludes."""
-    import detaudit
-
     excludes = list(EXCLUDES)
     for path in leave_out:  # e.g. the record's own run dirs, when they sit in the project
         try:
@@ -139,32 +336,17 @@ def job_runtime_env(card: Card, root: Path, leave_out: Sequence[Path] = ()) -> d
         except ValueError:
             pass
     env_vars = dict(DETERMINISTIC_ENV_VARS)
-    # Values with placeholders ({workdir}, ...) only make sense per run: the job sets those itself.
+    # For the job's Ray workers. Values with placeholders ({workdir}, ...) only make sense per run:
+    # each run gets them, resolved on its node, with the rest of its overlay.
     env_vars.update({k: v for k, v in card.env.items() if "{" not in v})
     # The recipe's own ray.init(runtime_env=...) sets some of the same variables; let it merge.
     env_vars["RAY_OVERRIDE_JOB_RUNTIME_ENV"] = "1"
     return {
         "working_dir": str(root),
-        "py_modules": [str(Path(detaudit.__file__).resolve().parent)],
+        "py_modules": [str(PACKAGE_DIR)],
         "excludes": excludes,
         "env_vars": env_vars,
     }
-
-
-def connect(address: str) -> Any:
-    """A JobSubmissionClient for ``address``; ``InputError`` when no job server answers there."""
-    try:
-        from ray.job_submission import JobSubmissionClient
-    except ImportError as exc:
-        raise InputError(address, f"--cluster needs ray[default] installed here ({exc})") from None
-    # Ray logs each package upload at INFO on stderr; detaudit prints its own progress.
-    for name in ("ray.dashboard.modules.dashboard_sdk", "ray._private.runtime_env.packaging"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    try:
-        return JobSubmissionClient(address)
-    except Exception as exc:  # ConnectionError, RuntimeError, ValueError: all mean "not reachable"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(address, f"cannot reach a Ray job server: {first}") from None
 
 
 def _safe(name: str) -> str:
@@ -175,35 +357,37 @@ def _job_name(card: Card, token: str, index: int) -> str:
     return f"detaudit-{_safe(card.name)}-{token}-run{index + 1}"
 
 
+def carried(spec: RunSpec, root: Path) -> dict[str, Any]:
+    """What a node needs of ``spec`` to run it as it would run here: its command and the variables it
+    sets, with this machine's paths as anchors the node fills in, and the folders to send back."""
+    anchors = anchors_here(spec.workdir.absolute(), spec.metrics_path.absolute(), root)
+    return {"argv": [portable(part, anchors) for part in spec.argv],
+            "env": {name: portable(value, anchors) for name, value in sorted(spec.overlay.items())},
+            "collect": list(spec.collect)}
+
+
 def run_jobs(
     card: Card,
-    card_path: Path,
+    card_rel: str,
+    root: Path,
     specs: Sequence[RunSpec],
-    address: str,
+    server: JobServer,
     *,
     parallel: int = 1,
-    extra_args: tuple[str, ...] = (),
     on_update: Callable[[list[RunState]], None] | None = None,
     max_bytes: int = MAX_RESULT_BYTES,
-    client: Any = None,
     probe: bool = False,
 ) -> list[JobState]:
     """Run ``specs`` as Ray jobs, at most ``parallel`` at once; stop them all at the first failure.
 
-    Each finished run's metrics and log tail land at its spec's ``metrics_path`` and
-    ``log_path``, as after a local run. Raises ``ClusterInterrupted`` on Ctrl-C or SIGTERM
-    after stopping every job it submitted.
+    Each finished run's metrics, collected files and log tail land in its spec's run dir, as
+    after a local run. Raises ``ClusterInterrupted`` on Ctrl-C or SIGTERM, and
+    ``JobServerError`` when the job server fails a request, after stopping every job it submitted.
     """
-    client = client if client is not None else connect(address)
-    root = project_root(card)
-    try:
-        card_rel = card_path.resolve().relative_to(root).as_posix()
-    except ValueError:
-        raise InputError(card_path, f"the card is outside the project folder {root} that the jobs carry") from None
     leave_out = sorted({s.workdir.parent for s in specs})
     runtime_env = job_runtime_env(card, root, leave_out)
     token = secrets.token_hex(4)
-    states = [JobState(spec) for spec in specs]
+    states = [JobState(spec, token_source=server.token_source, outage_grace_s=outage_grace(card)) for spec in specs]
     waiting = deque(states)
     running: list[JobState] = []
     limit = max(1, parallel)
@@ -212,11 +396,11 @@ def run_jobs(
         while waiting or running:
             while waiting and len(running) < limit:
                 state = waiting.popleft()
-                _submit(client, state, card, card_rel, token, runtime_env, extra_args, max_bytes, probe)
+                _submit(server, state, card, card_rel, root, token, runtime_env, max_bytes, probe)
                 running.append(state)
             failed = None
             for state in list(running):
-                _poll(client, state, max_bytes)
+                _poll(server, state, max_bytes)
                 if state.status.active:
                     continue
                 running.remove(state)
@@ -225,7 +409,7 @@ def run_jobs(
             if on_update:
                 on_update(list(states))
             if failed is not None:
-                stop_jobs(client, states)
+                stop_jobs(server, states)
                 for state in waiting:
                     state.status = RunStatus.KILLED  # never submitted: nothing to stop
                 if on_update:
@@ -233,10 +417,10 @@ def run_jobs(
                 return states
             time.sleep(POLL_S)
     except KeyboardInterrupt as exc:
-        stopped = stop_jobs(client, states)
+        stopped = stop_jobs(server, states)
         raise ClusterInterrupted(getattr(exc, "signum", signal.SIGINT), states, stopped) from None
     except BaseException:
-        stop_jobs(client, states)  # e.g. Ray refused a job: the ones already submitted go too
+        stop_jobs(server, states)  # e.g. Ray refused a job: the ones already submitted go too
         raise
     finally:
         restore()
@@ -255,27 +439,28 @@ def _sigterm_as_interrupt() -> Callable[[], None]:
     return lambda: [signal.signal(sig, previous) for sig, previous in old.items()] and None
 
 
-def _submit(client: Any, state: JobState, card: Card, card_rel: str, token: str, runtime_env: dict[str, Any],
-            extra_args: tuple[str, ...], max_bytes: int, probe: bool = False) -> None:
+def _submit(server: JobServer, state: JobState, card: Card, card_rel: str, root: Path, token: str,
+            runtime_env: dict[str, Any], max_bytes: int, probe: bool = False) -> None:
     spec = state.spec
-    job_spec = {"card": card_rel, "index": spec.index, "extra_args": list(extra_args), "nonce": state.nonce,
-                "timeout_s": spec.timeout_s, "max_bytes": max_bytes, "probe": probe}
+    job_spec: dict[str, Any] = {"card": card_rel, "index": spec.index, "nonce": state.nonce,
+                                "timeout_s": spec.timeout_s, "max_bytes": max_bytes, "probe": probe}
+    if not probe:
+        job_spec.update(carried(spec, root))
     name = _job_name(card, token, spec.index) if not probe else f"detaudit-{_safe(card.name)}-{token}-probe"
     # Named before it is sent: an interrupt during the request still knows what to stop.
     state.job_id = name
     try:
-        _with_retry(lambda: client.submit_job(
+        _with_retry(lambda: server.call(f"accept job {name}", lambda: server.client.submit_job(
             entrypoint=f"python -m detaudit.run.cluster_job {encode_spec(job_spec)}",
             submission_id=name,
             runtime_env=runtime_env,
             entrypoint_num_cpus=card.cpus_per_run,
             entrypoint_num_gpus=card.gpus_per_run or None,
             metadata={"detaudit_card": card.name, "detaudit_batch": token, "detaudit_run": str(spec.index + 1)},
-        ))
-    except Exception as exc:
+        )))
+    except JobServerError:
         state.status = RunStatus.FAILED
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(runtime_env["working_dir"], f"Ray did not accept job {name}: {first}") from None
+        raise
     state.status = RunStatus.PENDING
     state.started = time.monotonic()
 
@@ -286,102 +471,166 @@ def _with_retry(request: Callable[[], Any], wait_s: float = SUBMIT_RETRY_S) -> A
     while True:
         try:
             return request()
-        except RuntimeError as exc:
-            if "try again later" not in str(exc) or time.monotonic() > deadline:
+        except JobServerError as exc:
+            if "try again later" not in exc.message or time.monotonic() > deadline:
                 raise
             time.sleep(1.0)
 
 
-def _poll(client: Any, state: JobState, max_bytes: int) -> None:
-    info = client.get_job_info(state.job_id)
+def _deadline_passed(state: JobState) -> bool:
+    return state.elapsed > state.spec.timeout_s + SETUP_GRACE_S
+
+
+def _poll(server: JobServer, state: JobState, max_bytes: int) -> None:
+    try:
+        info = server.info(state.job_id or "")
+    except JobServerError as exc:
+        # No answer: wait a while (a restarting head, a network blip), never past the run's deadline.
+        if not exc.transient:
+            raise
+        now = time.monotonic()
+        state.unanswered_since = state.unanswered_since or now
+        if now - state.unanswered_since > state.outage_grace_s or _deadline_passed(state):
+            raise
+        return
+    state.unanswered_since = None
     status = str(info.status)
     state.job_status = status
     waited = state.elapsed
     if status == "PENDING":
-        if waited > state.spec.timeout_s + SETUP_GRACE_S:
+        if _deadline_passed(state):
             state.error = f"waited {waited:.0f}s for the cluster to start the job ({info.message or 'pending'})"
-            _give_up(client, state, RunStatus.TIMEOUT)
+            _give_up(server, state, RunStatus.TIMEOUT)
         return
     if status == "RUNNING":
         state.status = RunStatus.RUNNING
-        if waited > state.spec.timeout_s + SETUP_GRACE_S:
+        if _deadline_passed(state):
             state.error = f"the job ran past the card's timeout ({state.spec.timeout_s:g}s) and its set-up grace"
-            _give_up(client, state, RunStatus.TIMEOUT)
+            _give_up(server, state, RunStatus.TIMEOUT)
         return
     state.finished = time.monotonic()
-    _collect(client, state, status, info.message or "", max_bytes)
+    _collect(server, state, status, info.message or "", max_bytes)
 
 
-def _give_up(client: Any, state: JobState, status: RunStatus) -> None:
-    stop_jobs(client, [state])
+def _give_up(server: JobServer, state: JobState, status: RunStatus) -> None:
+    stop_jobs(server, [state])
     state.status = status
     state.finished = time.monotonic()
-    _write_local(state, None, state.error or "")
+    _write_local(state, None, {}, state.error or "")
 
 
-def _collect(client: Any, state: JobState, status: str, message: str, max_bytes: int) -> None:
-    """Read the job's result block into the run's local files and state."""
+def _collect(server: JobServer, state: JobState, status: str, message: str, max_bytes: int) -> None:
+    """Read the job's result block into the run's local files and state.
+
+    The run counts as ok only when the block says so *and* Ray reports the job SUCCEEDED: a job
+    that printed its results and then failed or was stopped (a crash at exit) is not a good run.
+    """
     result = None
     logs = ""
     try:
-        logs = client.get_job_logs(state.job_id)
+        logs = server.logs(state.job_id or "")
         if len(logs) > 2 * max_bytes:
             raise ValueError(f"the job log is {len(logs)} characters, over the bound")
         result = decode_result(logs, state.nonce, max_bytes)
-    except Exception as exc:
+        if result is not None and not isinstance(result, dict):
+            raise ValueError(f"the result block holds {type(result).__name__}, not a table")
+    except (ValueError, zlib.error, JobServerError) as exc:
         state.error = f"cannot read the job's results: {exc}"
     if result is None:
         state.status = RunStatus.KILLED if status == "STOPPED" else RunStatus.FAILED
         state.error = state.error or f"the job ended {status} without results: {message}".rstrip(": ")
         # What the job log has (Ray's set-up messages, a traceback) is all there is.
-        _write_local(state, None, "\n".join(logs.splitlines()[-200:]) + f"\n[detaudit] {state.error}\n")
+        _write_local(state, None, {}, "\n".join(logs.splitlines()[-200:]) + f"\n[detaudit] {state.error}\n")
         return
-    state.status = RunStatus(result["status"]) if result.get("status") in set(RunStatus) else RunStatus.FAILED
-    state.returncode = result.get("returncode")
+    _write_local(state, *take_result(state, status, message, result))
+
+
+def take_result(state: JobState, status: str, message: str, result: dict[str, Any]) -> tuple[bytes | None, dict[Path, bytes], str]:
+    """Set ``state`` from a job's result block and Ray's last ``status`` of the job; the metrics, the
+    files to write in the run dir and the log tail. Anything malformed fails the run, by name."""
+    reported = result.get("status")
+    state.status = RunStatus(reported) if reported in set(RunStatus) else RunStatus.FAILED
+    if reported not in set(RunStatus):
+        state.error = f"the job reported an unknown status {str(reported)[:40]!r}"
+    returncode = result.get("returncode")
+    state.returncode = returncode if isinstance(returncode, int) and not isinstance(returncode, bool) else None
+    environment, node = result.get("environment"), result.get("node")
+    state.environment = environment if isinstance(environment, dict) else None
+    state.node = str(node)[:200] if node is not None else None
+    if result.get("error"):
+        state.error = str(result["error"])[:2000]  # the node's own reason wins
     try:  # the class names the standard's file: it must be plain tokens, like every class
         state.runner_class = RunnerClass.of(result["runner_class"], f"Ray job {state.job_id}") if result.get("runner_class") else None
     except InputError as exc:
         state.status, state.runner_class = RunStatus.FAILED, None
         state.error = f"the job reported an unusable runner class: {exc.message}"
-    state.environment = result.get("environment")
-    state.node = result.get("node")
-    if result.get("error"):
-        state.error = str(result["error"])
-    metrics = None
-    if result.get("metrics_b64"):
-        import base64
-
-        metrics = base64.b64decode(result["metrics_b64"])
+    if status != "SUCCEEDED" and state.status == RunStatus.OK:
+        state.status = RunStatus.KILLED if status == "STOPPED" else RunStatus.FAILED
+        state.error = (f"Ray reports the job {status}{f' ({message})' if message else ''} although its log holds "
+                       "a result block: the run does not count")
+    try:
+        encoded = result.get("metrics_b64")
+        if encoded is not None and not isinstance(encoded, str):
+            raise ValueError("the metrics are not base64 text")
+        metrics = base64.b64decode(encoded, validate=True) if encoded else None
+        files = _received_files(state.spec, result.get("files") or {})
+    except ValueError as exc:
+        state.status, metrics, files = RunStatus.FAILED, None, {}
+        state.error = f"the job sent back unusable data: {exc}"
     tail = str(result.get("log_tail", ""))
     if state.error:
         tail += f"\n[detaudit] {state.error}\n"
-    _write_local(state, metrics, tail)
+    return metrics, files, tail
 
 
-def _write_local(state: JobState, metrics: bytes | None, log: str) -> None:
+def _received_files(spec: RunSpec, files: dict[str, Any]) -> dict[Path, bytes]:
+    """The files a job sent back, each at its place in the local run dir; ``ValueError`` for a name
+    outside the folders the spec collects (``../x``, ``trace/../../x``, an absolute path)."""
+    out: dict[Path, bytes] = {}
+    if not isinstance(files, dict):
+        raise ValueError(f"files is {type(files).__name__}, not a table")
+    for name, data in files.items():
+        folder, _, file_name = str(name).partition("/")
+        try:
+            if folder not in spec.collect:
+                raise InputError(None, f"folder {folder!r} was not asked for")
+            check_plain_name(file_name, "file name")
+        except InputError as exc:
+            raise ValueError(f"{name!r}: {exc.message}") from None
+        if not isinstance(data, str):
+            raise ValueError(f"{name!r}: the content is not base64 text")
+        out[spec.workdir / folder / file_name] = base64.b64decode(data, validate=True)
+    return out
+
+
+def _write_local(state: JobState, metrics: bytes | None, files: dict[Path, bytes], log: str) -> None:
     spec = state.spec
     spec.workdir.mkdir(parents=True, exist_ok=True)
     spec.log_path.write_text(log, encoding="utf-8")
     if metrics is not None:
         spec.metrics_path.write_bytes(metrics)
+    for path, data in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
 
 
-def stop_jobs(client: Any, states: Sequence[JobState]) -> list[str]:
+def stop_jobs(server: JobServer, states: Sequence[JobState]) -> list[str]:
     """Stop every job of ``states`` that Ray does not report finished; wait until it does.
 
-    Returns the ids of the jobs it stopped. Only these jobs: nothing else on the cluster.
+    Returns the ids of the jobs it stopped. Only these jobs: nothing else on the cluster. Every
+    wait is bounded (each request by its timeout, all of them by ``STOP_WAIT_S``).
     """
     stopped = []
     for state in states:
         if state.job_id is None or state.job_status in TERMINAL:
             continue
         try:
-            status = str(client.get_job_info(state.job_id).status)
+            status = str(server.info(state.job_id).status)
             if status not in TERMINAL:
-                client.stop_job(state.job_id)
+                server.stop(state.job_id)
                 stopped.append(state.job_id)
-        except Exception as exc:
-            state.error = f"could not stop job {state.job_id}: {exc}"
+        except JobServerError as exc:
+            state.error = f"could not stop job {state.job_id}: {exc.message}"
     deadline = time.monotonic() + STOP_WAIT_S
     for state in states:
         if state.job_id not in stopped:
@@ -389,8 +638,8 @@ def stop_jobs(client: Any, states: Sequence[JobState]) -> list[str]:
         status = "UNKNOWN"
         while time.monotonic() < deadline:
             try:
-                status = str(client.get_job_info(state.job_id).status)
-            except Exception:  # the job server is busy or restarting: ask again until the deadline
+                status = str(server.info(state.job_id).status)
+            except JobServerError:  # the job server is busy or restarting: ask again until the deadline
                 status = "UNKNOWN"
             if status in TERMINAL:
                 break

@@ -1,17 +1,14 @@
-"""From a card to metrics: the run plan that ``record`` and ``verify`` share.
+"""From a card to metrics: the run plan that ``record``, ``verify`` and ``trace`` share.
 
     card -> RunPlan (runner class, work dir, one RunSpec per run, exclusion)
-         -> an executor runs the specs (local process groups by default)
+         -> an executor runs the specs (``detaudit.run.executor``: local process groups, or Ray
+            jobs on a cluster; ``detaudit.run.card_runs.run_card`` chooses and runs)
          -> every run's metrics, read and checked to exist
 
-Two extension points, so that other ways of running plug in without touching
-record or verify:
-
-* ``executor``: any callable with the signature of ``local_executor`` (specs, parallel,
-  gpus_per_run, on_update -> final RunStates). A cluster executor (Ray jobs) passes one.
-* ``env_hooks``: callables that get each RunSpec and return extra environment variables
-  for that run; ``PYTHONPATH`` values are prepended to the run's PYTHONPATH, not replaced
-  (a trace bootstrap goes there).
+``env_hooks``: callables that get each RunSpec and return extra environment variables for that
+run; ``PYTHONPATH`` values are prepended to the run's PYTHONPATH, not replaced (a trace
+bootstrap goes there). What a hook returns is part of the run's ``overlay``, so it reaches a run
+on another machine too.
 
 Run dirs are fresh: a plan refuses a work dir whose run dirs are not empty, so a run can
 never be judged by an earlier run's metrics. A work dir detaudit created itself is a
@@ -26,7 +23,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from detaudit.data.card import (
     DEFAULT_METRICS_ENV,
@@ -40,35 +37,19 @@ from detaudit.data.exclusion import Exclusion, exclusion_for
 from detaudit.data.metrics import MetricsRun, read_metrics_many
 from detaudit.env.provenance import card_runner_class, detect_environment
 from detaudit.errors import InputError, UsageError
-from detaudit.run.local import gpu_slots, run_batch
+from detaudit.run.local import gpu_slots
 from detaudit.run.spec import RunSpec, RunState
 from detaudit.runner_class import RunnerClass
 from detaudit.standards.standard import Standard, load_standard
 
+if TYPE_CHECKING:
+    from detaudit.run.executor import Executor
+
 EnvHook = Callable[[RunSpec], dict[str, str]]
-
-
-class Executor(Protocol):
-    def __call__(
-        self,
-        specs: Sequence[RunSpec],
-        *,
-        parallel: int,
-        gpus_per_run: int,
-        on_update: Callable[[list[RunState]], None] | None,
-    ) -> list[RunState]: ...
-
-
-def local_executor(
-    specs: Sequence[RunSpec],
-    *,
-    parallel: int = 1,
-    gpus_per_run: int = 0,
-    on_update: Callable[[list[RunState]], None] | None = None,
-) -> list[RunState]:
-    """Run the specs as local processes, each in its own process group (``runner.run_batch``)."""
-    slots = gpu_slots(gpus_per_run, parallel)
-    return run_batch(specs, parallel=parallel, gpu_sets=slots, on_update=on_update)
+# Where Ray's clients look for a cluster to join. A local run must not join whatever cluster the
+# machine's environment names (someone else's, or one that refuses ``num_cpus``): only a card
+# that names one in its ``env`` gets it.
+CLUSTER_ADDRESS_ENV = "RAY_ADDRESS"
 
 
 def environment_for(card: Card, parallel: int = 1) -> dict[str, Any]:
@@ -96,8 +77,10 @@ def _apply_hooks(spec: RunSpec, hooks: Sequence[EnvHook]) -> None:
         extra = dict(hook(spec))
         pythonpath = extra.pop("PYTHONPATH", None)
         spec.env.update(extra)
+        spec.overlay.update(extra)
         if pythonpath:
             prepend_pythonpath(spec.env, pythonpath.split(os.pathsep))
+            prepend_pythonpath(spec.overlay, pythonpath.split(os.pathsep))
 
 
 def make_specs(
@@ -106,20 +89,29 @@ def make_specs(
     workdir: Path,
     extra_args: Sequence[str] = (),
     env_hooks: Sequence[EnvHook] = (),
+    collect: Sequence[str] = (),
 ) -> list[RunSpec]:
-    """One RunSpec per run: ``workdir/runN`` as cwd, its log and its metrics path."""
+    """One RunSpec per run: ``workdir/runN`` as cwd, its log and its metrics path.
+
+    ``collect``: folders under each run dir that a run elsewhere sends back (``trace``).
+    """
     specs = []
     for i in range(count):
         run_dir = workdir / f"run{i + 1}"
         metrics = run_dir / "metrics.jsonl"
+        env = run_env(card, run_dir, metrics, i)
+        if CLUSTER_ADDRESS_ENV not in card.env:
+            env.pop(CLUSTER_ADDRESS_ENV, None)
         spec = RunSpec(
             index=i,
             argv=run_argv(card, run_dir, metrics, tuple(extra_args)),
-            env=run_env(card, run_dir, metrics, i),
+            env=env,
             workdir=run_dir,
             log_path=run_dir / "run.log",
             metrics_path=metrics,
             timeout_s=card.timeout_s,
+            overlay=run_env(card, run_dir, metrics, i, base={}),  # what the run sets, on any machine
+            collect=tuple(collect),
         )
         _apply_hooks(spec, env_hooks)
         specs.append(spec)
@@ -131,7 +123,7 @@ class RunPlan:
     """What will run: the card, the runner class, the runs' specs, and where they live."""
 
     card: Card
-    runner_class: RunnerClass
+    runner_class: RunnerClass | None  # None: not probed (``detaudit trace`` needs none)
     environment: dict[str, Any]
     workdir: Path
     specs: list[RunSpec]
@@ -149,7 +141,7 @@ def prepare_workdir(card: Card, workdir: str | Path | None, count: int, label: s
     """
     if workdir is None:
         return Path(tempfile.mkdtemp(prefix=f"detaudit-{label}-{card.name}-")), True
-    base = Path(workdir)
+    base = Path(workdir).absolute()  # each run's cwd is its own run dir: its paths must not be relative
     if base.exists() and not base.is_dir():
         raise UsageError("--workdir is not a directory", base)
     for i in range(count):
@@ -175,22 +167,25 @@ def make_plan(
     count: int,
     *,
     environment: dict[str, Any],
+    runner_class: RunnerClass | None,
     workdir: str | Path | None = None,
     extra_args: Sequence[str] = (),
     exclude: Sequence[str] = (),
     include: Sequence[str] = (),
     env_hooks: Sequence[EnvHook] = (),
+    collect: Sequence[str] = (),
     label: str = "run",
 ) -> RunPlan:
     """The plan for ``count`` runs of ``card`` (creates the work dir; starts nothing)."""
+    exclusion = exclusion_for(card, exclude, include)
     base, temporary = prepare_workdir(card, workdir, count, label)
     return RunPlan(
         card=card,
-        runner_class=resolve_runner(card, environment),
+        runner_class=runner_class,
         environment=environment,
         workdir=base,
-        specs=make_specs(card, count, base, extra_args, env_hooks),
-        exclusion=exclusion_for(card, exclude, include),
+        specs=make_specs(card, count, base, extra_args, env_hooks, collect),
+        exclusion=exclusion,
         temporary=temporary,
         extra_args=tuple(extra_args),
     )
@@ -198,14 +193,14 @@ def make_plan(
 
 def execute(
     plan: RunPlan,
+    executor: "Executor",
     *,
     parallel: int = 1,
-    executor: Executor | None = None,
     on_update: Callable[[list[RunState]], None] | None = None,
 ) -> list[RunState]:
-    """Run every spec of the plan with ``executor`` (default: local process groups)."""
-    run = executor or local_executor
-    plan.states = run(plan.specs, parallel=parallel, gpus_per_run=plan.card.gpus_per_run, on_update=on_update)
+    """Run every spec of the plan with ``executor``; the plan keeps the final states."""
+    plan.states = executor.run(plan.specs, parallel=parallel, gpus_per_run=plan.card.gpus_per_run,
+                               on_update=on_update)
     return plan.states
 
 

@@ -28,6 +28,15 @@ class RunStatus(StrEnum):
 
 @dataclass
 class RunSpec:
+    """One run: its command, its environment, and the files it lives in.
+
+    ``env`` is the whole environment of a run started here. ``overlay`` is what the run sets on top
+    of whatever environment it starts in (the card's ``env``, the metrics and run variables, trace
+    variables; ``PYTHONPATH``: entries to put first): a run on another machine gets the overlay on
+    top of that machine's environment, never this machine's. ``collect``: folders under the run dir
+    (``trace``) whose files a run elsewhere sends back with its metrics.
+    """
+
     index: int  # 0-based
     argv: list[str]
     env: dict[str, str]
@@ -36,6 +45,8 @@ class RunSpec:
     metrics_path: Path
     timeout_s: float
     gpus: list[str] | None = None  # CUDA_VISIBLE_DEVICES for this run
+    overlay: dict[str, str] = field(default_factory=dict)
+    collect: tuple[str, ...] = ()
 
 
 @dataclass

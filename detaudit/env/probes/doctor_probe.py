@@ -5,7 +5,8 @@
 1. ``start``: the process as the card's environment starts it (variables that only work when
    set before the interpreter or CUDA starts: PYTHONHASHSEED, CUBLAS_WORKSPACE_CONFIG, NCCL_ALGO);
 2. ``driver``: the same process after ``determinism.enable(SEED)``, the documented driver step;
-3. ``ray worker``: a Ray worker started through ``determinism.ray_runtime_env(SEED)`` (with ``--ray``).
+3. ``ray worker``: a Ray worker started through ``determinism.ray_runtime_env(SEED)`` (with ``--ray``),
+   in a Ray instance the probe starts for itself (``address="local"``).
 
 Imports torch, numpy and ray only when installed; never the detaudit CLI.
 """
@@ -61,7 +62,10 @@ def _ray_worker_facts(seed: int) -> dict[str, Any]:
 
     from detaudit.env.determinism import ray_runtime_env
 
-    ray.init(runtime_env=ray_runtime_env(seed), num_cpus=1, include_dashboard=False, log_to_driver=False)
+    # Its own Ray, always: never whatever cluster RAY_ADDRESS or a `ray start` on this machine names
+    # (joining one with num_cpus fails; joining one at all would probe someone else's workers).
+    ray.init(address="local", runtime_env=ray_runtime_env(seed), num_cpus=1, include_dashboard=False,
+             log_to_driver=False)
     try:
         remote = ray.remote(num_cpus=0)(facts)
         return ray.get(remote.remote(), timeout=300)
