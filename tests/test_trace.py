@@ -420,7 +420,8 @@ def test_a_standard_carries_a_trace_and_a_failing_verify_names_the_module(tmp_pa
 
 
 def test_module_chains_that_differ_are_never_identical() -> None:
-    """A child module that ran in one run only: the parent is named; with nothing kept, still a difference."""
+    """A child module that ran in one run only is named; when only hash chains differ, the
+    innermost module kept in both runs is named; with nothing kept, still a difference."""
     from detaudit.trace.compare import first_module_difference
     from detaudit.trace.files import Chain, ModuleCall, ProcessTrace
 
@@ -433,7 +434,14 @@ def test_module_chains_that_differ_are_never_identical() -> None:
     a = proc({"Seq": "x", "Seq.0": "y"}, ["Seq.0", "Seq"])
     b = proc({"Seq": "z"}, ["Seq"])
     diff = first_module_difference(a, b)
-    assert diff is not None and diff.after_kept and diff.a.name == "Seq"
+    assert diff is not None and diff.kind == "missing" and diff.a is not None and diff.a.name == "Seq.0"
+    chained = first_module_difference(a, proc({"Seq": "z", "Seq.0": "y"}, ["Seq.0", "Seq"]))
+    assert chained is not None and chained.after_kept and chained.call.name == "Seq"
     nothing_kept = first_module_difference(proc({"Seq": "x"}, []), proc({"Seq": "z"}, []))
-    assert nothing_kept is not None and nothing_kept.a.name == "Seq"
+    assert nothing_kept is not None and nothing_kept.call.name == "Seq"
     assert first_module_difference(proc({"Seq": "x"}, ["Seq"]), proc({"Seq": "x"}, ["Seq"])) is None
+    # One more kept call in one run (no chains): a difference, never "identical".
+    extra = proc({}, ["Seq"])
+    extra.modules.append(ModuleCall(5, "Seq", "Linear", 2, "in", "out"))
+    late = first_module_difference(proc({}, ["Seq"]), extra)
+    assert late is not None and late.kind == "missing" and late.b is not None and late.b.n == 2

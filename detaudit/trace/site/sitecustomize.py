@@ -18,11 +18,26 @@ def _chain() -> None:
     spec.loader.exec_module(module)
 
 
+def _not_installed(exc: BaseException) -> None:
+    """Never break the traced program; say why, on stderr and in the trace dir (the compare
+    then reads this run's trace as incomplete). Written without detaudit: it may be what failed."""
+    message = f"detaudit trace: not installed in pid {os.getpid()}: {exc!r}"
+    print(message, file=sys.stderr)
+    trace_dir = os.environ.get("DETAUDIT_TRACE_DIR")
+    if trace_dir:
+        try:
+            os.makedirs(trace_dir, exist_ok=True)
+            with open(os.path.join(trace_dir, f"error.{os.getpid()}.txt"), "a", encoding="utf-8") as fh:
+                fh.write(message + "\n")
+        except OSError:
+            pass
+
+
 if os.environ.get("DETAUDIT_TRACE"):
     try:
         from detaudit.trace import bootstrap
 
         bootstrap.install()
-    except Exception as exc:  # never break the traced program; say why once
-        print(f"detaudit trace: not installed in pid {os.getpid()}: {exc!r}", file=sys.stderr)
+    except Exception as exc:
+        _not_installed(exc)
 _chain()
