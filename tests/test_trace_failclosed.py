@@ -359,3 +359,34 @@ def test_save_onto_a_symlink_is_a_one_line_error_and_writes_nothing(tmp_path: Pa
     assert result.err.strip().splitlines()[-1] == f"detaudit: error: {link}: is a symbolic link; give --save a new folder"
     assert link.is_symlink() and list(target.iterdir()) == []
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".link")] == []
+
+
+def test_what_the_flows_ask_of_a_saved_trace_before_they_run(tmp_path: Path) -> None:
+    """``carries_trace`` sees a standard's trace folder whose meta.json is a device or a broken
+    link (it is then read and refused, never passed over); ``check_saved_card`` refuses a saved
+    trace of another card; ``check_save_destination`` refuses a symlink or a non-empty folder."""
+    from detaudit.trace.saved import carries_trace, check_save_destination, check_saved_card, standard_trace_dir
+
+    standard = tmp_path / "quick.cpu.json"
+    assert not carries_trace(standard)
+    standard_trace_dir(standard).mkdir()
+    (standard_trace_dir(standard) / "meta.json").symlink_to("/dev/zero")
+    assert carries_trace(standard)
+    check_saved_card({"card": "quick"}, "quick", tmp_path)
+    try:
+        check_saved_card({"card": "other"}, "quick", tmp_path / "saved")
+    except UsageError as exc:
+        assert str(exc) == f"{tmp_path / 'saved'}: a trace of card 'other', not of 'quick': compare traces of one card"
+    else:
+        raise AssertionError("another card's trace accepted")
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere")
+    for taken, message in ((link, "is a symbolic link; give --save a new folder"),
+                           (standard_trace_dir(standard), "exists; give --save a new folder")):
+        try:
+            check_save_destination(taken)
+        except UsageError as exc:
+            assert str(exc) == f"{taken}: {message}"
+        else:
+            raise AssertionError(f"{taken} accepted")
+    check_save_destination(tmp_path / "new")

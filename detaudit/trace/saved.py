@@ -34,6 +34,20 @@ def standard_trace_dir(standard_path: Path) -> Path:
     return standard_path.with_name(standard_path.stem + ".trace")
 
 
+def carries_trace(standard_path: Path) -> bool:
+    """Whether a standard carries a saved trace: anything named ``meta.json`` in its trace
+    folder (a device or a broken link there is read, and refused, rather than passed over)."""
+    meta = standard_trace_dir(standard_path) / "meta.json"
+    return meta.exists() or meta.is_symlink()
+
+
+def check_saved_card(meta: dict[str, Any], card: str, directory: Path) -> None:
+    """Raise a UsageError when a saved trace names a card other than ``card`` (``--against``)."""
+    saved = meta.get("card")
+    if saved is not None and saved != card:
+        raise UsageError(f"a trace of card {saved!r}, not of {card!r}: compare traces of one card", directory)
+
+
 def read_saved(directory: str | Path) -> tuple[dict[str, Any], RunTrace]:
     """A trace saved with ``--save`` (or the one a standard carries): its meta and its
     processes. The trace carries the card and mode its meta names; a meta that disagrees with
