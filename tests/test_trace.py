@@ -180,6 +180,9 @@ def test_ray_hidden_draw_scan_rng_cannot_see_is_named_by_record_trace(tmp_path: 
                 "drew from a global torch generator this process never seeded; state differs from its first draw "
                 "(run 1 vs run 2)")
     assert expected in result.out
+    # Ray stops its workers without atexit: each ends its ledger after every task, so nothing is incomplete.
+    assert "trace incomplete" not in result.out
+    assert "trace:   SeededWorker (Ray actor) (pid " in result.out and "): all agree" in result.out
     unseeded = [ln for ln in result.out.splitlines() if "trace: unseeded:" in ln]
     assert len(unseeded) == 1 and "HiddenDrawer (Ray actor): 1 draw(s)" in unseeded[0]
     assert "SeededWorker" not in "\n".join(unseeded)
@@ -191,13 +194,18 @@ def test_ray_hidden_draw_scan_rng_cannot_see_is_named_by_record_trace(tmp_path: 
 
 
 def test_ray_seeded_replicas_collide_and_seeded_hidden_actor_is_clean(tmp_path: Path) -> None:
-    card = trace_card(tmp_path, "--ray", "--seed-hidden", "--replicas", "2")
+    """... and an actor killed inside a task (after it drew) leaves a ledger without an end."""
+    card = trace_card(tmp_path, "--ray", "--seed-hidden", "--replicas", "2", "--kill-mid-task")
     result = run_cli("trace", str(card), "--workdir", str(tmp_path / "w"))
     assert result.code == 0, result.text
     assert "no draw from a global generator that its process never seeded" in result.out
     assert "seed collision: 2 SeededWorker (Ray actor) replicas" in result.out
     run = read_trace(tmp_path / "w" / "run1" / "trace")
     assert [c.label for c in seed_collisions(run)] == ["SeededWorker (Ray actor)"]
+    (sleeper,) = [p for p in run.processes if p.label == "Sleeper"]
+    assert run.problems == [f"pid {sleeper.pid} Sleeper (Ray actor): its ledger has no end: the process was killed, "
+                            "or left before the tracer could write its last records, so its later draws are unknown"]
+    assert f"trace incomplete: pid {sleeper.pid} Sleeper (Ray actor)" in " ".join(result.out.split())
 
 
 def test_modules_save_and_against_name_the_first_differing_module(tmp_path: Path) -> None:

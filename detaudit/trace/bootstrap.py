@@ -29,6 +29,7 @@ from detaudit.trace.recorder import (
     PostImportFinder,
     Recorder,
     _is_ray_system,
+    _is_ray_worker,
     _note_failure,
     write_skip,
 )
@@ -82,6 +83,10 @@ def install() -> Recorder | None:
 
         ledger.install(rec, finder)
         children.install(rec, finder)
+        if _is_ray_worker():
+            from detaudit.trace import ray_tasks
+
+            finder.when_imported("ray._private.function_manager", lambda module: ray_tasks.install(rec, module))
         if mode == "modules":
             from detaudit.trace import modules
 

@@ -229,7 +229,8 @@ class Recorder:
         self.pid = os.getpid()
         self.seq = 0
         self.counts: dict[tuple, int] = {}
-        self.chains: dict[tuple, list] = {}  # key -> [count, chain hex, next flush count, extra]
+        # key -> [count, chain hex, next checkpoint count, count at the last line, count at the last end]
+        self.chains: dict[tuple, list] = {}
         self.file: Any = None
         self.identity: dict[str, Any] | None = None
         self.pending: list[str] = []
@@ -295,7 +296,8 @@ class Recorder:
             except Exception:
                 pass
             for key, state in self.chains.items():
-                self._chain_line(key, state, final=True)
+                if state[4] != state[0]:  # its count at this end is not written yet
+                    self._chain_line(key, state, final=True)
             self._emit({"type": "end", "pid": self.pid, "seq": self.seq})
             if self.file is None:
                 self._open(self.identity or {"label": "process"})
@@ -401,7 +403,7 @@ class Recorder:
     def _extend(self, key: tuple, item: str) -> None:
         state = self.chains.get(key)
         if state is None:
-            state = self.chains[key] = [0, "", 1, 0]
+            state = self.chains[key] = [0, "", 1, 0, -1]
         state[0] += 1
         state[1] = hashlib.blake2b((state[1] + item).encode(), digest_size=8).hexdigest()
         if state[0] >= state[2]:
@@ -409,9 +411,12 @@ class Recorder:
             self._chain_line(key, state)
 
     def _chain_line(self, key: tuple, state: list, final: bool = False) -> None:
-        """Checkpoints at counts 1, 2, 4, ... (the same in every run) and a final one at exit:
-        a process killed before its exit still leaves comparable checkpoints."""
+        """Checkpoints at counts 1, 2, 4, ... (the same in every run) and a final one with each
+        end (at exit; in a Ray worker after each task): a process killed before its exit still
+        leaves comparable checkpoints."""
         state[3] = state[0]
+        if final:
+            state[4] = state[0]
         extra = {"final": True} if final else {}
         if key[0] == "draw":
             self._emit({"type": "chain", "kind": "draw", "gen": key[1], "op": key[2], "site": key[3],
