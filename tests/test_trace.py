@@ -453,3 +453,20 @@ def test_module_chains_that_differ_are_never_identical() -> None:
     extra.modules.append(ModuleCall(5, "Seq", "Linear", 2, "in", "out"))
     late = first_module_difference(proc({}, ["Seq"]), extra)
     assert late is not None and late.kind == "missing" and late.b is not None and late.b.n == 2
+
+
+def test_the_tracer_does_not_put_detaudits_install_folder_ahead_of_the_runs_packages(tmp_path: Path) -> None:
+    """Only the site hook goes on PYTHONPATH; it loads detaudit from beside itself. detaudit's
+    root (here the repo, with its own ``recipes`` package; installed: the tool's site-packages)
+    must not shadow a package of the run's."""
+    mine = tmp_path / "mine" / "recipes"
+    mine.mkdir(parents=True)
+    (mine / "__init__.py").write_text("WHOSE = 'the run'\n")
+    trace_dir = tmp_path / "trace"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DETAUDIT_TRACE") and k != "PYTHONPATH"}
+    env = trace_env("rng", trace_dir, dict(env, PYTHONPATH=str(mine.parent)))
+    proc = subprocess.run([sys.executable, "-c", "import random, recipes; random.random(); print(recipes.WHOSE)"],
+                          env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False)
+    assert proc.returncode == 0 and proc.stdout.strip() == "the run", proc.stderr
+    (main,) = read_trace(trace_dir).processes
+    assert [d.op for d in main.draws] == ["random.random"] and main.ended

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -172,12 +173,13 @@ def test_a_run_whose_tracer_never_started_or_failed_to_install_is_incomplete(tmp
         "run 2: no process wrote a ledger (the tracer did not start in this run)"]
     # A detaudit that cannot be imported in the run: the site hook notes it in the trace dir.
     broken = tmp_path / "broken" / "detaudit"
-    broken.mkdir(parents=True)
+    (broken / "trace" / "site").mkdir(parents=True)
     (broken / "__init__.py").write_text("raise ImportError('a broken install')\n")
+    shutil.copy(SITE_DIR / "sitecustomize.py", broken / "trace" / "site")
     trace_dir = tmp_path / "trace"
     env = {k: v for k, v in os.environ.items() if not k.startswith("DETAUDIT_TRACE")}
     env = trace_env("rng", trace_dir, env)
-    env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), str(broken.parent)])
+    env["PYTHONPATH"] = str(broken / "trace" / "site")
     proc = subprocess.run([sys.executable, "-c", "import random; random.random()"], env=env, capture_output=True,
                           text=True, timeout=120, check=False)
     assert proc.returncode == 0 and "detaudit trace: not installed in pid" in proc.stderr

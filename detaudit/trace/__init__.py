@@ -51,8 +51,10 @@ def trace_variables(mode: str, trace_dir: Path, keep: int | None = None,
     """The variables that turn tracing on for one run (``PYTHONPATH``: to prepend)."""
     if mode not in MODES:
         raise ValueError(f"unknown trace mode {mode!r} (one of {', '.join(MODES)})")
-    out = {MODE_ENV: mode, DIR_ENV: str(trace_dir), MAIN_ENV: "",
-           "PYTHONPATH": os.pathsep.join([str(SITE_DIR), str(SITE_DIR.parents[2])])}
+    # Only the site hook goes on the path: it loads detaudit from beside itself, so that the run
+    # never imports anything else from detaudit's install folder (in an installed detaudit, the
+    # tool's site-packages) ahead of its own.
+    out = {MODE_ENV: mode, DIR_ENV: str(trace_dir), MAIN_ENV: "", "PYTHONPATH": str(SITE_DIR)}
     if keep is not None:
         out[KEEP_ENV] = str(parse_keep(str(keep)))
     if card is not None:
@@ -84,8 +86,8 @@ def trace_hook(mode: str, keep: int | None = None, card: str | None = None) -> C
 def trace_env(mode: str, trace_dir: Path, env: dict[str, str], keep: int | None = None,
               card: str | None = None) -> dict[str, str]:
     """``env`` plus what turns tracing on for one run: the mode, the trace dir, and the
-    ``sitecustomize`` folder first on ``PYTHONPATH`` (with this package's root after it,
-    so the bootstrap is importable in every process)."""
+    ``sitecustomize`` folder first on ``PYTHONPATH`` (it imports the bootstrap from the
+    detaudit beside it, in every process)."""
     out = dict(env)
     variables = trace_variables(mode, trace_dir, keep, card)
     parts = variables.pop("PYTHONPATH").split(os.pathsep) + [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p]

@@ -33,8 +33,30 @@ def _not_installed(exc: BaseException) -> None:
             pass
 
 
+def _load_detaudit() -> None:
+    """Import the detaudit this file belongs to (``<root>/detaudit/trace/site/``) by its path:
+    its root never goes on ``sys.path``, where it would shadow the run's own packages."""
+    import importlib.machinery
+    import importlib.util
+
+    if "detaudit" in sys.modules:
+        return
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    spec = importlib.machinery.PathFinder.find_spec("detaudit", [root])
+    if spec is None or spec.loader is None:
+        raise ImportError(f"no detaudit package in {root}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["detaudit"] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules["detaudit"]
+        raise
+
+
 if os.environ.get("DETAUDIT_TRACE"):
     try:
+        _load_detaudit()
         from detaudit.trace import bootstrap
 
         bootstrap.install()
