@@ -171,6 +171,18 @@ def test_a_run_whose_tracer_never_started_or_failed_to_install_is_incomplete(tmp
     assert not cmp.identical and cmp.incomplete == [
         "run 1: no process wrote a ledger (the tracer did not start in this run)",
         "run 2: no process wrote a ledger (the tracer did not start in this run)"]
+    # A main process the tracer could not enter (its children could be traced), and a ledger of an
+    # older detaudit (no start record, no end record).
+    traced, _ = run_traced(tmp_path, CHILDREN, name="children")
+    next(traced.glob("main.*.jsonl")).unlink()
+    assert read_trace(traced).problems == ["the main process wrote no ledger"]
+    older = tmp_path / "older"
+    older.mkdir()
+    (older / "main.7.jsonl").write_text('{"type":"process","pid":7,"kind":"main","label":"main"}\n')
+    assert read_trace(older).problems == [
+        "pid 7 main process: its ledger has no start record (written by an older detaudit?)",
+        "pid 7 main process: its ledger has no end: the process was killed, or left before the tracer could write "
+        "its last records, so its later draws are unknown"]
     # A detaudit that cannot be imported in the run: the site hook notes it in the trace dir.
     broken = tmp_path / "broken" / "detaudit"
     (broken / "trace" / "site").mkdir(parents=True)
@@ -256,6 +268,28 @@ def test_traces_of_different_modes_or_cards_are_never_identical(tmp_path: Path) 
     assert "saved traced card 'card-a', this run card 'card-b'" in cmp.incomplete and not cmp.identical
     same, _ = run_traced(tmp_path, SEEDED_MODEL, name="same", extra_env={CARD_ENV: "card-a"})
     assert compare_traces(saved_run, read_trace(same)).identical
+
+
+MIXED_CHILD = """import os, subprocess, sys
+env = dict(os.environ, DETAUDIT_TRACE="modules", DETAUDIT_TRACE_KEEP="3", DETAUDIT_TRACE_CARD="another")
+subprocess.run([sys.executable, "-c", "import random; random.random()"], env=env, check=True)
+"""
+
+
+def test_ledgers_of_one_run_in_several_modes_cards_or_keeps_are_incomplete(tmp_path: Path) -> None:
+    trace_dir, _ = run_traced(tmp_path, MIXED_CHILD, name="mixed", extra_env={CARD_ENV: "quick"})
+    run = read_trace(trace_dir)
+    child = next(p for p in run.processes if p.kind != "main")
+    main = next(p for p in run.processes if p.kind == "main")
+    assert run.problems == [
+        f"its ledgers were written in different modes: modules ({child.pid}), rng ({main.pid})",
+        "its ledgers name different cards: another, quick",
+        "its ledgers kept different numbers of records per call site: 3, 16"]
+    keep4, _ = run_traced(tmp_path, PLAIN, keep=4, name="keep4")
+    keep16, _ = run_traced(tmp_path, PLAIN, name="keep16")
+    cmp = compare_traces(read_trace(keep4), read_trace(keep16))
+    assert cmp.draw is None and not cmp.identical
+    assert cmp.incomplete == ["run 1 kept 4 records per call site, run 2 16: set DETAUDIT_TRACE_KEEP alike"]
 
 
 # --- bad input: one line, exit 2 ------------------------------------------------------------------
