@@ -1,4 +1,5 @@
-"""English and JSON for traces: the first differing draw or module, unseeded draws, seed
+"""English and JSON for traces: the first differing draw, module and op (overall and per
+process), draws inside library code apart, what makes a trace incomplete, unseeded draws, seed
 collisions, the per-process summary of ``detaudit trace``. Pure functions of the data."""
 
 from __future__ import annotations
@@ -34,13 +35,15 @@ def _seeded_words(seeded: str | None, entropy: str | None = None) -> str:
     return "this process never seeded" if seeded is None else f"this process seeded at {seeded}"
 
 
-def draw_difference_line(d: DrawDifference, labels: tuple[str, str]) -> str:
+def draw_difference_line(d: DrawDifference, labels: tuple[str, str], *, named: bool = True) -> str:
+    """What differs about a draw; ``named``: led by the process's name."""
     runs = f"({labels[0]} vs {labels[1]})"
     draw = d.draw
     where = f"{draw.op} at {draw.site}" + (" (inside a library)" if draw.library else "")
+    lead = f"{d.process}: " if named else ""
     if d.kind == "chain":
         c = d.chain or {}
-        return (f"{d.process}: {c.get('op')} at {c.get('site')}: the draws after the first kept ones differ "
+        return (f"{lead}{c.get('op')} at {c.get('site')}: the draws after the first kept ones differ "
                 f"({c.get('count_a')} vs {c.get('count_b')} of them, or their states) {runs}")
     seeded = d.seeded_a if d.seeded_a == d.seeded_b else None
     entropy = (d.a.entropy if d.a is not None else None) or (d.b.entropy if d.b is not None else None)
@@ -49,21 +52,21 @@ def draw_difference_line(d: DrawDifference, labels: tuple[str, str]) -> str:
         from_words += f" (seeded at {d.seeded_a or 'nowhere'} in {labels[0]}, {d.seeded_b or 'nowhere'} in {labels[1]})"
     if d.kind == "state":
         which = "its first draw" if d.first_of_generator else f"draw {d.draw_index} from that generator on"
-        return f"{d.process}: {where} {from_words}; state differs from {which} {runs}"
+        return f"{lead}{where} {from_words}; state differs from {which} {runs}"
     if d.kind == "site":
         assert d.a is not None and d.b is not None
-        return (f"{d.process}: the draws part ways: {d.a.op} at {d.a.site} in {labels[0]}, "
+        return (f"{lead}the draws part ways: {d.a.op} at {d.a.site} in {labels[0]}, "
                 f"{d.b.op} at {d.b.site} in {labels[1]} (draw {d.draw_index} from {generator_words(d.a.gen)})")
     missing = labels[1] if d.a is not None else labels[0]
-    return f"{d.process}: {where} {from_words}; {missing} made no such draw (draw {d.draw_index}) {runs}"
+    return f"{lead}{where} {from_words}; {missing} made no such draw (draw {d.draw_index}) {runs}"
 
 
-def _call_words(kind: str, name: str, n: int, inputs_match: bool, a_only: bool, labels: tuple[str, str],
-                after_kept_what: str) -> str:
-    """What differs about one module call or op (after its name)."""
+def _call_words(kind: str, n: int, inputs_match: bool, a_only: bool, labels: tuple[str, str],
+                calls: str) -> str:
+    """What differs about one module call or op (after its name); ``calls``: what its calls are."""
     if kind == "after_kept":
         return (f"its first {n} calls match, a later call differs ({labels[0]} vs {labels[1]}) (after the first "
-                f"{n} {after_kept_what} only a hash chain is kept: set DETAUDIT_TRACE_KEEP higher to name the call)")
+                f"{n} {calls} only a hash chain is kept: set DETAUDIT_TRACE_KEEP higher to name the call)")
     if kind == "missing":
         return f"call {n} was made in {labels[0] if a_only else labels[1]} only"
     if inputs_match:
@@ -71,14 +74,13 @@ def _call_words(kind: str, name: str, n: int, inputs_match: bool, a_only: bool, 
     return f"call {n}: first differing output, but its inputs differ too ({labels[0]} vs {labels[1]})"
 
 
-def module_difference_line(m: ModuleDifference, labels: tuple[str, str], op_found: bool | None = None) -> str:
-    """``op_found``: whether a torch op between modules differs too (None: ops not compared)."""
+def module_difference_line(m: ModuleDifference, labels: tuple[str, str], op_found: bool = False, *,
+                           named: bool = True) -> str:
+    """``op_found``: whether a torch op between modules differs in the same process."""
     c = m.call
-    head = f"{m.process}: module {c.name} ({c.cls})"
-    words = _call_words(m.kind, c.name, c.n, m.inputs_match, m.b is None, labels, "calls")
-    if m.kind == "after_kept":
-        return f"{head}: {words}"
-    if m.kind == "missing":
+    head = (f"{m.process}: " if named else "") + f"module {c.name} ({c.cls})"
+    words = _call_words(m.kind, c.n, m.inputs_match, m.b is None, labels, "calls")
+    if m.kind in ("after_kept", "missing"):
         return f"{head}: {words}"
     if m.inputs_match:
         return f"{head}, {words}: this module computed different bits"
@@ -87,11 +89,11 @@ def module_difference_line(m: ModuleDifference, labels: tuple[str, str], op_foun
     return f"{head}, {words}: the difference arose outside any module (a functional op between modules)"
 
 
-def op_difference_line(o: OpDifference, labels: tuple[str, str]) -> str:
+def op_difference_line(o: OpDifference, labels: tuple[str, str], *, named: bool = True) -> str:
     c = o.call
     called = f" (called from {c.site})" if c.site not in (c.at, "?") else ""
-    head = f"{o.process}: op {c.name} at {c.at}{called}"
-    words = _call_words(o.kind, c.name, c.n, o.inputs_match, o.b is None, labels, "calls of this op at this line")
+    head = (f"{o.process}: " if named else "") + f"op {c.name} at {c.at}{called}"
+    words = _call_words(o.kind, c.n, o.inputs_match, o.b is None, labels, "calls of this op at this line")
     if o.kind in ("after_kept", "missing"):
         return f"{head}: {words}"
     if o.inputs_match:
@@ -101,21 +103,19 @@ def op_difference_line(o: OpDifference, labels: tuple[str, str]) -> str:
 
 def process_line(p: ProcessComparison, labels: tuple[str, str]) -> str:
     """One matched pair of processes: what differs first, or 'all agree'."""
-    pids = f"pid {p.pids[0]} vs {p.pids[1]}"
     parts = []
     if p.draw is not None:
-        parts.append("first differing draw: " + draw_difference_line(p.draw, labels).split(": ", 1)[1])
+        parts.append("first differing draw: " + draw_difference_line(p.draw, labels, named=False))
     if p.module is not None:
-        parts.append("first differing module: " + module_difference_line(p.module, labels, p.op is not None)
-                     .split(": ", 1)[1])
+        parts.append("first differing module: " + module_difference_line(p.module, labels, p.op is not None,
+                                                                         named=False))
     if p.op is not None:
-        parts.append("first differing op: " + op_difference_line(p.op, labels).split(": ", 1)[1])
+        parts.append("first differing op: " + op_difference_line(p.op, labels, named=False))
     if not parts:
         parts.append("all agree")
     if p.library_draw is not None:
-        parts.append("draws inside library code differ: " + draw_difference_line(p.library_draw, labels)
-                     .split(": ", 1)[1])
-    return f"{p.process} ({pids}): " + "; ".join(parts)
+        parts.append("draws inside library code differ: " + draw_difference_line(p.library_draw, labels, named=False))
+    return f"{p.process} (pid {p.pids[0]} vs {p.pids[1]}): " + "; ".join(parts)
 
 
 def comparison_lines(cmp: TraceComparison) -> list[str]:
