@@ -16,7 +16,7 @@ from conftest import run_cli
 from test_trace import run_traced
 
 from detaudit.errors import InputError, UsageError
-from detaudit.render.trace import comparison_lines
+from detaudit.render.trace import comparison_lines, runs_trace_lines
 from detaudit.trace import CARD_ENV, KEEP_ENV, SITE_DIR, trace_env, trace_hook
 from detaudit.trace.compare import (
     TraceComparison,
@@ -134,6 +134,13 @@ def test_a_process_killed_before_its_ledger_ends_makes_the_comparison_incomplete
     assert (f"run 1: pid {child.pid} {child.display}: its ledger has no end: the process was killed, or left "
             "before the tracer could write its last records") in _incomplete(cmp)
     assert not any(line.startswith("traces identical") for line in comparison_lines(cmp))
+    # ... and what the unseeded check found is said of the traced processes only
+    report = audit_runs([a, b])
+    assert not report.first_complete
+    assert ("yellow", "no draw from a global generator that its process never seeded in the processes traced (the "
+            "trace is incomplete)") in runs_trace_lines(report)
+    assert ("green", "no draw from a global generator that its process never seeded") in runs_trace_lines(
+        audit_runs([run_traced(tmp_path, PLAIN, name="c")[0]]))
 
 
 # --- a tracer that could not start says so ---------------------------------------------------------
@@ -152,6 +159,10 @@ def test_an_invalid_keep_is_a_usage_error_before_the_run_and_incomplete_inside_i
         workdir = tmp_path
         env = {KEEP_ENV: "-1"}
 
+    usage = run_cli("trace", str(quick_card(tmp_path)), "--workdir", str(tmp_path / "w"), env={KEEP_ENV: "abc"})
+    assert usage.code == 2 and usage.err.strip() == (
+        f"detaudit: error: {KEEP_ENV}='abc' is not a whole number from 0 to 1048576"), usage.err
+    assert not (tmp_path / "w" / "run1" / "run.log").exists()  # nothing ran
     hook = trace_hook("rng")
     try:
         hook(Spec())

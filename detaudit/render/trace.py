@@ -281,12 +281,17 @@ def print_summary(console: Any, run: RunTrace, uses: list[UnseededUse], collisio
         for line in lines:
             console.print("  " + escape(line))
     else:
-        console.print("no draw from a global generator that its process never seeded"
-                      + (" (outside library code)" if uses else ""))
+        console.print(no_unseeded_line(bool(uses), not run.problems))
     for c in collisions:
         console.print("[yellow]warning: " + escape(collision_line(c)) + "[/yellow]")
     for problem in run.problems:
         console.print("[red]trace incomplete: " + escape(problem) + "[/red]")
+
+
+def no_unseeded_line(library_only: bool, complete: bool) -> str:
+    """No unseeded draw: said of the traced processes only when the trace is incomplete."""
+    return ("no draw from a global generator that its process never seeded" + (" (outside library code)" if library_only
+            else "") + ("" if complete else " in the processes traced (the trace is incomplete)"))
 
 
 def print_comparison(console: Any, cmp: TraceComparison) -> None:
@@ -307,8 +312,8 @@ def runs_trace_lines(report: RunsTraceReport) -> list[tuple[str, str]]:
     if lines:
         out += [("yellow", line if line.startswith("(") else "unseeded: " + line) for line in lines]
     else:
-        out.append(("green", "no draw from a global generator that its process never seeded"
-                    + (" (outside library code)" if report.unseeded else "")))
+        out.append(("green" if report.first_complete else "yellow",
+                    no_unseeded_line(bool(report.unseeded), report.first_complete)))
     out += [("yellow", "warning: " + collision_line(c)) for c in report.collisions]
     out += [("red", "trace incomplete: " + text) for text in report.missing + report.incomplete]
     return out

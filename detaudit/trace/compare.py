@@ -394,6 +394,7 @@ class RunsTraceReport:
     collisions: list[Collision]
     missing: list[str] = field(default_factory=list)  # runs without a trace dir
     incomplete: list[str] = field(default_factory=list)  # without a comparison: the run's own trace problems
+    first_complete: bool = True  # the run ``unseeded`` and ``collisions`` read has a complete trace
 
 
 def audit_runs(trace_dirs: list[Path], reference: RunTrace | None = None,
@@ -405,16 +406,17 @@ def audit_runs(trace_dirs: list[Path], reference: RunTrace | None = None,
     missing = [f"run {i + 1}: no trace at {d}" for i, d in enumerate(trace_dirs) if not Path(d).is_dir()]
     present = [(i, Path(d)) for i, d in enumerate(trace_dirs) if Path(d).is_dir()]
     if not present:
-        return RunsTraceReport(None, [], [], missing)
+        return RunsTraceReport(None, [], [], missing, first_complete=False)
     first_index, first_dir = present[0]
     first = read_trace(first_dir)
+    complete = not first.problems and first_index == 0
     if reference is not None:
         return RunsTraceReport(compare_traces(reference, first, labels=reference_labels),
-                               unseeded_uses(first), seed_collisions(first), missing)
+                               unseeded_uses(first), seed_collisions(first), missing, first_complete=complete)
     comparison = None
     for i, directory in present[1:]:
         comparison = compare_traces(first, read_trace(directory), labels=(f"run {first_index + 1}", f"run {i + 1}"))
         if not comparison.identical:
             break
     own = [] if comparison is not None else [f"run {first_index + 1}: {text}" for text in first.problems]
-    return RunsTraceReport(comparison, unseeded_uses(first), seed_collisions(first), missing, own)
+    return RunsTraceReport(comparison, unseeded_uses(first), seed_collisions(first), missing, own, complete)
