@@ -437,3 +437,23 @@ def test_what_the_flows_ask_of_a_saved_trace_before_they_run(tmp_path: Path) -> 
         else:
             raise AssertionError(f"{taken} accepted")
     check_save_destination(tmp_path / "new")
+
+
+def test_modules_against_an_rng_trace_through_the_cli_is_incomplete(tmp_path: Path) -> None:
+    """`trace --modules --against` a trace saved in rng mode, and `verify --trace=modules` on a
+    standard that carries an rng trace: never "identical"."""
+    card = quick_card(tmp_path)
+    saved = tmp_path / "saved-rng"
+    assert run_cli("trace", str(card), "--save", str(saved)).code == 0
+    against = run_cli("trace", str(card), "--modules", "--against", str(saved))
+    assert against.code == 1, against.text
+    assert (f"trace incomplete: saved {saved} was traced in rng mode, this run in modules mode: only their draws "
+            "are compared") in " ".join(against.out.split())
+    assert "traces identical" not in against.out
+    recorded = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--trace")
+    assert recorded.code == 0, recorded.text
+    verify = run_cli("verify", str(card), "--trace=modules", "--json", "--workdir", str(tmp_path / "v"))
+    assert verify.code == 0, verify.text  # the metrics pass; the trace comparison says what it could not prove
+    comparison = json.loads(verify.out)["trace"]["comparison"]
+    assert not comparison["identical"] and comparison["incomplete"] == [
+        "the standard's run was traced in rng mode, this run in modules mode: only their draws are compared"]
