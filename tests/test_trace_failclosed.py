@@ -412,7 +412,12 @@ def test_what_the_flows_ask_of_a_saved_trace_before_they_run(tmp_path: Path) -> 
     """``carries_trace`` sees a standard's trace folder whose meta.json is a device or a broken
     link (it is then read and refused, never passed over); ``check_saved_card`` refuses a saved
     trace of another card; ``check_save_destination`` refuses a symlink or a non-empty folder."""
-    from detaudit.trace.saved import carries_trace, check_save_destination, check_saved_card, standard_trace_dir
+    from detaudit.trace.saved import (
+        carries_trace,
+        check_save_destination,
+        check_saved_card,
+        standard_trace_dir,
+    )
 
     standard = tmp_path / "quick.cpu.json"
     assert not carries_trace(standard)

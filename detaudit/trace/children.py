@@ -90,7 +90,7 @@ def install(rec: Recorder, finder: PostImportFinder) -> None:
 
     def execute(original: Callable[..., Any]) -> Callable[..., Any]:
         def traced_exec(path: Any, argv: Any, *args: Any) -> Any:
-            rec.exec(argv, is_python(path))
+            rec.exec_program(argv, is_python(path))
             try:
                 return original(path, argv, *args)
             except BaseException:

@@ -14,6 +14,7 @@ else is a ``problem``, naming the process and why.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -355,7 +356,7 @@ def read_process(path: Path) -> ProcessTrace:
         raise InputError(path, f"cannot read trace: {exc.strerror or exc}") from None
     total = 0
     with fh:
-        for number in range(1, 1 << 62):
+        for number in itertools.count(1):
             raw = fh.readline(MAX_LINE_BYTES + 1)
             if not raw:
                 break

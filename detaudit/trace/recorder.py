@@ -292,8 +292,8 @@ class Recorder:
             if os.getpid() != self.pid:
                 return
             try:
-                self._who()
-            except Exception:
+                self._who()  # a silent process still says who it was
+            except Exception:  # noqa: BLE001 - at exit (Ray half shut down): the ledger still ends
                 pass
             for key, state in self.chains.items():
                 if state[4] != state[0]:  # its count at this end is not written yet
@@ -386,7 +386,7 @@ class Recorder:
             self._emit({"type": "spawn", "seq": self.seq, "child": int(pid), "argv": short_argv(argv), "via": via,
                         "python": bool(python)})
 
-    def exec(self, argv: Any, python: bool) -> None:
+    def exec_program(self, argv: Any, python: bool) -> None:
         """This process is about to replace itself: end its ledger (the new program, if it is
         Python, writes its own, under the same pid)."""
         with self.lock:
