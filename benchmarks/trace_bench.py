@@ -1,10 +1,12 @@
-"""Cost of ``--trace``: the tiny CPU recipe untraced, with the RNG ledger, and with module
-fingerprints, side by side in one run (interleaved, ``--repeats`` rounds), plus the size of
-the traces.
+"""Cost of ``--trace``: the tiny CPU recipe untraced, with the RNG ledger, with module
+fingerprints alone (``DETAUDIT_TRACE_OPS=0``), and with module fingerprints and the torch ops
+between modules (what ``--trace=modules`` does), side by side in one run (interleaved,
+``--repeats`` rounds), plus the size of the traces and the number of draws, module calls and
+ops fingerprinted. The cost of the ops is the ``modules`` row against ``modules-no-ops``.
 
-Goals: RNG ledger <= 1.05x the untraced wall time, module fingerprints <= 1.5x, the trace of
-a 3-rollout run <= 5 MB. Figures are printed, never asserted (a shared machine's timings
-are noisy; compare the medians).
+Goals: RNG ledger <= 1.05x the untraced wall time, module fingerprints (with ops) <= 1.5x, the
+trace of a 3-rollout run <= 5 MB. Figures are printed, never asserted (a shared machine's
+timings are noisy; compare the medians).
 
     PYTHONPATH=$PWD python benchmarks/trace_bench.py [--repeats 1] [--card recipes/sd3_pickscore_nft.toml]
 """
@@ -12,6 +14,7 @@ are noisy; compare the medians).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import statistics
@@ -25,9 +28,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from detaudit.data.card import load_card, run_argv, run_env  # noqa: E402
-from detaudit.trace import trace_env  # noqa: E402
+from detaudit.trace import OPS_ENV, trace_env  # noqa: E402
 
-MODES = ("off", "rng", "modules")
+MODES = ("off", "rng", "modules-no-ops", "modules")
 GOALS = {"rng": 1.05, "modules": 1.5}
 
 
@@ -60,14 +63,16 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_once(card_path: Path, mode: str, base: Path, index: int) -> tuple[float, int, int, float, int]:
+def run_once(card_path: Path, mode: str, base: Path, index: int) -> tuple[float, int, int, float, dict[str, int]]:
     card = load_card(card_path)
     workdir = base / f"{mode}-{index}"
     workdir.mkdir(parents=True)
     metrics = workdir / "metrics.jsonl"
     env = run_env(card, workdir, metrics, 0)
     if mode != "off":
-        env = trace_env(mode, workdir / "trace", env)
+        env = trace_env(mode.removesuffix("-no-ops"), workdir / "trace", env, card=card.name)
+        if mode.endswith("-no-ops"):
+            env[OPS_ENV] = "0"
     started = time.perf_counter()
     cpu_before = children_cpu()
     with open(workdir / "run.log", "wb") as log:
@@ -78,14 +83,16 @@ def run_once(card_path: Path, mode: str, base: Path, index: int) -> tuple[float,
     if proc.returncode != 0:
         raise SystemExit(f"{mode} run failed (exit {proc.returncode}); log {workdir / 'run.log'}")
     files = list((workdir / "trace").glob("*.jsonl")) if mode != "off" else []
-    draws = 0
+    counts = {"draw": 0, "module": 0, "op": 0}
     for f in files:
         for line in open(f, encoding="utf-8"):
-            if '"type":"draw"' in line:
-                draws += 1
-            elif '"type":"chain"' in line and '"final":true' in line and '"kind":"draw"' in line:
-                draws += int(line.split('"count":')[1].split(",")[0])
-    return wall, sum(f.stat().st_size for f in files), len(files), cpu, draws
+            record = json.loads(line)
+            kind = record["type"]
+            if kind in counts:
+                counts[kind] += 1
+            elif kind == "chain" and record.get("final"):
+                counts[record["kind"]] += record["count"]
+    return wall, sum(f.stat().st_size for f in files), len(files), cpu, counts
 
 
 def main() -> None:
@@ -97,7 +104,7 @@ def main() -> None:
     walls: dict[str, list[float]] = {m: [] for m in MODES}
     cpus: dict[str, list[float]] = {m: [] for m in MODES}
     sizes: dict[str, tuple[int, int]] = {}
-    draws: dict[str, int] = {}
+    counts: dict[str, dict[str, int]] = {}
     for round_ in range(args.repeats):
         order = MODES if round_ % 2 == 0 else tuple(reversed(MODES))
         for mode in order:
@@ -105,24 +112,31 @@ def main() -> None:
             walls[mode].append(wall)
             cpus[mode].append(cpu)
             sizes[mode] = (size, files)
-            draws[mode] = count
-            print(f"round {round_ + 1} {mode:8s} {wall:7.1f} s wall, {cpu:7.1f} s CPU", flush=True)
+            counts[mode] = count
+            print(f"round {round_ + 1} {mode:14s} {wall:7.1f} s wall, {cpu:7.1f} s CPU", flush=True)
     base_wall = statistics.median(walls["off"])
     print(f"\n{args.card.name}, {args.repeats} round(s), runs in {base}")
     base_cpu = statistics.median(cpus["off"])
-    print(f"{'mode':10s} {'median wall':>12s} {'vs untraced':>12s} {'median CPU':>11s} {'vs untraced':>12s} {'goal':>6s} "
-          f"{'trace size':>12s} {'files':>6s} {'draws':>7s}")
+    print(f"{'mode':14s} {'median wall':>12s} {'vs untraced':>12s} {'median CPU':>11s} {'vs untraced':>12s} {'goal':>6s} "
+          f"{'trace size':>12s} {'files':>6s} {'draws':>7s} {'modules':>8s} {'ops':>7s}")
     for mode in MODES:
         wall, cpu = statistics.median(walls[mode]), statistics.median(cpus[mode])
         size, files = sizes.get(mode, (0, 0))
         goal = f"{GOALS[mode]:.2f}x" if mode in GOALS else ""
-        print(f"{mode:10s} {wall:10.1f} s {wall / base_wall:11.3f}x {cpu:9.1f} s {cpu / base_cpu:11.3f}x {goal:>6s} "
-              f"{size / 1e6:9.3f} MB {files:6d} {draws.get(mode, 0):7d}")
+        count = counts.get(mode, {})
+        print(f"{mode:14s} {wall:10.1f} s {wall / base_wall:11.3f}x {cpu:9.1f} s {cpu / base_cpu:11.3f}x {goal:>6s} "
+              f"{size / 1e6:9.3f} MB {files:6d} {count.get('draw', 0):7d} {count.get('module', 0):8d} "
+              f"{count.get('op', 0):7d}")
+    ops_wall = statistics.median(walls["modules"]) - statistics.median(walls["modules-no-ops"])
+    ops_cpu = statistics.median(cpus["modules"]) - statistics.median(cpus["modules-no-ops"])
+    print(f"torch ops between modules: {counts.get('modules', {}).get('op', 0)} fingerprinted, "
+          f"{ops_wall:+.1f} s wall, {ops_cpu:+.1f} s CPU (modules vs modules-no-ops)")
     print("trace size goal: <= 5 MB for the 3-rollout run")
     plain, traced = per_draw_seconds("off", base), per_draw_seconds("rng", base)
-    extra = (traced - plain) * draws.get("rng", 0)
+    draws = counts.get("rng", {}).get("draw", 0)
+    extra = (traced - plain) * draws
     print(f"per global draw: {plain * 1e6:.1f} us untraced, {traced * 1e6:.1f} us traced (+{(traced - plain) * 1e6:.1f} us); "
-          f"x {draws.get('rng', 0)} draws = {extra:.2f} s of the untraced {base_wall:.1f} s wall "
+          f"x {draws} draws = {extra:.2f} s of the untraced {base_wall:.1f} s wall "
           f"({1 + extra / base_wall:.4f}x: the ledger's cost without the machine's noise)")
 
 

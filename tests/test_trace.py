@@ -180,6 +180,9 @@ def test_ray_hidden_draw_scan_rng_cannot_see_is_named_by_record_trace(tmp_path: 
                 "drew from a global torch generator this process never seeded; state differs from its first draw "
                 "(run 1 vs run 2)")
     assert expected in result.out
+    # Ray stops its workers without atexit: each ends its ledger after every task, so nothing is incomplete.
+    assert "trace incomplete" not in result.out
+    assert "trace:   SeededWorker (Ray actor) (pid " in result.out and "): all agree" in result.out
     unseeded = [ln for ln in result.out.splitlines() if "trace: unseeded:" in ln]
     assert len(unseeded) == 1 and "HiddenDrawer (Ray actor): 1 draw(s)" in unseeded[0]
     assert "SeededWorker" not in "\n".join(unseeded)
@@ -191,13 +194,18 @@ def test_ray_hidden_draw_scan_rng_cannot_see_is_named_by_record_trace(tmp_path: 
 
 
 def test_ray_seeded_replicas_collide_and_seeded_hidden_actor_is_clean(tmp_path: Path) -> None:
-    card = trace_card(tmp_path, "--ray", "--seed-hidden", "--replicas", "2")
+    """... and an actor killed inside a task (after it drew) leaves a ledger without an end."""
+    card = trace_card(tmp_path, "--ray", "--seed-hidden", "--replicas", "2", "--kill-mid-task")
     result = run_cli("trace", str(card), "--workdir", str(tmp_path / "w"))
     assert result.code == 0, result.text
     assert "no draw from a global generator that its process never seeded" in result.out
     assert "seed collision: 2 SeededWorker (Ray actor) replicas" in result.out
     run = read_trace(tmp_path / "w" / "run1" / "trace")
     assert [c.label for c in seed_collisions(run)] == ["SeededWorker (Ray actor)"]
+    (sleeper,) = [p for p in run.processes if p.label == "Sleeper"]
+    assert run.problems == [f"pid {sleeper.pid} Sleeper (Ray actor): its ledger has no end: the process was killed, "
+                            "or left before the tracer could write its last records, so its later draws are unknown"]
+    assert f"trace incomplete: pid {sleeper.pid} Sleeper (Ray actor)" in " ".join(result.out.split())
 
 
 def test_modules_save_and_against_name_the_first_differing_module(tmp_path: Path) -> None:
@@ -420,7 +428,8 @@ def test_a_standard_carries_a_trace_and_a_failing_verify_names_the_module(tmp_pa
 
 
 def test_module_chains_that_differ_are_never_identical() -> None:
-    """A child module that ran in one run only: the parent is named; with nothing kept, still a difference."""
+    """A child module that ran in one run only is named; when only hash chains differ, the
+    innermost module kept in both runs is named; with nothing kept, still a difference."""
     from detaudit.trace.compare import first_module_difference
     from detaudit.trace.files import Chain, ModuleCall, ProcessTrace
 
@@ -433,7 +442,31 @@ def test_module_chains_that_differ_are_never_identical() -> None:
     a = proc({"Seq": "x", "Seq.0": "y"}, ["Seq.0", "Seq"])
     b = proc({"Seq": "z"}, ["Seq"])
     diff = first_module_difference(a, b)
-    assert diff is not None and diff.after_kept and diff.a.name == "Seq"
+    assert diff is not None and diff.kind == "missing" and diff.a is not None and diff.a.name == "Seq.0"
+    chained = first_module_difference(a, proc({"Seq": "z", "Seq.0": "y"}, ["Seq.0", "Seq"]))
+    assert chained is not None and chained.after_kept and chained.call.name == "Seq"
     nothing_kept = first_module_difference(proc({"Seq": "x"}, []), proc({"Seq": "z"}, []))
-    assert nothing_kept is not None and nothing_kept.a.name == "Seq"
+    assert nothing_kept is not None and nothing_kept.call.name == "Seq"
     assert first_module_difference(proc({"Seq": "x"}, ["Seq"]), proc({"Seq": "x"}, ["Seq"])) is None
+    # One more kept call in one run (no chains): a difference, never "identical".
+    extra = proc({}, ["Seq"])
+    extra.modules.append(ModuleCall(5, "Seq", "Linear", 2, "in", "out"))
+    late = first_module_difference(proc({}, ["Seq"]), extra)
+    assert late is not None and late.kind == "missing" and late.b is not None and late.b.n == 2
+
+
+def test_the_tracer_does_not_put_detaudits_install_folder_ahead_of_the_runs_packages(tmp_path: Path) -> None:
+    """Only the site hook goes on PYTHONPATH; it loads detaudit from beside itself. detaudit's
+    root (here the repo, with its own ``recipes`` package; installed: the tool's site-packages)
+    must not shadow a package of the run's."""
+    mine = tmp_path / "mine" / "recipes"
+    mine.mkdir(parents=True)
+    (mine / "__init__.py").write_text("WHOSE = 'the run'\n")
+    trace_dir = tmp_path / "trace"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DETAUDIT_TRACE") and k != "PYTHONPATH"}
+    env = trace_env("rng", trace_dir, dict(env, PYTHONPATH=str(mine.parent)))
+    proc = subprocess.run([sys.executable, "-c", "import random, recipes; random.random(); print(recipes.WHOSE)"],
+                          env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False)
+    assert proc.returncode == 0 and proc.stdout.strip() == "the run", proc.stderr
+    (main,) = read_trace(trace_dir).processes
+    assert [d.op for d in main.draws] == ["random.random"] and main.ended

@@ -1,4 +1,5 @@
-"""English and JSON for traces: the first differing draw or module, unseeded draws, seed
+"""English and JSON for traces: the first differing draw, module and op (overall and per
+process), draws inside library code apart, what makes a trace incomplete, unseeded draws, seed
 collisions, the per-process summary of ``detaudit trace``. Pure functions of the data."""
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from detaudit.trace.compare import (
     Collision,
     DrawDifference,
     ModuleDifference,
+    OpDifference,
+    ProcessComparison,
     RunsTraceReport,
     TraceComparison,
     UnseededUse,
@@ -26,44 +29,93 @@ def generator_words(gen: str) -> str:
     return GENERATOR_WORDS.get(gen, f"the global {gen} generator")
 
 
-def _seeded_words(seeded: str | None) -> str:
+def _seeded_words(seeded: str | None, entropy: str | None = None) -> str:
+    if entropy:
+        return f"this process seeded from the OS ({entropy})"
     return "this process never seeded" if seeded is None else f"this process seeded at {seeded}"
 
 
-def draw_difference_line(d: DrawDifference, labels: tuple[str, str]) -> str:
+def draw_difference_line(d: DrawDifference, labels: tuple[str, str], *, named: bool = True) -> str:
+    """What differs about a draw; ``named``: led by the process's name."""
     runs = f"({labels[0]} vs {labels[1]})"
     draw = d.draw
     where = f"{draw.op} at {draw.site}" + (" (inside a library)" if draw.library else "")
+    lead = f"{d.process}: " if named else ""
     if d.kind == "chain":
         c = d.chain or {}
-        return (f"{d.process}: {c.get('op')} at {c.get('site')}: the draws after the first kept ones differ "
+        return (f"{lead}{c.get('op')} at {c.get('site')}: the draws after the first kept ones differ "
                 f"({c.get('count_a')} vs {c.get('count_b')} of them, or their states) {runs}")
     seeded = d.seeded_a if d.seeded_a == d.seeded_b else None
-    from_words = f"drew from {generator_words(draw.gen)} {_seeded_words(seeded)}"
+    entropy = (d.a.entropy if d.a is not None else None) or (d.b.entropy if d.b is not None else None)
+    from_words = f"drew from {generator_words(draw.gen)} {_seeded_words(seeded, entropy if seeded is None else None)}"
     if d.seeded_a != d.seeded_b:
         from_words += f" (seeded at {d.seeded_a or 'nowhere'} in {labels[0]}, {d.seeded_b or 'nowhere'} in {labels[1]})"
     if d.kind == "state":
         which = "its first draw" if d.first_of_generator else f"draw {d.draw_index} from that generator on"
-        return f"{d.process}: {where} {from_words}; state differs from {which} {runs}"
+        return f"{lead}{where} {from_words}; state differs from {which} {runs}"
     if d.kind == "site":
         assert d.a is not None and d.b is not None
-        return (f"{d.process}: the draws part ways: {d.a.op} at {d.a.site} in {labels[0]}, "
+        return (f"{lead}the draws part ways: {d.a.op} at {d.a.site} in {labels[0]}, "
                 f"{d.b.op} at {d.b.site} in {labels[1]} (draw {d.draw_index} from {generator_words(d.a.gen)})")
     missing = labels[1] if d.a is not None else labels[0]
-    return f"{d.process}: {where} {from_words}; {missing} made no such draw (draw {d.draw_index}) {runs}"
+    return f"{lead}{where} {from_words}; {missing} made no such draw (draw {d.draw_index}) {runs}"
 
 
-def module_difference_line(m: ModuleDifference, labels: tuple[str, str]) -> str:
-    runs = f"({labels[0]} vs {labels[1]})"
-    if m.after_kept:
-        return (f"{m.process}: module {m.a.name} ({m.a.cls}): its first {m.a.n} calls match, a later call "
-                f"differs {runs} (after the first {m.a.n} calls only a hash chain is kept: set "
-                "DETAUDIT_TRACE_KEEP higher to name the call)")
-    head = f"{m.process}: module {m.a.name} ({m.a.cls}), call {m.a.n}"
+def _call_words(kind: str, n: int, inputs_match: bool, a_only: bool, labels: tuple[str, str],
+                calls: str) -> str:
+    """What differs about one module call or op (after its name); ``calls``: what its calls are."""
+    if kind == "after_kept":
+        return (f"its first {n} calls match, a later call differs ({labels[0]} vs {labels[1]}) (after the first "
+                f"{n} {calls} only a hash chain is kept: set DETAUDIT_TRACE_KEEP higher to name the call)")
+    if kind == "missing":
+        return f"call {n} was made in {labels[0] if a_only else labels[1]} only"
+    if inputs_match:
+        return f"call {n}: same inputs, different outputs ({labels[0]} vs {labels[1]})"
+    return f"call {n}: first differing output, but its inputs differ too ({labels[0]} vs {labels[1]})"
+
+
+def module_difference_line(m: ModuleDifference, labels: tuple[str, str], op_found: bool = False, *,
+                           named: bool = True) -> str:
+    """``op_found``: whether a torch op between modules differs in the same process."""
+    c = m.call
+    head = (f"{m.process}: " if named else "") + f"module {c.name} ({c.cls})"
+    words = _call_words(m.kind, c.n, m.inputs_match, m.b is None, labels, "calls")
+    if m.kind in ("after_kept", "missing"):
+        return f"{head}: {words}"
     if m.inputs_match:
-        return f"{head}: same inputs, different outputs {runs}: this module computed different bits"
-    return (f"{head}: first differing output, but its inputs differ too {runs}: the difference arose "
-            "outside any module (a functional op between modules)")
+        return f"{head}, {words}: this module computed different bits"
+    if op_found:
+        return f"{head}, {words}: the difference arose outside any module (see the first differing op)"
+    return f"{head}, {words}: the difference arose outside any module (a functional op between modules)"
+
+
+def op_difference_line(o: OpDifference, labels: tuple[str, str], *, named: bool = True) -> str:
+    c = o.call
+    called = f" (called from {c.site})" if c.site not in (c.at, "?") else ""
+    head = (f"{o.process}: " if named else "") + f"op {c.name} at {c.at}{called}"
+    words = _call_words(o.kind, c.n, o.inputs_match, o.b is None, labels, "calls of this op at this line")
+    if o.kind in ("after_kept", "missing"):
+        return f"{head}: {words}"
+    if o.inputs_match:
+        return f"{head}, {words}: this op computed different bits"
+    return f"{head}, {words}"
+
+
+def process_line(p: ProcessComparison, labels: tuple[str, str]) -> str:
+    """One matched pair of processes: what differs first, or 'all agree'."""
+    parts = []
+    if p.draw is not None:
+        parts.append("first differing draw: " + draw_difference_line(p.draw, labels, named=False))
+    if p.module is not None:
+        parts.append("first differing module: " + module_difference_line(p.module, labels, p.op is not None,
+                                                                         named=False))
+    if p.op is not None:
+        parts.append("first differing op: " + op_difference_line(p.op, labels, named=False))
+    if not parts:
+        parts.append("all agree")
+    if p.library_draw is not None:
+        parts.append("draws inside library code differ: " + draw_difference_line(p.library_draw, labels, named=False))
+    return f"{p.process} (pid {p.pids[0]} vs {p.pids[1]}): " + "; ".join(parts)
 
 
 def comparison_lines(cmp: TraceComparison) -> list[str]:
@@ -73,39 +125,72 @@ def comparison_lines(cmp: TraceComparison) -> list[str]:
         more = f" (+{cmp.draw_differences - 1} more processes differ)" if cmp.draw_differences > 1 else ""
         lines.append("first differing draw: " + draw_difference_line(cmp.draw, cmp.labels) + more)
     if cmp.module is not None:
-        lines.append("first differing module: " + module_difference_line(cmp.module, cmp.labels))
+        op_found = cmp.op is not None and cmp.op.process == cmp.module.process
+        lines.append("first differing module: " + module_difference_line(cmp.module, cmp.labels, op_found))
+    if cmp.op is not None:
+        lines.append("first differing op: " + op_difference_line(cmp.op, cmp.labels))
+    if cmp.library_draw is not None:
+        lines.append("draws inside library code differ (not the recipe's own; shown apart): "
+                     + draw_difference_line(cmp.library_draw, cmp.labels))
     for text in cmp.unmatched:
         lines.append(f"process {text}")
     for text in cmp.incomplete:
         lines.append(f"trace incomplete: {text}")
-    if not lines:
-        lines.append(f"traces identical ({cmp.labels[0]} vs {cmp.labels[1]}): every recorded draw and module call matches")
+    if cmp.identical:
+        lines.insert(0, f"traces identical ({cmp.labels[0]} vs {cmp.labels[1]}): every process wrote a complete ledger "
+                        "and every recorded draw, module call and op of the recipe matches")
+    elif len(cmp.processes) > 1:
+        lines.append(f"per process ({cmp.labels[0]} vs {cmp.labels[1]}):")
+        lines += ["  " + process_line(p, cmp.labels) for p in cmp.processes]
     return lines
 
 
+def _process_json(p: ProcessComparison, labels: tuple[str, str]) -> dict[str, Any]:
+    return {"process": p.process, "pids": list(p.pids), "agree": p.agree,
+            "first_draw": _draw_json(p.draw, labels) if p.draw is not None else None,
+            "first_module": _module_json(p.module, labels, p.op is not None) if p.module is not None else None,
+            "first_op": _op_json(p.op, labels) if p.op is not None else None,
+            "library_draw": _draw_json(p.library_draw, labels) if p.library_draw is not None else None,
+            "summary": process_line(p, labels)}
+
+
+def _draw_json(d: DrawDifference, labels: tuple[str, str]) -> dict[str, Any]:
+    return {"process": d.process, "kind": d.kind, "a": d.a.to_json() if d.a else None,
+            "b": d.b.to_json() if d.b else None, "seeded_a": d.seeded_a, "seeded_b": d.seeded_b,
+            "first_of_generator": d.first_of_generator, "draw_index": d.draw_index,
+            "chain": d.chain, "summary": draw_difference_line(d, labels)}
+
+
+def _module_json(m: ModuleDifference, labels: tuple[str, str], op_found: bool) -> dict[str, Any]:
+    return {"process": m.process, "kind": m.kind, "a": m.a.to_json() if m.a else None,
+            "b": m.b.to_json() if m.b else None, "inputs_match": m.inputs_match, "after_kept": m.after_kept,
+            "summary": module_difference_line(m, labels, op_found)}
+
+
+def _op_json(o: OpDifference, labels: tuple[str, str]) -> dict[str, Any]:
+    return {"process": o.process, "kind": o.kind, "a": o.a.to_json() if o.a else None,
+            "b": o.b.to_json() if o.b else None, "inputs_match": o.inputs_match,
+            "summary": op_difference_line(o, labels)}
+
+
 def comparison_json(cmp: TraceComparison) -> dict[str, Any]:
-    doc: dict[str, Any] = {"runs": list(cmp.labels), "identical": cmp.identical, "first_draw": None,
-                           "first_module": None, "processes_with_draw_differences": cmp.draw_differences,
-                           "processes_with_module_differences": cmp.module_differences,
-                           "unmatched_processes": cmp.unmatched, "incomplete": cmp.incomplete}
-    if cmp.draw is not None:
-        d = cmp.draw
-        doc["first_draw"] = {"process": d.process, "kind": d.kind, "a": d.a.to_json() if d.a else None,
-                             "b": d.b.to_json() if d.b else None, "seeded_a": d.seeded_a, "seeded_b": d.seeded_b,
-                             "first_of_generator": d.first_of_generator, "draw_index": d.draw_index,
-                             "chain": d.chain, "summary": draw_difference_line(d, cmp.labels)}
-    if cmp.module is not None:
-        m = cmp.module
-        doc["first_module"] = {"process": m.process, "a": m.a.to_json(), "b": m.b.to_json(),
-                               "inputs_match": m.inputs_match, "after_kept": m.after_kept,
-                               "summary": module_difference_line(m, cmp.labels)}
-    return doc
+    op_found = cmp.op is not None and cmp.module is not None and cmp.op.process == cmp.module.process
+    return {"runs": list(cmp.labels), "identical": cmp.identical,
+            "first_draw": _draw_json(cmp.draw, cmp.labels) if cmp.draw is not None else None,
+            "first_module": _module_json(cmp.module, cmp.labels, op_found) if cmp.module is not None else None,
+            "first_op": _op_json(cmp.op, cmp.labels) if cmp.op is not None else None,
+            "library_draw": _draw_json(cmp.library_draw, cmp.labels) if cmp.library_draw is not None else None,
+            "processes_with_draw_differences": cmp.draw_differences,
+            "processes_with_module_differences": cmp.module_differences,
+            "processes_with_op_differences": cmp.op_differences,
+            "processes": [_process_json(p, cmp.labels) for p in cmp.processes],
+            "unmatched_processes": cmp.unmatched, "incomplete": cmp.incomplete}
 
 
 def unseeded_line(u: UnseededUse) -> str:
-    how = f" (seeded with a random seed: {u.how})" if u.how else ""
+    seeded = f"it seeded only from the OS ({u.how})" if u.how else "it never seeded"
     lib = " (library code only)" if u.library_only else ""
-    return (f"{u.process}: {u.count} draw(s) from {generator_words(u.generator)} it never seeded{how}{lib}; "
+    return (f"{u.process}: {u.count} draw(s) from {generator_words(u.generator)} {seeded}{lib}; "
             f"first {u.first.op} at {u.first.site}")
 
 
@@ -126,10 +211,13 @@ def unseeded_lines(uses: list[UnseededUse], *, user_only: bool = True) -> list[s
     return lines
 
 
-def summary_rows(run: RunTrace) -> list[tuple[str, str, str, str, str]]:
-    """Per process: name, pid, draws per generator, seeded where, module calls."""
+def summary_rows(run: RunTrace) -> list[tuple[str, str, str, str, str, str]]:
+    """Per process that recorded anything: name, pid, draws per generator, seeded where,
+    module calls, torch ops between modules."""
     rows = []
     for p in run.processes:
+        if p.silent:
+            continue
         counts: dict[str, int] = {}
         for d in p.draws:
             counts[d.gen] = counts.get(d.gen, 0) + 1
@@ -138,24 +226,35 @@ def summary_rows(run: RunTrace) -> list[tuple[str, str, str, str, str]]:
         seeded: dict[str, str] = {}
         for s in p.seeds:
             if (s["gen"] in counts or not s["gen"].startswith("torch.cuda")) and s["gen"] not in seeded:
-                seeded[s["gen"]] = f"{s['gen']} at {s['site']}"  # the first: a process seeds once, up front
+                where = "from the OS" if s.get("entropy") else f"at {s['site']}"
+                seeded[s["gen"]] = f"{s['gen']} {where}"  # the first: a process seeds once, up front
         draws = ", ".join(f"{g} {n}" for g, n in sorted(counts.items())) or "-"
         modules = len(p.modules) + sum(c.count for c in p.module_chains.values())
-        rows.append((p.display, str(p.pid), draws, "; ".join(sorted(set(seeded.values()))) or "never", str(modules)))
+        ops = len(p.ops) + sum(c.count for c in p.op_chains.values())
+        rows.append((p.display, str(p.pid), draws, "; ".join(sorted(set(seeded.values()))) or "never", str(modules),
+                     str(ops)))
     return rows
+
+
+def _silent_count(run: RunTrace) -> int:
+    return sum(1 for p in run.processes if p.silent)
 
 
 def trace_json(run: RunTrace, uses: list[UnseededUse], collisions: list[Collision],
                comparison: TraceComparison | None = None) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "trace": str(run.path),
-        "processes": [{"process": r[0], "pid": int(r[1]), "draws": r[2], "seeded": r[3], "module_calls": int(r[4])}
-                      for r in summary_rows(run)],
+        "mode": run.mode,
+        "card": run.card,
+        "processes": [{"process": r[0], "pid": int(r[1]), "draws": r[2], "seeded": r[3], "module_calls": int(r[4]),
+                       "op_calls": int(r[5])} for r in summary_rows(run)],
+        "silent_processes": _silent_count(run),
         "unseeded": [{"process": u.process, "generator": u.generator, "count": u.count, "first": u.first.to_json(),
-                      "library_only": u.library_only, "random_seed": u.how, "summary": unseeded_line(u)} for u in uses],
+                      "library_only": u.library_only, "seeded_from_os": u.how, "summary": unseeded_line(u)}
+                     for u in uses],
         "collisions": [{"process": c.label, "generator": c.generator, "pids": c.pids, "draws": c.draws,
                         "first": c.first.to_json(), "summary": collision_line(c)} for c in collisions],
-        "incomplete": run.errors,
+        "incomplete": run.problems,
     }
     if comparison is not None:
         doc["comparison"] = comparison_json(comparison)
@@ -168,23 +267,31 @@ def print_summary(console: Any, run: RunTrace, uses: list[UnseededUse], collisio
     from rich.table import Table
 
     table = Table(header_style="bold", title=f"trace {run.path}", title_justify="left")
-    for column in ("process", "pid", "global-RNG draws", "seeded", "module calls"):
+    for column in ("process", "pid", "global-RNG draws", "seeded", "module calls", "ops between modules"):
         table.add_column(column, overflow="fold")
     for row in summary_rows(run):
         table.add_row(*(escape(cell) for cell in row))
     console.print(table)
+    silent = _silent_count(run)
+    if silent:
+        console.print(f"({silent} more traced process(es) recorded nothing)")
     lines = unseeded_lines(uses)
     if lines:
         console.print("[yellow]draws from generators their process never seeded:[/yellow]")
         for line in lines:
             console.print("  " + escape(line))
     else:
-        console.print("no draw from a global generator that its process never seeded"
-                      + (" (outside library code)" if uses else ""))
+        console.print(no_unseeded_line(bool(uses), not run.problems))
     for c in collisions:
         console.print("[yellow]warning: " + escape(collision_line(c)) + "[/yellow]")
-    for error in run.errors:
-        console.print("[red]trace incomplete: " + escape(error) + "[/red]")
+    for problem in run.problems:
+        console.print("[red]trace incomplete: " + escape(problem) + "[/red]")
+
+
+def no_unseeded_line(library_only: bool, complete: bool) -> str:
+    """No unseeded draw: said of the traced processes only when the trace is incomplete."""
+    return ("no draw from a global generator that its process never seeded" + (" (outside library code)" if library_only
+            else "") + ("" if complete else " in the processes traced (the trace is incomplete)"))
 
 
 def print_comparison(console: Any, cmp: TraceComparison) -> None:
@@ -205,10 +312,10 @@ def runs_trace_lines(report: RunsTraceReport) -> list[tuple[str, str]]:
     if lines:
         out += [("yellow", line if line.startswith("(") else "unseeded: " + line) for line in lines]
     else:
-        out.append(("green", "no draw from a global generator that its process never seeded"
-                    + (" (outside library code)" if report.unseeded else "")))
+        out.append(("green" if report.first_complete else "yellow",
+                    no_unseeded_line(bool(report.unseeded), report.first_complete)))
     out += [("yellow", "warning: " + collision_line(c)) for c in report.collisions]
-    out += [("red", "trace incomplete: " + text) for text in report.missing]
+    out += [("red", "trace incomplete: " + text) for text in report.missing + report.incomplete]
     return out
 
 
@@ -216,11 +323,12 @@ def runs_trace_json(report: RunsTraceReport) -> dict[str, Any]:
     return {
         "comparison": comparison_json(report.comparison) if report.comparison is not None else None,
         "unseeded": [{"process": u.process, "generator": u.generator, "count": u.count, "first": u.first.to_json(),
-                      "library_only": u.library_only, "random_seed": u.how, "summary": unseeded_line(u)}
+                      "library_only": u.library_only, "seeded_from_os": u.how, "summary": unseeded_line(u)}
                      for u in report.unseeded],
         "collisions": [{"process": c.label, "generator": c.generator, "pids": c.pids, "draws": c.draws,
                         "first": c.first.to_json(), "summary": collision_line(c)} for c in report.collisions],
         "missing": report.missing,
+        "incomplete": report.incomplete,
     }
 
 

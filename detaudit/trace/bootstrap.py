@@ -1,6 +1,7 @@
 """``install()``: called by a traced run's ``sitecustomize`` in every Python process. It starts
-this process's ``Recorder``, patches Python's ``random`` at once, and torch / numpy when (and only
-if) the program imports them; nothing heavy is imported here.
+this process's ``Recorder``, patches Python's ``random`` and the ways a process starts others
+at once, and torch / numpy when (and only if) the program imports them; nothing heavy is
+imported here.
 """
 
 from __future__ import annotations
@@ -11,9 +12,27 @@ import sys
 import threading
 from typing import Any
 
-from detaudit.trace import DEFAULT_KEEP, DIR_ENV, KEEP_ENV, MAIN_ENV, MODE_ENV
-from detaudit.trace import recorder as _state  # the module: its current recorder, not a copy
-from detaudit.trace.recorder import PostImportFinder, Recorder, _is_ray_system, _note_failure
+from detaudit.trace import (
+    CARD_ENV,
+    DIR_ENV,
+    KEEP_ENV,
+    MAIN_ENV,
+    MODE_ENV,
+    MODES,
+    OPS_ENV,
+    parse_keep,
+)
+from detaudit.trace import (
+    recorder as _state,  # the module: its current recorder, not a copy
+)
+from detaudit.trace.recorder import (
+    PostImportFinder,
+    Recorder,
+    _is_ray_system,
+    _is_ray_worker,
+    _note_failure,
+    write_skip,
+)
 
 _INSTALL_LOCK = threading.Lock()
 
@@ -24,10 +43,16 @@ def recorder() -> Recorder | None:
 
 
 def install() -> Recorder | None:
-    """Start tracing this process as ``$DETAUDIT_TRACE`` says; idempotent; None when off."""
+    """Start tracing this process as ``$DETAUDIT_TRACE`` says; idempotent; None when off.
+
+    What it cannot honour (a mode or ``DETAUDIT_TRACE_KEEP`` it does not know) it notes in the
+    trace dir, so that the run's trace reads as incomplete, never as identical."""
     mode = os.environ.get(MODE_ENV, "")
     trace_dir = os.environ.get(DIR_ENV, "")
-    if not mode or not trace_dir or _is_ray_system():
+    if not mode or not trace_dir:
+        return None
+    if _is_ray_system():
+        write_skip(trace_dir, "a Ray system process (not part of the recipe)")
         return None
     with _INSTALL_LOCK:
         if _state.recorder() is not None:
@@ -39,20 +64,37 @@ def install() -> Recorder | None:
                 os.makedirs(trace_dir, exist_ok=True)  # the dir says: tracing started in this run
             except OSError as exc:
                 _note_failure(f"cannot create the trace dir: {exc}")
-        keep = int(os.environ.get(KEEP_ENV, DEFAULT_KEEP))
-        rec = Recorder(trace_dir, mode, keep, int(main) if main else os.getpid())
+        if mode not in MODES:
+            _note_failure(f"{MODE_ENV}={mode!r} is not a trace mode (one of {', '.join(MODES)}): not traced")
+            return None
+        try:
+            keep = parse_keep(os.environ.get(KEEP_ENV))
+        except ValueError as exc:
+            _note_failure(f"{exc}: not traced")
+            return None
+        rec = Recorder(trace_dir, mode, keep, int(main) if main and main.isdigit() else os.getpid(),
+                       os.environ.get(CARD_ENV) or None)
         _state.set_recorder(rec)
         os.register_at_fork(after_in_child=rec.after_fork)
         atexit.register(rec.flush)
         finder = PostImportFinder()
         sys.meta_path.insert(0, finder)
-        from detaudit.trace import ledger
+        from detaudit.trace import children, ledger
 
         ledger.install(rec, finder)
+        children.install(rec, finder)
+        if _is_ray_worker():
+            from detaudit.trace import ray_tasks
+
+            finder.when_imported("ray._private.function_manager", lambda module: ray_tasks.install(rec, module))
         if mode == "modules":
             from detaudit.trace import modules
 
             finder.when_imported("torch", lambda torch: modules.install(rec, torch))
+            if os.environ.get(OPS_ENV, "1") != "0":
+                from detaudit.trace import ops
+
+                finder.when_imported("torch", lambda torch: ops.install(rec, torch))
         _flush_on_signal(rec)
         return rec
 

@@ -1,11 +1,21 @@
-"""Compare traces: the first draw or module call that differs between two runs (or two
-machines), the draws from generators a process never seeded, and seed collisions.
+"""Compare traces: per process, the first draw, module call or torch op that differs between two
+runs (or two machines); the draws from generators a process never seeded; seed collisions.
 
 Returns data only; ``detaudit.render.trace`` words it.
 
 Processes are matched across runs by (kind, label, actor name); replicas of one actor
 class are paired by the longest common prefix of their records, so that replicas seeded by
-rank pair with their counterparts.
+rank pair with their counterparts. Processes that recorded nothing (an idle Ray worker) are
+checked for completeness but not paired.
+
+Draws made inside library internals (no frame of the recipe on the stack: Ray's own
+``random`` calls) are compared apart from the recipe's: a difference there is reported, but it
+is never "the first differing draw" and does not by itself make traces differ. What it does to
+a generator the recipe draws from shows in the recipe's own draws.
+
+Fail closed: traces are identical only when every process of both runs wrote a complete
+ledger, in the same mode, for the same card, keeping as many records per site; otherwise the
+comparison is incomplete, naming the process and why.
 """
 
 from __future__ import annotations
@@ -14,9 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from detaudit.trace.files import Draw, ModuleCall, ProcessTrace, RunTrace, read_trace
-
-RANDOM_SEEDING = ("torch.seed()", "np.random.seed()", "random.seed()", "torch.cuda.seed()", "torch.cuda.seed_all()")
+from detaudit.trace.files import (
+    Chain,
+    Draw,
+    ModuleCall,
+    OpCall,
+    ProcessTrace,
+    RunTrace,
+    read_trace,
+)
 
 
 @dataclass
@@ -27,7 +43,7 @@ class DrawDifference:
     kind: str                     # state, site (a different draw), missing (one run drew less), chain
     a: Draw | None
     b: Draw | None
-    seeded_a: str | None = None   # where the process seeded this generator (None: never)
+    seeded_a: str | None = None   # where the process seeded this generator (None: never, or from the OS)
     seeded_b: str | None = None
     first_of_generator: bool = False
     draw_index: int = 0           # 1-based index among this process's draws from the generator
@@ -39,11 +55,10 @@ class DrawDifference:
 
     @property
     def rank(self) -> tuple[int, float]:
-        """Smaller is the likelier cause: an unseeded user draw whose state differs first."""
+        """Smaller is the likelier cause: an unseeded draw whose state differs first."""
         d = self.draw
         if self.kind == "chain":
             return (6, 0.0)
-        library = d.library
         unseeded = self.seeded_a is None or self.seeded_b is None
         if self.kind == "state":
             base = 0 if unseeded else 1
@@ -51,21 +66,79 @@ class DrawDifference:
             base = 2
         else:
             base = 3
-        return (base + (3 if library else 0), d.t)
+        return (base + (3 if d.library else 0), d.t)
 
 
 @dataclass
 class ModuleDifference:
+    """The first differing module call of a pair of processes.
+
+    ``kind``: ``outputs`` (call ``a.n`` of module ``a.name`` gave different outputs), ``missing``
+    (that call was made in one run only: ``a`` or ``b`` is it, the other None), ``after_kept``
+    (only the hash chain of calls after the kept ones differs: ``a``/``b`` are the last kept
+    calls, identical, so which later call differs, and whether its inputs matched, is unknown).
+    """
+
     process: str
-    a: ModuleCall
-    b: ModuleCall
-    # Only the hash chain of calls after the kept records differs: a, b are the last kept calls
-    # (identical), so which later call differs, and whether its inputs matched, is unknown.
-    after_kept: bool = False
+    a: ModuleCall | None
+    b: ModuleCall | None
+    kind: str = "outputs"
+
+    @property
+    def after_kept(self) -> bool:
+        return self.kind == "after_kept"
+
+    @property
+    def call(self) -> ModuleCall:
+        return self.a if self.a is not None else self.b  # type: ignore[return-value]
 
     @property
     def inputs_match(self) -> bool:
-        return not self.after_kept and self.a.inputs == self.b.inputs
+        return self.kind == "outputs" and self.a is not None and self.b is not None and self.a.inputs == self.b.inputs
+
+    @property
+    def rank(self) -> tuple[int, int]:
+        order = {"outputs": 0 if self.inputs_match else 1, "missing": 2, "after_kept": 3}[self.kind]
+        return (order, self.call.seq)
+
+
+@dataclass
+class OpDifference:
+    """The first differing torch op between modules (modules mode); kinds as ``ModuleDifference``."""
+
+    process: str
+    a: OpCall | None
+    b: OpCall | None
+    kind: str = "outputs"
+
+    @property
+    def call(self) -> OpCall:
+        return self.a if self.a is not None else self.b  # type: ignore[return-value]
+
+    @property
+    def inputs_match(self) -> bool:
+        return self.kind == "outputs" and self.a is not None and self.b is not None and self.a.inputs == self.b.inputs
+
+    @property
+    def rank(self) -> tuple[int, int]:
+        order = {"outputs": 0 if self.inputs_match else 1, "missing": 2, "after_kept": 3}[self.kind]
+        return (order, self.call.seq)
+
+
+@dataclass
+class ProcessComparison:
+    """One pair of matched processes: what differs first, or nothing."""
+
+    process: str
+    pids: tuple[int, int]
+    draw: DrawDifference | None = None          # the recipe's own draws
+    library_draw: DrawDifference | None = None  # draws inside library internals
+    module: ModuleDifference | None = None
+    op: OpDifference | None = None
+
+    @property
+    def agree(self) -> bool:
+        return self.draw is None and self.module is None and self.op is None
 
 
 @dataclass
@@ -73,14 +146,19 @@ class TraceComparison:
     labels: tuple[str, str]
     draw: DrawDifference | None = None
     module: ModuleDifference | None = None
+    op: OpDifference | None = None
+    library_draw: DrawDifference | None = None
     draw_differences: int = 0     # matched process pairs whose draws differ
     module_differences: int = 0
+    op_differences: int = 0
+    processes: list[ProcessComparison] = field(default_factory=list)
     unmatched: list[str] = field(default_factory=list)   # processes in only one of the runs
-    incomplete: list[str] = field(default_factory=list)  # trace errors: the answer may be partial
+    incomplete: list[str] = field(default_factory=list)  # why the answer may be partial
 
     @property
     def identical(self) -> bool:
-        return self.draw is None and self.module is None and not self.unmatched and not self.incomplete
+        return (self.draw is None and self.module is None and self.op is None and not self.unmatched
+                and not self.incomplete)
 
 
 @dataclass
@@ -90,7 +168,7 @@ class UnseededUse:
     count: int
     first: Draw
     library_only: bool
-    how: str | None = None  # "torch.seed()" when seeded, but with a random seed
+    how: str | None = None  # "torch.seed()" when seeded, but from the OS
 
 
 @dataclass
@@ -112,15 +190,19 @@ def _prefix(a: list[Any], b: list[Any]) -> int:
 
 
 def _keys(p: ProcessTrace) -> tuple[list[Any], list[Any]]:
-    return [d.key for d in p.draws], [(m.name, m.n, m.inputs, m.outputs) for m in p.modules]
+    return ([d.key for d in p.draws if not d.library],
+            [(m.name, m.n, m.inputs, m.outputs) for m in p.modules] + [(o.key, o.outputs) for o in p.ops])
 
 
 def match_processes(a: RunTrace, b: RunTrace) -> tuple[list[tuple[ProcessTrace, ProcessTrace]], list[str]]:
     groups_b: dict[tuple[str, str, str], list[ProcessTrace]] = {}
     for p in b.processes:
-        groups_b.setdefault(p.group, []).append(p)
+        if not p.silent:
+            groups_b.setdefault(p.group, []).append(p)
     pairs, unmatched = [], []
     for p in a.processes:
+        if p.silent:
+            continue
         candidates = groups_b.get(p.group, [])
         if not candidates:
             unmatched.append(f"{p.display} (pid {p.pid}) only in the first")
@@ -134,106 +216,145 @@ def match_processes(a: RunTrace, b: RunTrace) -> tuple[list[tuple[ProcessTrace, 
     return pairs, unmatched
 
 
-def first_draw_difference(a: ProcessTrace, b: ProcessTrace) -> DrawDifference | None:
-    for i, (x, y) in enumerate(zip(a.draws, b.draws)):
+def _site_is_library(p: ProcessTrace, key: tuple[str, ...]) -> bool:
+    """Whether the draws of a chain's call site were library-internal (unknown: the recipe's)."""
+    return any(d.library for d in p.draws if (d.gen, d.op, d.site) == key)
+
+
+def first_draw_difference(a: ProcessTrace, b: ProcessTrace, library: bool = False) -> DrawDifference | None:
+    """The first difference in one of a process's two draw streams: the recipe's own draws, or
+    (``library``) those made inside library internals."""
+    draws_a = [d for d in a.draws if d.library == library]
+    draws_b = [d for d in b.draws if d.library == library]
+    for i, (x, y) in enumerate(zip(draws_a, draws_b)):
         if x.key == y.key:
             continue
         kind = "state" if (x.gen, x.op, x.site) == (y.gen, y.op, y.site) else "site"
-        index = sum(1 for d in a.draws[: i + 1] if d.gen == x.gen)
+        index = sum(1 for d in draws_a[: i + 1] if d.gen == x.gen)
         return DrawDifference(a.display, kind, x, y, x.seeded, y.seeded, index == 1, index)
-    if len(a.draws) != len(b.draws):
-        i = min(len(a.draws), len(b.draws))
-        x = a.draws[i] if i < len(a.draws) else None
-        y = b.draws[i] if i < len(b.draws) else None
+    if len(draws_a) != len(draws_b):
+        i = min(len(draws_a), len(draws_b))
+        x = draws_a[i] if i < len(draws_a) else None
+        y = draws_b[i] if i < len(draws_b) else None
         d = x or y
         assert d is not None
-        index = sum(1 for e in (a.draws if x else b.draws)[: i + 1] if e.gen == d.gen)
+        index = sum(1 for e in (draws_a if x else draws_b)[: i + 1] if e.gen == d.gen)
         return DrawDifference(a.display, "missing", x, y, d.seeded, d.seeded, index == 1, index)
-    for key in sorted(set(a.chains) | set(b.chains)):
+    keys = [k for k in sorted(set(a.chains) | set(b.chains))
+            if (_site_is_library(a, k) or _site_is_library(b, k)) == library]
+    for key in keys:
         ca, cb = a.chains.get(key), b.chains.get(key)
         if ca is None or cb is None or ca.differs(cb):
             gen, op, site = key
-            last = next(d for d in reversed(a.draws or b.draws) if (d.gen, d.op, d.site) == key) \
-                if any((d.gen, d.op, d.site) == key for d in a.draws) else None
-            proto = last or Draw(0, gen, op, site, False, 0, "", None)
+            last = next((d for d in reversed(draws_a or draws_b) if (d.gen, d.op, d.site) == key), None)
+            proto = last or Draw(0, gen, op, site, library, 0, "", None)
             return DrawDifference(a.display, "chain", proto, None, proto.seeded, proto.seeded, False, 0,
                                   chain={"generator": gen, "op": op, "site": site, "count_a": ca.count if ca else 0,
                                          "count_b": cb.count if cb else 0})
     return None
 
 
+def _calls_differ(kind: type, process: str, calls_a: list[Any], calls_b: list[Any], key: Any,
+                  chains_a: dict[Any, Chain], chains_b: dict[Any, Chain], chain_name: Any,
+                  proto: Any) -> list[Any]:
+    """Every kept call that differs (matched by ``key``: name and call number) and, per chained
+    name whose chains differ, one ``after_kept`` difference naming its last kept calls (or
+    ``proto(name)`` when none was kept)."""
+    by_a = {key(c): c for c in calls_a}
+    by_b = {key(c): c for c in calls_b}
+    out = []
+    for k in sorted(set(by_a) | set(by_b), key=lambda k: (by_a.get(k) or by_b[k]).seq):
+        x, y = by_a.get(k), by_b.get(k)
+        if x is None or y is None:
+            out.append(kind(process, x, y, "missing"))
+        elif x.outputs != y.outputs:
+            out.append(kind(process, x, y))
+    for name in sorted(set(chains_a) | set(chains_b)):
+        ca, cb = chains_a.get(name), chains_b.get(name)
+        if ca is not None and cb is not None and not ca.differs(cb):
+            continue
+        last_a = next((c for c in reversed(calls_a) if chain_name(c) == name), None)
+        last_b = next((c for c in reversed(calls_b) if chain_name(c) == name), None)
+        if last_a is None and last_b is None:
+            last_a = proto(name)
+        out.append(kind(process, last_a, last_b, "after_kept"))
+    return out
+
+
 def first_module_difference(a: ProcessTrace, b: ProcessTrace) -> ModuleDifference | None:
-    """The first call (innermost first) whose inputs match and outputs differ; else the first
-    whose outputs differ (its inputs differ too: the change came from outside any module)."""
-    first_any = None
-    for x, y in zip(a.modules, b.modules):
-        if (x.name, x.n) != (y.name, y.n):
-            break  # a different call order: compare no further
-        if x.outputs != y.outputs:
-            if x.inputs == y.inputs:
-                return ModuleDifference(a.display, x, y)
-            if first_any is None:
-                first_any = ModuleDifference(a.display, x, y)
-    if first_any is not None:
-        return first_any
-    differing = [name for name in sorted(set(a.module_chains) | set(b.module_chains))
-                 if a.module_chains.get(name) is None or b.module_chains.get(name) is None
-                 or a.module_chains[name].differs(b.module_chains[name])]
-    if not differing:
-        return None
-    # innermost first (a parent's outputs differ whenever a child's do), then the outer ones
-    inner = [n for n in differing if not any(o.startswith(n + ".") for o in differing)]
-    for name in inner + [n for n in differing if n not in inner]:
-        last, other = _last_kept_call(a, name), _last_kept_call(b, name)
-        if last is not None and other is not None:
-            return ModuleDifference(a.display, last, other, after_kept=True)
-    # No differing module has a kept call in both runs (it ran in one run only, or nothing was
-    # kept): the chains still differ, so this is a difference, never "identical".
-    name = inner[0]
-    call = _last_kept_call(a, name) or _last_kept_call(b, name) or ModuleCall(0, name, "?", 0, "", "")
-    return ModuleDifference(a.display, call, call, after_kept=True)
+    """The first call whose inputs match and outputs differ; else the first whose outputs differ
+    (its inputs differ too: the change came from outside any module); else a call made in one
+    run only; else a later call, beyond the kept ones, that differs (by its hash chain).
+
+    Calls are matched by module name and call number, so threads that interleave calls
+    differently do not make them differ."""
+    found = _calls_differ(ModuleDifference, a.display, a.modules, b.modules, lambda m: (m.name, m.n),
+                          a.module_chains, b.module_chains, lambda m: m.name,
+                          lambda name: ModuleCall(0, name, "?", 0, "", ""))
+    after = [d for d in found if d.after_kept]
+    if after and len(after) == len(found):
+        # innermost first (a parent's outputs differ whenever a child's do), kept in both runs first
+        names = [d.call.name for d in after]
+        inner = [d for d in after if not any(other.startswith(d.call.name + ".") for other in names)]
+        ordered = inner + [d for d in after if d not in inner]
+        return next((d for d in ordered if d.a is not None and d.b is not None), ordered[0])
+    return min(found, key=lambda d: d.rank, default=None)
 
 
-def _last_kept_call(trace: ProcessTrace, name: str) -> ModuleCall | None:
-    return next((m for m in reversed(trace.modules) if m.name == name), None)
+def first_op_difference(a: ProcessTrace, b: ProcessTrace) -> OpDifference | None:
+    """As ``first_module_difference``, for the torch ops called outside any module."""
+    found = _calls_differ(OpDifference, a.display, a.ops, b.ops, lambda o: o.key, a.op_chains, b.op_chains,
+                          lambda o: (o.name, o.at), lambda key: OpCall(0, key[0], key[1], "?", 0, "", ""))
+    return min(found, key=lambda d: d.rank, default=None)
 
 
 def compare_traces(a: RunTrace, b: RunTrace, labels: tuple[str, str] = ("run 1", "run 2")) -> TraceComparison:
     pairs, unmatched = match_processes(a, b)
-    result = TraceComparison(labels, unmatched=unmatched, incomplete=a.errors + b.errors)
-    draws = [d for d in (first_draw_difference(x, y) for x, y in pairs) if d is not None]
-    modules = [m for m in (first_module_difference(x, y) for x, y in pairs) if m is not None]
-    result.draw_differences, result.module_differences = len(draws), len(modules)
-    if draws:
-        result.draw = min(draws, key=lambda d: d.rank)
-    if modules:
-        result.module = min(modules, key=lambda m: (m.after_kept, not m.inputs_match, m.a.t))
+    incomplete = [f"{labels[0]}: {text}" for text in a.problems] + [f"{labels[1]}: {text}" for text in b.problems]
+    same_mode = a.mode == b.mode
+    if not same_mode:
+        incomplete.append(f"{labels[0]} was traced in {a.mode or 'no one'} mode, {labels[1]} in {b.mode or 'no one'} "
+                          "mode: only their draws are compared")
+    if a.card is not None and b.card is not None and a.card != b.card:
+        incomplete.append(f"{labels[0]} traced card {a.card!r}, {labels[1]} card {b.card!r}")
+    if a.keep is not None and b.keep is not None and a.keep != b.keep:
+        incomplete.append(f"{labels[0]} kept {a.keep} records per call site, {labels[1]} {b.keep}: set "
+                          "DETAUDIT_TRACE_KEEP alike")
+    result = TraceComparison(labels, unmatched=unmatched, incomplete=incomplete)
+    for x, y in pairs:
+        pc = ProcessComparison(x.display, (x.pid, y.pid), first_draw_difference(x, y),
+                               first_draw_difference(x, y, library=True))
+        if same_mode:
+            pc.module, pc.op = first_module_difference(x, y), first_op_difference(x, y)
+        result.processes.append(pc)
+    draws = [p.draw for p in result.processes if p.draw is not None]
+    modules = [p.module for p in result.processes if p.module is not None]
+    ops = [p.op for p in result.processes if p.op is not None]
+    library = [p.library_draw for p in result.processes if p.library_draw is not None]
+    result.draw_differences, result.module_differences, result.op_differences = len(draws), len(modules), len(ops)
+    result.draw = min(draws, key=lambda d: d.rank, default=None)
+    result.library_draw = min(library, key=lambda d: d.rank, default=None)
+    result.module = min(modules, key=lambda m: m.rank, default=None)
+    result.op = min(ops, key=lambda o: o.rank, default=None)
     return result
 
 
 def unseeded_uses(run: RunTrace) -> list[UnseededUse]:
-    """Per process and generator: the draws made while the process had not seeded it (or had
-    seeded it with a random seed)."""
+    """Per process and generator: the draws made while the process had not seeded it, or had
+    seeded it from the OS (``random.seed()``, ``torch.seed()``, a fork's reseed of ``random``)."""
     out = []
     for p in run.processes:
         by_gen: dict[str, list[Draw]] = {}
-        how: dict[str, str] = {}
         for d in p.draws:
             if d.seeded is None:
                 by_gen.setdefault(d.gen, []).append(d)
-        for s in p.seeds:
-            if s.get("how") in RANDOM_SEEDING:
-                how[s["gen"]] = s["how"]
-        random_seeded = {s["site"]: s["how"] for s in p.seeds if s.get("how") in RANDOM_SEEDING}
-        for d in p.draws:
-            if d.seeded is not None and d.seeded in random_seeded:
-                by_gen.setdefault(d.gen, []).append(d)
         for gen, draws in sorted(by_gen.items()):
             draws.sort(key=lambda d: d.seq)
-            chained = sum(c.count for (g, _, _), c in p.chains.items() if g == gen
-                          and any(d.gen == g for d in draws))
+            sites = {(d.gen, d.op, d.site) for d in draws}
+            chained = sum(c.count for key, c in p.chains.items() if key in sites)
+            how = next((d.entropy for d in draws if d.entropy), None)
             out.append(UnseededUse(p.display, gen, len(draws) + chained, draws[0],
-                                   all(d.library for d in draws), how.get(gen)))
+                                   all(d.library for d in draws), how))
     return out
 
 
@@ -268,29 +389,34 @@ def seed_collisions(run: RunTrace) -> list[Collision]:
 class RunsTraceReport:
     """What ``record --trace`` / ``verify --trace`` add to their result."""
 
-    comparison: TraceComparison | None  # None with one run, or when the runs' traces agree
+    comparison: TraceComparison | None  # None with one run and no reference
     unseeded: list[UnseededUse]
     collisions: list[Collision]
     missing: list[str] = field(default_factory=list)  # runs without a trace dir
+    incomplete: list[str] = field(default_factory=list)  # without a comparison: the run's own trace problems
+    first_complete: bool = True  # the run ``unseeded`` and ``collisions`` read has a complete trace
 
 
 def audit_runs(trace_dirs: list[Path], reference: RunTrace | None = None,
                reference_labels: tuple[str, str] = ("reference", "this run")) -> RunsTraceReport:
     """Unseeded draws and collisions of the first run; with more runs, the first comparison
     (run 1 vs run k) whose traces differ, else the last one (identical). With ``reference``
-    (e.g. the trace a standard carries): that trace against the first run instead."""
+    (e.g. the trace a standard carries): that trace against the first run instead. Without
+    either, the first run's own trace problems (``incomplete``)."""
     missing = [f"run {i + 1}: no trace at {d}" for i, d in enumerate(trace_dirs) if not Path(d).is_dir()]
     present = [(i, Path(d)) for i, d in enumerate(trace_dirs) if Path(d).is_dir()]
     if not present:
-        return RunsTraceReport(None, [], [], missing)
+        return RunsTraceReport(None, [], [], missing, first_complete=False)
     first_index, first_dir = present[0]
     first = read_trace(first_dir)
+    complete = not first.problems and first_index == 0
     if reference is not None:
         return RunsTraceReport(compare_traces(reference, first, labels=reference_labels),
-                               unseeded_uses(first), seed_collisions(first), missing)
+                               unseeded_uses(first), seed_collisions(first), missing, first_complete=complete)
     comparison = None
     for i, directory in present[1:]:
         comparison = compare_traces(first, read_trace(directory), labels=(f"run {first_index + 1}", f"run {i + 1}"))
         if not comparison.identical:
             break
-    return RunsTraceReport(comparison, unseeded_uses(first), seed_collisions(first), missing)
+    own = [] if comparison is not None else [f"run {first_index + 1}: {text}" for text in first.problems]
+    return RunsTraceReport(comparison, unseeded_uses(first), seed_collisions(first), missing, own, complete)

@@ -85,7 +85,19 @@ def _wrap(rec: Recorder, fn: Callable[..., Any], op: str,
     return traced
 
 
-def _wrap_seed(rec: Recorder, fn: Callable[..., Any], gens: tuple[str, ...], how: str) -> Callable[..., Any]:
+def seed_argument(args: tuple, kwargs: dict, name: str) -> Any:
+    """The seed a seeding call was given (its first argument, or the keyword ``name``);
+    None when it was given none: then the seed comes from the OS."""
+    if args:
+        return args[0]
+    return kwargs.get(name)
+
+
+def _wrap_seed(rec: Recorder, fn: Callable[..., Any], gens: tuple[str, ...], how: str,
+               seed_name: str | None = None) -> Callable[..., Any]:
+    """``fn`` that records seeding ``gens``. ``seed_name``: the seed parameter of a function
+    that seeds from the OS when its seed is None (``random.seed(a=None)``,
+    ``np.random.seed(seed=None)``); functions whose name ends in ``()`` always do."""
     local = rec.local
 
     @functools.wraps(fn)
@@ -97,11 +109,12 @@ def _wrap_seed(rec: Recorder, fn: Callable[..., Any], gens: tuple[str, ...], how
         finally:
             local.depth = depth
         if depth == 0:
+            entropy = how.endswith("()")
             label = how
-            if how.endswith("seed") and not args and not kwargs.get("a", kwargs.get("seed")):
-                label = how + "()"  # no argument: a random seed, not a reproducible one
+            if seed_name is not None and seed_argument(args, kwargs, seed_name) is None:
+                entropy, label = True, how + "()"  # a seed from the OS, not a reproducible one
             for gen in gens:
-                rec.seed(gen, label)
+                rec.seed(gen, label, entropy=entropy)
         return result
 
     seeding.__detaudit_traced__ = True  # type: ignore[attr-defined]
@@ -294,7 +307,7 @@ def install_numpy(rec: Recorder, nprandom: Any) -> None:
         fn = getattr(nprandom, name, None)
         if callable(fn) and getattr(fn, "__self__", None) is mtrand._rand:
             _replace(nprandom, name, lambda fn, name=name: _wrap(rec, fn, f"np.random.{name}", target))
-    _replace(nprandom, "seed", lambda fn: _wrap_seed(rec, fn, ("numpy",), "np.random.seed"))
+    _replace(nprandom, "seed", lambda fn: _wrap_seed(rec, fn, ("numpy",), "np.random.seed", seed_name="seed"))
     _trace_state_calls(rec, nprandom, "numpy", state, "get_state", "set_state", "np.random.set_state")
 
 
@@ -314,7 +327,7 @@ def install_random(rec: Recorder, random: Any) -> None:
     for name in RANDOM_DRAWS:
         if hasattr(random, name):
             _replace(random, name, lambda fn, name=name: _wrap(rec, fn, f"random.{name}", target))
-    _replace(random, "seed", lambda fn: _wrap_seed(rec, fn, ("random",), "random.seed"))
+    _replace(random, "seed", lambda fn: _wrap_seed(rec, fn, ("random",), "random.seed", seed_name="a"))
 
     _trace_state_calls(rec, random, "random", state, "getstate", "setstate", "random.setstate")
 

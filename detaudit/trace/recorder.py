@@ -8,7 +8,10 @@ One file per process, ``<trace dir>/<process>.<pid>.jsonl``. Lines:
 a Ray worker becomes an actor), ``{"type": "seed", ...}`` (a generator seeded or its state
 set, and where), ``{"type": "draw", ...}`` (the first ``keep`` draws of each call site),
 ``{"type": "chain", ...}`` (beyond those: a count and a hash chain, rewritten as the count
-doubles and at exit), and ``{"type": "module", ...}`` / module chains in modules mode.
+doubles and at exit), ``{"type": "module", ...}`` / ``{"type": "op", ...}`` and their chains in
+modules mode, ``{"type": "spawn", ...}`` (a process this one started, by pid) and
+``{"type": "exec", ...}``. The first line is ``{"type": "start", ...}`` (mode, card, kept
+records per site), the last ``{"type": "end", ...}``: a ledger without it is incomplete.
 """
 
 from __future__ import annotations
@@ -185,35 +188,68 @@ def _slug(text: str) -> str:
 
 # --- the recorder -----------------------------------------------------------------------------
 
-class Recorder:
-    """Per-process state: sequence numbers, per-site counts and chains, and the file."""
+FORK_RESEED = "os.fork (CPython reseeds random from the OS in the child)"
+MAX_ARGV = 16       # arguments of a spawned command kept in the ledger
+MAX_ARG_CHARS = 200
 
-    def __init__(self, trace_dir: str, mode: str, keep: int, main_pid: int | None) -> None:
+
+def short_argv(argv: Any) -> list[str]:
+    """A command as the ledger keeps it: at most MAX_ARGV arguments of MAX_ARG_CHARS each."""
+    if isinstance(argv, (str, bytes, os.PathLike)):
+        argv = [argv]
+    try:
+        items = list(argv)
+    except TypeError:
+        items = [argv]
+    out = [os.fsdecode(a) if isinstance(a, (bytes, os.PathLike)) else str(a) for a in items[:MAX_ARGV]]
+    return [a if len(a) <= MAX_ARG_CHARS else a[:MAX_ARG_CHARS] + "..." for a in out]
+
+
+class Recorder:
+    """Per-process state: sequence numbers, per-site counts and chains, and the file.
+
+    The file starts with a ``start`` record (pid, parent, mode, card, kept records per
+    site) and ends with an ``end`` record written at exit (``atexit``, SIGTERM, ``os._exit``,
+    before an ``exec``): a ledger without its end is incomplete, and the compare says so.
+    """
+
+    def __init__(self, trace_dir: str, mode: str, keep: int, main_pid: int | None, card: str | None = None) -> None:
         self.trace_dir = trace_dir
         self.mode = mode
         self.keep = keep
         self.main_pid = main_pid
+        self.card = card
         self.sites = CallSites()
-        self.lock = threading.RLock()
         self.local = threading.local()
         self.started = time.time()
         self._reset()
 
     def _reset(self) -> None:
+        self.lock = threading.RLock()  # a fresh one in a fork child: the parent's may be held
         self.pid = os.getpid()
         self.seq = 0
         self.counts: dict[tuple, int] = {}
-        self.chains: dict[tuple, list] = {}  # key -> [count, chain hex, next flush count, extra]
+        # key -> [count, chain hex, next checkpoint count, count at the last line, count at the last end]
+        self.chains: dict[tuple, list] = {}
         self.file: Any = None
-        self.pending: list[str] = []
         self.identity: dict[str, Any] | None = None
+        self.pending: list[str] = []
+        self._emit({"type": "start", "pid": self.pid, "ppid": os.getppid(), "mode": self.mode, "card": self.card,
+                    "keep": self.keep, "argv": short_argv(sys.argv)})
         self.seeded: dict[str, dict[str, Any]] = getattr(self, "seeded", {})
         for info in self.seeded.values():
             info["inherited"] = True
 
     def after_fork(self) -> None:
-        """A forked child inherits the parent's state and generators, never its file."""
+        """A forked child inherits the parent's state and generators, never its file; CPython
+        reseeds ``random`` in the child from the OS, so its draws are not the parent's seeding."""
         self._reset()
+        if "random" in sys.modules:
+            self.seq += 1
+            self.seeded["random"] = {"site": FORK_RESEED, "how": FORK_RESEED, "seq": self.seq, "library": True,
+                                     "entropy": True}
+            self._emit({"type": "seed", "gen": "random", "site": FORK_RESEED, "how": FORK_RESEED, "seq": self.seq,
+                        "library": True})
 
     # identity and output
 
@@ -238,30 +274,43 @@ class Recorder:
 
     def _open(self, who: dict[str, Any]) -> None:
         os.makedirs(self.trace_dir, exist_ok=True)
-        path = os.path.join(self.trace_dir, f"{_slug(who.get('label', 'process'))}.{self.pid}.jsonl")
-        self.file = open(path, "a", buffering=1, encoding="utf-8")
+        stem = os.path.join(self.trace_dir, f"{_slug(who.get('label', 'process'))}.{self.pid}")
+        suffix = ""
+        while True:  # never append to another process's ledger (an exec keeps the pid)
+            try:
+                self.file = open(stem + suffix + ".jsonl", "x", buffering=1, encoding="utf-8")
+                break
+            except FileExistsError:
+                suffix = f".{int(suffix[1:] or 1) + 1}"
         for line in self.pending:
             self.file.write(line + "\n")
         self.pending = []
 
     def flush(self) -> None:
+        """Write every chain's final count and the ``end`` record: the ledger is complete."""
         with self.lock:
             if os.getpid() != self.pid:
                 return
+            try:
+                self._who()  # a silent process still says who it was
+            except Exception:  # noqa: BLE001 - at exit (Ray half shut down): the ledger still ends
+                pass
             for key, state in self.chains.items():
-                self._chain_line(key, state, final=True)
-            if self.pending:
+                if state[4] != state[0]:  # its count at this end is not written yet
+                    self._chain_line(key, state, final=True)
+            self._emit({"type": "end", "pid": self.pid, "seq": self.seq})
+            if self.file is None:
                 self._open(self.identity or {"label": "process"})
-            if self.file is not None:
-                self.file.flush()
+            self.file.flush()
 
     # the records
 
     def in_call(self) -> bool:
         return getattr(self.local, "depth", 0) > 0
 
-    def seed(self, generator: str, how: str) -> None:
-        """A process-global generator was seeded (or had its state set) here."""
+    def seed(self, generator: str, how: str, entropy: bool = False) -> None:
+        """A process-global generator was seeded (or had its state set) here; ``entropy``: with
+        a seed from the OS (``random.seed()``, ``torch.seed()``): not reproducible."""
         if self.in_call():
             return
         site, library = self.sites.site(3)
@@ -269,6 +318,8 @@ class Recorder:
             self._who()
             self.seq += 1
             info = {"site": site, "how": how, "seq": self.seq, "library": library}
+            if entropy:
+                info["entropy"] = True
             self.seeded[generator] = info
             self._emit({"type": "seed", "gen": generator, **info})
 
@@ -286,7 +337,11 @@ class Recorder:
                 seeded = self.seeded.get(generator) or self.seeded.get(generator.partition(":")[0])
                 record = {"type": "draw", "seq": self.seq, "gen": generator, "op": op, "site": site,
                           "library": library, "n": count, "state": fingerprint,
-                          "seeded": seeded["site"] if seeded else None, "t": round(time.time(), 3)}
+                          "seeded": seeded["site"] if seeded and not seeded.get("entropy") else None,
+                          "t": round(time.time(), 3)}
+                if seeded and seeded.get("entropy"):
+                    record["entropy"] = f"{seeded['how']} at {seeded['site']}" if seeded["site"] != seeded["how"] \
+                        else seeded["how"]
                 if seeded and seeded.get("inherited"):
                     record["seeded_inherited"] = True
                 if who.get("task"):
@@ -308,10 +363,47 @@ class Recorder:
             else:
                 self._extend(key, f"{inputs}>{outputs}")
 
+    def op(self, name: str, at: str, site: str, inputs: str, outputs: str) -> None:
+        """A torch op called outside any module: its name, where (``at``: the innermost frame
+        outside torch; ``site``: the first frame outside the libraries) and its fingerprints."""
+        with self.lock:
+            self._who()
+            self.seq += 1
+            key = ("op", name, at)
+            count = self.counts.get(key, 0) + 1
+            self.counts[key] = count
+            if count <= self.keep:
+                self._emit({"type": "op", "seq": self.seq, "name": name, "at": at, "site": site, "n": count,
+                            "in": inputs, "out": outputs, "t": round(time.time(), 3)})
+            else:
+                self._extend(key, f"{inputs}>{outputs}")
+
+    def spawn(self, pid: int, argv: Any, via: str, python: bool) -> None:
+        """This process started process ``pid``: a Python one must leave a ledger of its own."""
+        with self.lock:
+            self._who()
+            self.seq += 1
+            self._emit({"type": "spawn", "seq": self.seq, "child": int(pid), "argv": short_argv(argv), "via": via,
+                        "python": bool(python)})
+
+    def exec_program(self, argv: Any, python: bool) -> None:
+        """This process is about to replace itself: end its ledger (the new program, if it is
+        Python, writes its own, under the same pid)."""
+        with self.lock:
+            self._who()
+            self.seq += 1
+            self._emit({"type": "exec", "seq": self.seq, "argv": short_argv(argv), "python": bool(python)})
+            self.flush()
+
+    def exec_failed(self) -> None:
+        with self.lock:
+            self.seq += 1
+            self._emit({"type": "exec_failed", "seq": self.seq})
+
     def _extend(self, key: tuple, item: str) -> None:
         state = self.chains.get(key)
         if state is None:
-            state = self.chains[key] = [0, "", 1, 0]
+            state = self.chains[key] = [0, "", 1, 0, -1]
         state[0] += 1
         state[1] = hashlib.blake2b((state[1] + item).encode(), digest_size=8).hexdigest()
         if state[0] >= state[2]:
@@ -319,16 +411,34 @@ class Recorder:
             self._chain_line(key, state)
 
     def _chain_line(self, key: tuple, state: list, final: bool = False) -> None:
-        """Checkpoints at counts 1, 2, 4, ... (the same in every run) and a final one at exit:
-        a process killed before its exit still leaves comparable checkpoints."""
+        """Checkpoints at counts 1, 2, 4, ... (the same in every run) and a final one with each
+        end (at exit; in a Ray worker after each task): a process killed before its exit still
+        leaves comparable checkpoints."""
         state[3] = state[0]
+        if final:
+            state[4] = state[0]
         extra = {"final": True} if final else {}
         if key[0] == "draw":
             self._emit({"type": "chain", "kind": "draw", "gen": key[1], "op": key[2], "site": key[3],
                         "after": self.keep, "count": state[0], "chain": state[1], **extra})
+        elif key[0] == "op":
+            self._emit({"type": "chain", "kind": "op", "name": key[1], "at": key[2], "after": self.keep,
+                        "count": state[0], "chain": state[1], **extra})
         else:
             self._emit({"type": "chain", "kind": "module", "name": key[1], "after": self.keep,
                         "count": state[0], "chain": state[1], **extra})
+
+
+def write_skip(trace_dir: str, why: str) -> None:
+    """A process the tracer leaves out on purpose (Ray's own daemons) says so: its parent's
+    record of it is then accounted for."""
+    try:
+        os.makedirs(trace_dir, exist_ok=True)
+        record = {"type": "skip", "pid": os.getpid(), "why": why, "argv": short_argv(sys.argv)}
+        with open(os.path.join(trace_dir, f"skipped.{os.getpid()}.jsonl"), "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record, separators=(",", ":"), sort_keys=True) + "\n")
+    except OSError:
+        pass
 
 
 # --- post-import hooks ---------------------------------------------------------------------------

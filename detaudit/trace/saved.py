@@ -17,9 +17,11 @@ from typing import Any
 
 from detaudit.env.probes.envprobe import cpu_info
 from detaudit.errors import InputError, UsageError
-from detaudit.trace.files import RunTrace, read_trace
+from detaudit.trace import MODES
+from detaudit.trace.files import RunTrace, read_bounded_text, read_trace
 
 SAVED_SCHEMA = "detaudit/trace/1"
+MAX_META_BYTES = 1 << 20
 
 
 def trace_meta(card: str, mode: str, command: list[str], **extra: Any) -> dict[str, Any]:
@@ -32,19 +34,55 @@ def standard_trace_dir(standard_path: Path) -> Path:
     return standard_path.with_name(standard_path.stem + ".trace")
 
 
+def carries_trace(standard_path: Path) -> bool:
+    """Whether a standard carries a saved trace: anything named ``meta.json`` in its trace
+    folder (a device or a broken link there is read, and refused, rather than passed over)."""
+    meta = standard_trace_dir(standard_path) / "meta.json"
+    return meta.exists() or meta.is_symlink()
+
+
+def check_saved_card(meta: dict[str, Any], card: str, directory: Path) -> None:
+    """Raise a UsageError when a saved trace names a card other than ``card`` (``--against``)."""
+    saved = meta.get("card")
+    if saved is not None and saved != card:
+        raise UsageError(f"a trace of card {saved!r}, not of {card!r}: compare traces of one card", directory)
+
+
 def read_saved(directory: str | Path) -> tuple[dict[str, Any], RunTrace]:
-    """A trace saved with ``--save``: its meta and its processes."""
+    """A trace saved with ``--save`` (or the one a standard carries): its meta and its
+    processes. The trace carries the card and mode its meta names; a meta that disagrees with
+    the ledgers makes the trace incomplete."""
     directory = Path(directory)
     meta_path = directory / "meta.json"
+    if not meta_path.exists() and not meta_path.is_symlink():
+        raise InputError(meta_path, "not a saved trace (no meta.json; save one with `detaudit trace CARD --save DIR`)")
+    text = read_bounded_text(meta_path, "a saved trace's meta.json", MAX_META_BYTES)
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(meta_path, "not a saved trace (no meta.json; save one with `detaudit trace CARD --save DIR`)") from None
-    except (OSError, ValueError) as exc:
+        meta = json.loads(text)
+    except (ValueError, RecursionError) as exc:
         raise InputError(meta_path, f"cannot read saved trace: {exc}") from None
     if not isinstance(meta, dict) or meta.get("schema") != SAVED_SCHEMA:
         raise InputError(meta_path, f"not a saved trace (schema is not {SAVED_SCHEMA})")
-    return meta, read_trace(directory / "trace")
+    card, mode = meta.get("card"), meta.get("mode")
+    if card is not None and type(card) is not str:
+        raise InputError(meta_path, f"not a saved trace ('card' is not a string: {card!r})"[:300])
+    if mode not in MODES:
+        raise InputError(meta_path, f"not a saved trace ('mode' is not one of {', '.join(MODES)}: {mode!r})"[:300])
+    run = read_trace(directory / "trace", card=card)
+    if run.processes and run.mode is not None and run.mode != mode:
+        run.errors.append(f"its meta.json says mode {mode}, its ledgers {run.mode}")
+    if run.mode is None:
+        run.mode = mode if not run.processes else None
+    return meta, run
+
+
+def check_save_destination(destination: Path) -> None:
+    """Raise a UsageError unless ``--save`` may write a new saved trace at ``destination``:
+    nothing there, or an empty folder (never a symlink, whose target would be written)."""
+    if destination.is_symlink():
+        raise UsageError("is a symbolic link; give --save a new folder", destination)
+    if destination.exists() and (not destination.is_dir() or any(destination.iterdir())):
+        raise UsageError("exists; give --save a new folder", destination)
 
 
 def machine() -> dict[str, str]:
@@ -58,19 +96,27 @@ def machine() -> dict[str, str]:
 
 
 def save_trace(trace_dir: Path, destination: Path, meta: dict[str, Any]) -> Path:
-    if destination.exists() and (not destination.is_dir() or any(destination.iterdir())):
-        raise UsageError("exists; give --save a new folder", destination)
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
+    check_save_destination(destination)
+    try:
+        destination.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(destination, f"cannot create {destination.parent}: {exc.strerror or exc}") from None
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
+    except OSError as exc:
+        raise InputError(destination, f"cannot write the saved trace: {exc.strerror or exc}") from None
     try:
         shutil.copytree(trace_dir, staging / "trace")
         (staging / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         os.chmod(staging, 0o777 & ~_umask())
-        if destination.exists():
-            destination.rmdir()
+        if destination.is_dir() and not destination.is_symlink():
+            destination.rmdir()  # the empty folder --save was given
         os.rename(staging, destination)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(exc, (OSError, shutil.Error)):
+            raise InputError(destination, f"cannot write the saved trace: {getattr(exc, 'strerror', None) or exc}") \
+                from None
         raise
     return destination
 
@@ -85,7 +131,7 @@ def check_replaceable(destination: Path) -> None:
     """Raise a UsageError unless a saved trace may be written at ``destination``: nothing is
     there, or a saved trace is (which it would replace). ``record`` asks before writing the
     standard, so that a folder in the way never leaves a standard without its trace."""
-    if destination.exists() and not (destination / "meta.json").is_file():
+    if destination.is_symlink() or (destination.exists() and not (destination / "meta.json").is_file()):
         raise UsageError("exists and is not a saved trace; move it away", destination)
 
 

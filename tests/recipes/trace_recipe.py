@@ -11,6 +11,8 @@ small torch model. Flags:
   --mp METHOD      two multiprocessing children (fork or spawn), each seeded with its rank
   --mp-same-seed   ... seeded alike instead (a seed collision)
   --replicas N     N SeededWorker replicas (default 1); all seed alike (a seed collision)
+  --kill-mid-task  (with --ray) a ``Sleeper`` actor draws, then is killed (``ray.kill``) inside
+                   that task: its ledger has no end after the draw
 $TRACE_RECIPE_PERTURB=1 adds 1e-6 to the output of the model's ``Scale`` module, standing
 in for a machine whose kernels compute different bits (``after:K``: only from its call K+1 on;
 the model is called CALLS times).
@@ -21,6 +23,7 @@ import json
 import multiprocessing
 import os
 import random
+import time
 
 import numpy as np
 import torch
@@ -31,6 +34,7 @@ parser.add_argument("--seed-hidden", action="store_true")
 parser.add_argument("--mp", choices=["fork", "spawn"])
 parser.add_argument("--mp-same-seed", action="store_true")
 parser.add_argument("--replicas", type=int, default=1)
+parser.add_argument("--kill-mid-task", action="store_true")
 
 
 def hidden_draw(n: int) -> list[int]:
@@ -67,6 +71,15 @@ class Scale(torch.nn.Module):
         return out
 
 
+class Sleeper:
+    def draw_then_wait(self, flag: str) -> None:
+        torch.manual_seed(13)
+        torch.rand(2)
+        with open(flag, "w"):
+            pass
+        time.sleep(600)  # killed here
+
+
 def numpy_task() -> float:
     np.random.seed(3)
     return float(np.random.rand())
@@ -93,6 +106,8 @@ def main() -> None:
     if args.ray:
         import ray
 
+        # On a loaded CI machine Ray's agents can take longer than the raylet's default 15 s wait.
+        os.environ.setdefault("RAY_agent_register_timeout_ms", "180000")
         ray.init(num_cpus=1, include_dashboard=False, configure_logging=False, log_to_driver=False)
         Seeded = ray.remote(num_cpus=0)(SeededWorker)
         Hidden = ray.remote(num_cpus=0)(HiddenDrawer)
@@ -103,6 +118,13 @@ def main() -> None:
         metrics["ray/seeded"] = values[0]
         metrics["ray/hidden"] = float(sum(i * v for i, v in enumerate(ray.get(hidden.work.remote()))))
         metrics["ray/task"] = ray.get(task.remote())
+        if args.kill_mid_task:
+            sleeper = ray.remote(num_cpus=0)(Sleeper).remote()
+            flag = os.path.abspath("sleeper-drew")
+            sleeper.draw_then_wait.remote(flag)
+            while not os.path.exists(flag):
+                time.sleep(0.1)
+            ray.kill(sleeper)
         ray.shutdown()
     if args.mp:
         ctx = multiprocessing.get_context(args.mp)
