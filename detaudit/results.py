@@ -150,7 +150,9 @@ class TraceResult:
 
     @property
     def ok(self) -> bool:
-        return self.status == TraceStatus.OK and (self.comparison is None or self.comparison.identical)
+        # An incomplete trace (a process not traced, or killed before its ledger ended) proves nothing.
+        return (self.status == TraceStatus.OK and (self.comparison is None or self.comparison.identical)
+                and not (self.trace is not None and self.trace.problems))
 
 
 @dataclass

@@ -402,10 +402,33 @@ def test_save_onto_a_symlink_is_a_one_line_error_and_writes_nothing(tmp_path: Pa
     link.symlink_to(target)
     result = run_cli("trace", str(card), "--save", str(link), "--workdir", str(tmp_path / "w"))
     assert result.code == 2 and "Traceback" not in result.err, result.err
-    # the last line (flows/trace.py checks --save after the run; see NOTES: before it would be better)
-    assert result.err.strip().splitlines()[-1] == f"detaudit: error: {link}: is a symbolic link; give --save a new folder"
+    assert result.err.strip() == f"detaudit: error: {link}: is a symbolic link; give --save a new folder"
+    assert not (tmp_path / "w").exists()  # refused before the run
     assert link.is_symlink() and list(target.iterdir()) == []
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".link")] == []
+
+
+def test_against_a_trace_of_another_card_is_refused_before_the_run(tmp_path: Path) -> None:
+    card = quick_card(tmp_path)
+    other = _saved(tmp_path, "other", START + b'{"type":"end","pid":1,"seq":1}\n')
+    meta = json.loads((other / "meta.json").read_text())
+    (other / "meta.json").write_text(json.dumps({**meta, "card": "tracetoy"}))
+    result = run_cli("trace", str(card), "--against", str(other), "--workdir", str(tmp_path / "w"))
+    assert result.code == 2 and result.err.strip() == (
+        f"detaudit: error: {other}: a trace of card 'tracetoy', not of 'quick': compare traces of one card")
+    assert not (tmp_path / "w").exists()
+
+
+def test_a_trace_with_a_process_the_tracer_could_not_enter_exits_1(tmp_path: Path) -> None:
+    script = tmp_path / "untraced_child.py"
+    script.write_text("import os, subprocess, sys\n"
+                      "subprocess.run([sys.executable, '-I', '-c', 'import random; random.random()'], check=True)\n"
+                      "open(os.environ['DETAUDIT_METRICS_JSONL'], 'w').write('{\"step\": 0, \"x\": 1.0}\\n')\n")
+    card = tmp_path / "child.toml"
+    card.write_text(f'name = "child"\ncommand = ["{{python}}", "{script}"]\ntimeout_s = 120\nrunner = ["cpu", "test"]\n')
+    result = run_cli("trace", str(card), "--workdir", str(tmp_path / "w"))
+    assert result.code == 1, result.text
+    assert "trace incomplete" in result.out and "was not traced" in result.out, result.out
 
 
 def test_what_the_flows_ask_of_a_saved_trace_before_they_run(tmp_path: Path) -> None:

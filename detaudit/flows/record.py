@@ -31,7 +31,7 @@ from detaudit.standards.formats import drop_nan_series as drop_nan
 from detaudit.standards.standard import Standard, standard_lock
 from detaudit.trace import MODE_ENV, MODES, run_trace_dir
 from detaudit.trace.compare import audit_runs
-from detaudit.trace.saved import check_replaceable, save_trace, standard_trace_dir, trace_meta
+from detaudit.trace.saved import carries_trace, check_replaceable, save_trace, standard_trace_dir, trace_meta
 
 
 def record(
@@ -163,7 +163,7 @@ def _judge(plan: RunPlan, path: Path | None, old: Standard | None, *, update: bo
     result.status = RecordStatus.WRITTEN
     if staged is not None:
         result.standard_trace = _put_in_place(staged, destination)
-    elif (destination / "meta.json").is_file():  # the old standard's trace no longer matches it
+    elif carries_trace(path):  # the old standard's trace no longer matches it
         _put_in_place(None, destination)
         result.stale_trace_removed = destination
     result.standard = standard

@@ -23,7 +23,7 @@ from detaudit.trace.compare import (
     unseeded_uses,
 )
 from detaudit.trace.files import RunTrace, read_trace
-from detaudit.trace.saved import read_saved, save_trace, trace_meta
+from detaudit.trace.saved import check_save_destination, check_saved_card, read_saved, save_trace, trace_meta
 
 
 def trace_card(
@@ -42,12 +42,13 @@ def trace_card(
     saved_trace: RunTrace | None = None
     if against is not None:
         saved_meta, saved_trace = read_saved(against)
+        check_saved_card(saved_meta, card.name, Path(against))  # before the run: traces of one card only
         mode = mode or saved_meta.get("mode", "rng")
     mode = mode or "rng"
     if mode not in MODES:
         raise UsageError(f"unknown trace mode {mode!r} (one of {', '.join(MODES)})")
-    if save is not None and Path(save).exists() and (not Path(save).is_dir() or any(Path(save).iterdir())):
-        raise UsageError("exists; give --save a new folder", save)
+    if save is not None:
+        check_save_destination(Path(save))  # the check save_trace makes, before the run
     # Here, unprobed (a trace needs no runner class); the work dir is kept: the trace is what this command is for.
     plan = run_card(card, 1, workdir=workdir, extra_args=extra_args, trace=mode, label="trace", probe=False,
                     on_update=on_update)

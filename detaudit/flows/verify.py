@@ -33,7 +33,7 @@ from detaudit.run.spec import RunState
 from detaudit.standards.formats import load_any
 from detaudit.trace import MODES, run_trace_dir
 from detaudit.trace.compare import audit_runs
-from detaudit.trace.saved import read_saved, standard_trace_dir
+from detaudit.trace.saved import carries_trace, read_saved, standard_trace_dir
 
 
 def verify(
@@ -124,7 +124,7 @@ def verify(
     if metrics is None:
         assert card is not None and placement is not None
         carried = standard_trace_dir(path)
-        if (carried / "meta.json").is_file():  # the standard carries its run's trace: trace this run too
+        if carries_trace(path):  # the standard carries its run's trace (a broken one is refused): trace this run too
             saved_meta, saved_trace = read_saved(carried)
             trace = "modules" if "modules" in (trace, saved_meta.get("mode")) else "rng"
         plan = run_card(card, 1, placement=placement, workdir=workdir, extra_args=extra_args, env_hooks=env_hooks,

@@ -77,7 +77,7 @@ def run_card(
     hooks = tuple(env_hooks)
     collect: tuple[str, ...] = ()
     if trace:
-        hooks += (trace_hook(trace),)
+        hooks += (trace_hook(trace, card=card.name),)  # each ledger names its card
         collect = (TRACE_SUBDIR,)
     with interrupts_as_exceptions():
         plan = make_plan(card, count, environment=placement.environment, runner_class=placement.runner_class,
