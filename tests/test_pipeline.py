@@ -10,7 +10,7 @@ import ray
 import torch
 from conftest import REPO, run_cli
 
-from detaudit import determinism
+from detaudit.env import determinism
 from recipes.diffusion_nft.config import parse_args, rollout_prompts
 from recipes.diffusion_nft.pipeline import start_actors, sync_weights
 

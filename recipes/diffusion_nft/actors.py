@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 import torch
 
-from detaudit import determinism
+from detaudit.env import determinism
 from recipes.diffusion_nft import flow_grpo, nft
 from recipes.diffusion_nft.config import JobConfig, load_prompts, rollout_prompts
 from recipes.diffusion_nft.flops import image_tokens, transformer_forward_flops

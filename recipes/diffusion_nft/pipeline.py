@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from detaudit import determinism
+from detaudit.env import determinism
 from recipes.diffusion_nft.config import JobConfig, parse_args
 
 RECIPE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds `recipes/`
