@@ -237,7 +237,6 @@ def test_standard_holds_on_this_machine_and_unseeded_manager_refuses(
             "convert drew from a global torch generator this process never seeded") in " ".join(bad.out.split()), bad.out
 
 
-@pytest.mark.slow
 def test_real_loading_code_reads_local_directories(tmp_path: Path) -> None:
     """--model-path and --pickscore-path load with local_files_only; tiny models saved here stand in.
 

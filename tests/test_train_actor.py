@@ -56,6 +56,14 @@ def two_updates(fsdp, precision):
 mode, out = sys.argv[1], sys.argv[2]
 if mode == "plain-vs-fsdp":
     result = {p: {"plain": two_updates(False, p), "sharded": two_updates(True, p)} for p in ("fp16", "bf16", "fp32")}
+elif mode == "micro-batches":  # one optimizer step over 8 samples, whole or in micro-batches of 4 and 3
+    def one_step(micro):
+        trainer = actor(["--precision", "fp32", "--micro-batch", str(micro)])
+        try:
+            return trainer.train(rollout_batch(), 0), trainer.old_lora_state()
+        finally:
+            dist.destroy_process_group()
+    result = {micro: one_step(micro) for micro in (8, 4, 3)}
 else:  # engine-dtype
     trainer = actor(["--precision", "fp32"])
     try:
@@ -84,6 +92,22 @@ def test_plain_module_matches_fsdp_at_world_size_one(tmp_path: Path) -> None:
         assert plain_state.keys() == sharded_state.keys()
         assert all(torch.equal(plain_state[k], sharded_state[k]) for k in plain_state), precision
         assert plain[1]["train/grad_norm"] > 0
+
+
+@pytest.mark.slow
+def test_micro_batches_accumulate_to_the_whole_batchs_step(tmp_path: Path) -> None:
+    """The optimizer-step loop weights each micro-batch by its share of the samples (a last,
+    smaller one too): the same step as the whole batch at once, up to float rounding."""
+    result = in_fresh_process("micro-batches", tmp_path)
+    (whole,), whole_state = result[8]
+    for micro in (4, 3):
+        (step,), state = result[micro]
+        for key in ("train/loss", "train/nft_loss", "train/kl_loss", "train/grad_norm"):
+            assert step[key] == pytest.approx(whole[key], rel=1e-5, abs=1e-9), (micro, key)
+        # Adam's first step is about lr * sign(grad): weights agree to a small part of lr (3e-4).
+        assert max((state[k] - whole_state[k]).abs().max().item() for k in state) < 3e-6, micro
+    assert whole["train/grad_norm"] > 0  # and the step moved the weights (LoRA B starts at zero)
+    assert any(whole_state[k].abs().sum() > 0 for k in whole_state if "lora_B" in k)
 
 
 def test_sample_conditioning_gathers_each_samples_prompt_row() -> None:

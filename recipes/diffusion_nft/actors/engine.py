@@ -130,8 +130,10 @@ class RolloutEngine:
         clock.lap("encode")
         # Sample in chunks: attention activations of a whole rollout at 512x512 do not fit
         # beside a colocated trainer. Each sample's noise is its own, so chunking changes nothing.
-        request = SampleRequest(self.pipe.transformer, self.pipe.vae, embeds, pooled, noise, sigmas, samples,
-                                rollout_seed, config.rollout.sample_batch or noise.shape[0], self.dtype, self.device)
+        request = SampleRequest(transformer=self.pipe.transformer, vae=self.pipe.vae, embeds=embeds, pooled=pooled,
+                                noise=noise, sigmas=sigmas, samples=samples, rollout_seed=rollout_seed,
+                                chunk=config.rollout.sample_batch or noise.shape[0], dtype=self.dtype,
+                                device=self.device)
         sampled = algorithm.sample(request, config, clock)
         if self.device.type == "cuda":
             torch.cuda.empty_cache()  # hand cached blocks back to the colocated trainer
