@@ -125,14 +125,14 @@ def foreign_ray_head() -> Iterator[tuple[str, Path]]:
     temp = Path(tempfile.mkdtemp(prefix="rayf", dir="/tmp"))  # short: Ray's socket paths are bounded
     address = f"127.0.0.1:{free_port()}"
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
-    argv = [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", "--port", address.split(":")[1],
-            "--num-cpus", "1", "--num-gpus", "0", "--include-dashboard", "false", "--temp-dir", str(temp),
-            "--disable-usage-stats"]
+    argv = [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
+            "--port", address.split(":")[1], "--num-cpus", "1", "--num-gpus", "0", "--include-dashboard", "false",
+            "--temp-dir", str(temp), "--disable-usage-stats"]
     with open(temp / "head.log", "wb") as head_log:
         head = subprocess.Popen(argv, env=env, stdout=head_log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.time() + 180
-        while not list(temp.glob("session_*/logs/gcs_server.out")) or not _pids_under(f"--gcs-address={address}"):
+        while "Ray runtime started" not in (temp / "head.log").read_text(errors="replace"):
             if head.poll() is not None or time.time() > deadline:
                 raise RuntimeError(f"the Ray head did not start: {(temp / 'head.log').read_text()[-3000:]}")
             time.sleep(1)

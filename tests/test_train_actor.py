@@ -111,7 +111,7 @@ def test_micro_batches_accumulate_to_the_whole_batchs_step(tmp_path: Path) -> No
 
 
 def test_sample_conditioning_gathers_each_samples_prompt_row() -> None:
-    from recipes.diffusion_nft.actors.common import sample_conditioning
+    from recipes.diffusion_nft.algorithms import sample_conditioning
 
     batch = rollout_batch()
     embeds, pooled = sample_conditioning(batch, torch.device("cpu"))

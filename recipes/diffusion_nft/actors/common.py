@@ -1,4 +1,4 @@
-"""What every actor does at start-up, and what engines and trainers share."""
+"""What every actor does at start-up."""
 
 from __future__ import annotations
 
@@ -22,13 +22,3 @@ def setup_process(config: JobConfig, role: str) -> torch.device:
     if config.placement.device == "cuda" and torch.cuda.is_available():
         return torch.device("cuda", 0)  # Ray sets CUDA_VISIBLE_DEVICES to the actor's GPU
     return torch.device("cpu")
-
-
-# Batch keys with one row per prompt (the text conditioning); the others have one per sample.
-PER_PROMPT = ("prompt_embeds", "pooled")
-
-
-def sample_conditioning(batch: dict[str, torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each sample's prompt embeddings and pooled embedding, on ``device`` (rows of the per-prompt tensors)."""
-    rows = batch["prompt_row"].to(device)
-    return batch["prompt_embeds"].to(device)[rows], batch["pooled"].to(device)[rows]

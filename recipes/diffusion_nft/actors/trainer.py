@@ -10,8 +10,8 @@ from typing import Iterator
 
 import torch
 
-from recipes.diffusion_nft.actors.common import DTYPES, PER_PROMPT, setup_process
-from recipes.diffusion_nft.algorithms import ALGORITHM_MODULES, Algorithm, TrainStep
+from recipes.diffusion_nft.actors.common import DTYPES, setup_process
+from recipes.diffusion_nft.algorithms import ALGORITHM_MODULES, PER_PROMPT, Algorithm, TrainStep
 from recipes.diffusion_nft.config import JobConfig
 from recipes.diffusion_nft.flops import image_tokens, transformer_forward_flops
 from recipes.diffusion_nft.lora import adapters_disabled, add_lora, lora_parameters

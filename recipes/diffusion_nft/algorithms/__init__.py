@@ -37,6 +37,17 @@ ALGORITHM_MODULES = {
 }
 
 
+# A rollout batch (RolloutManager -> train actor): per-sample tensors, and these with one row per
+# prompt (the text conditioning, sent once); ``prompt_row`` maps each sample to its prompt's row.
+PER_PROMPT = ("prompt_embeds", "pooled")
+
+
+def sample_conditioning(batch: dict[str, torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each sample's prompt embeddings and pooled embedding, on ``device``."""
+    rows = batch["prompt_row"].to(device)
+    return batch["prompt_embeds"].to(device)[rows], batch["pooled"].to(device)[rows]
+
+
 @dataclass(frozen=True)
 class SampleRequest:
     """What an engine hands ``sample``: one rollout's samples (rows), ready to denoise."""

@@ -34,6 +34,8 @@ import torch
 from recipes.diffusion_nft import seeds
 from recipes.diffusion_nft.sampling import decode
 
+from recipes.diffusion_nft.algorithms import sample_conditioning
+
 if TYPE_CHECKING:
     from recipes.diffusion_nft.algorithms import Policy, SampleRequest
     from recipes.diffusion_nft.config import JobConfig
@@ -277,8 +279,6 @@ class GRPOStep:
     """
 
     def __init__(self, policy: Policy, batch: dict[str, torch.Tensor], config: JobConfig) -> None:
-        from recipes.diffusion_nft.actors.common import sample_conditioning
-
         dev = policy.device
         self.policy, self.settings = policy, config.flow_grpo
         self.latents = batch["latents"]  # [n, steps + 1, C, h, w], CPU: moved a timestep at a time

@@ -21,6 +21,8 @@ import torch
 from recipes.diffusion_nft import seeds
 from recipes.diffusion_nft.sampling import decode, denoise
 
+from recipes.diffusion_nft.algorithms import sample_conditioning
+
 if TYPE_CHECKING:
     from recipes.diffusion_nft.algorithms import Policy, SampleRequest
     from recipes.diffusion_nft.config import JobConfig
@@ -178,8 +180,6 @@ class NFTStep:
 
     def __init__(self, policy: Policy, batch: dict[str, torch.Tensor], config: JobConfig, rollout: int,
                  offset: int) -> None:
-        from recipes.diffusion_nft.actors.common import sample_conditioning
-
         dev = policy.device
         self.policy, self.config, self.rollout, self.offset = policy, config, rollout, offset
         self.x0 = batch["x0"].to(dev)
