@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from detaudit import determinism  # noqa: E402
+from detaudit.env import determinism  # noqa: E402
 from recipes.diffusion_nft.flops import transformer_forward_flops  # noqa: E402
 from transformer_probe import (TEXT_TOKENS, image_token_count, kernel_class, lora_transformer,  # noqa: E402
                                transformer_inputs)

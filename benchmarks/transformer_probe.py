@@ -15,9 +15,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from recipes.diffusion_nft.actors import add_lora, lora_parameters  # noqa: E402
 from recipes.diffusion_nft.config import JobConfig, parse_args  # noqa: E402
 from recipes.diffusion_nft.flops import image_tokens  # noqa: E402
+from recipes.diffusion_nft.lora import add_lora, lora_parameters  # noqa: E402
 from recipes.diffusion_nft.models import build_transformer  # noqa: E402
 
 TEXT_TOKENS = 333  # 77 CLIP + 256 T5 tokens
@@ -28,9 +28,9 @@ def lora_transformer(device: torch.device, preset: str = "sd35m-shapes",
     """(model, its LoRA parameters, the preset's job config): base frozen, LoRA trainable, every
     parameter cast to ``dtype`` as the train actor does at world size 1."""
     cfg = parse_args(["--preset", preset, "--device", device.type])
-    model = build_transformer(preset, 0, device)
+    model = build_transformer(preset, cfg.model.init_seed, device)
     model.requires_grad_(False)
-    add_lora(model, cfg, 100)
+    add_lora(model, cfg.model)
     lora = [p for _, p in lora_parameters(model)]
     for p in lora:
         p.requires_grad_(True)
@@ -40,7 +40,7 @@ def lora_transformer(device: torch.device, preset: str = "sd35m-shapes",
 
 
 def latent_size(cfg: JobConfig) -> int:
-    return cfg.resolution // 8
+    return cfg.rollout.resolution // 8
 
 
 def image_token_count(model: Any, cfg: JobConfig) -> int:

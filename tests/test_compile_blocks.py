@@ -10,22 +10,25 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
+
+pytestmark = pytest.mark.recipe
 
 SCRIPT = r"""
 import json, sys
 import torch
 import torch._dynamo
 import torch._inductor.config
-from recipes.diffusion_nft.actors import adapters_disabled, add_lora
 from recipes.diffusion_nft.config import parse_args
+from recipes.diffusion_nft.lora import adapters_disabled, add_lora
 from recipes.diffusion_nft.models import COMPILED_GRAPHS_PER_BLOCK_CODE, build_transformer, compile_blocks
 
 deterministic = sys.argv[1] == "1"
 if sys.argv[2] == "1":
     torch.use_deterministic_algorithms(True)  # as determinism.enable does in every actor
 model = build_transformer("tiny", 0)
-add_lora(model, parse_args(["--preset", "tiny", "--device", "cpu"]), 100)
+add_lora(model, parse_args(["--preset", "tiny", "--device", "cpu"]).model)
 model.eval().requires_grad_(False)
 # LoRA B starts at zero: give the adapters weight so that adapters on and off differ.
 with torch.no_grad():
@@ -77,6 +80,7 @@ def compiled(deterministic: bool, torch_switch: bool | None = None, run: bool = 
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_compiled_blocks_keep_their_names_and_compute_the_eager_function() -> None:
     r = compiled(deterministic=True)
     assert r["count"] == r["blocks"] == 2 and r["compiled"]
@@ -89,12 +93,14 @@ def test_compiled_blocks_keep_their_names_and_compute_the_eager_function() -> No
     assert r["close_on"] and r["close_off"] and r["adapters_matter"] and r["repeat_identical"]
 
 
+@pytest.mark.slow
 def test_inductor_deterministic_mode_is_left_alone_without_deterministic_mode() -> None:
     r = compiled(deterministic=False)
     assert r["inductor_deterministic"] is False
     assert r["compiled"] and r["names_kept"] and r["close_on"] and r["close_off"]
 
 
+@pytest.mark.slow
 def test_deterministic_compile_sets_inductors_deterministic_mode_itself() -> None:
     # Newer torch sets it from use_deterministic_algorithms(True); compile_blocks must not rely on that.
     assert compiled(deterministic=True, torch_switch=False, run=False)["inductor_deterministic"] is True
@@ -104,7 +110,7 @@ ENGINE_SCRIPT = r"""
 import json
 import torch
 import torch._dynamo.utils
-from recipes.diffusion_nft.actors import RolloutEngine, sample_batch_sizes
+from recipes.diffusion_nft.actors.engine import RolloutEngine, sample_batch_sizes
 from recipes.diffusion_nft.config import parse_args
 
 # 2 prompts x 3 samples in chunks of 4: the transformer runs at batch sizes 4 and 2.
@@ -113,12 +119,12 @@ args = parse_args(["--preset", "tiny", "--device", "cpu", "--compile-blocks", "-
 engine = RolloutEngine(args, 0)
 prompts = [(0, "a red cube"), (1, "two cats")]
 graphs = lambda: torch._dynamo.utils.counters["stats"]["unique_graphs"]
-eager = engine.generate(prompts, args.group_size, 7)
+eager = engine.generate(prompts, 7)
 graphs_eager = graphs()
 compile_s = engine.compile_transformer()
 graphs_warm = graphs()
-first = engine.generate(prompts, args.group_size, 7)
-second = engine.generate(prompts, args.group_size, 7)
+first = engine.generate(prompts, 7)
+second = engine.generate(prompts, 7)
 print(json.dumps({
     "batch_sizes": sample_batch_sizes(args, 0),
     "graphs_eager": graphs_eager, "graphs_warm": graphs_warm, "graphs_after": graphs(),
@@ -130,6 +136,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow
 def test_engine_samples_eagerly_until_compiled_then_never_compiles_again() -> None:
     # Rollout 0 runs eagerly (no compile before the first images); compile_transformer() must
     # build every graph generate() needs, or rollout 1 would compile on the critical path.
@@ -150,13 +157,13 @@ import json, sys
 import torch.distributed as dist
 sys.path.insert(0, "tests")
 from test_train_actor import rollout_batch
-from recipes.diffusion_nft.actors import TrainActor
+from recipes.diffusion_nft.actors.trainer import TrainActor
 from recipes.diffusion_nft.config import parse_args
-from recipes.diffusion_nft.pipeline import free_port
+from recipes.diffusion_nft.placement import free_port
 
 def one_update(compile_blocks):
     flags = ["--preset", "tiny", "--device", "cpu", "--precision", "fp32", "--micro-batch", "8", "--sample-batch", "8"]
-    args = parse_args(flags + (["--compile-blocks"] if compile_blocks else [])).replace(device="cpu")
+    args = parse_args(flags + (["--compile-blocks"] if compile_blocks else []))
     actor = TrainActor(args, 0, 1, free_port())
     try:
         compiled = lambda: all(getattr(b, "_compiled_call_impl", None) is not None for b in actor.model.transformer_blocks)
@@ -172,6 +179,7 @@ print(json.dumps({"eager": eager, "compiled": compiled}))
 """
 
 
+@pytest.mark.slow
 def test_trainer_compiles_its_blocks_at_the_first_train_call() -> None:
     # Not at start-up, where importing the compiler would delay the first rollout (docs/validation.md section 9).
     proc = subprocess.run([sys.executable, "-c", TRAINER_SCRIPT], cwd=REPO, capture_output=True, text=True,
@@ -184,15 +192,18 @@ def test_trainer_compiles_its_blocks_at_the_first_train_call() -> None:
 
 
 def test_sample_batch_sizes_follow_the_managers_shards() -> None:
-    from recipes.diffusion_nft.actors import sample_batch_sizes
+    from recipes.diffusion_nft.actors.engine import sample_batch_sizes
     from recipes.diffusion_nft.config import parse_args
 
-    args = parse_args(["--preset", "tiny", "--prompts-per-rollout", "3", "--group-size", "4"])
+    def sizes(flags: list[str], rank: int) -> list[int]:
+        return sample_batch_sizes(parse_args(["--preset", "tiny", "--prompts-per-rollout", "3", "--group-size", "4",
+                                              *flags]), rank)
+
     # one engine: 12 samples; in chunks of 5 -> 5, 5, 2
-    assert sample_batch_sizes(args.replace(sample_batch=0), 0) == [12]
-    assert sample_batch_sizes(args.replace(sample_batch=5), 0) == [2, 5]
+    assert sizes([], 0) == [12]
+    assert sizes(["--sample-batch", "5"], 0) == [2, 5]
     # two engines: prompts 0, 2 and prompt 1 (the manager's chosen[i::engines])
-    assert sample_batch_sizes(args.replace(rollout_engines=2, sample_batch=0), 0) == [8]
-    assert sample_batch_sizes(args.replace(rollout_engines=2, sample_batch=0), 1) == [4]
+    assert sizes(["--rollout-engines", "2"], 0) == [8]
+    assert sizes(["--rollout-engines", "2"], 1) == [4]
     # more engines than prompts: engine 3 never samples, so it builds nothing
-    assert sample_batch_sizes(args.replace(rollout_engines=4, sample_batch=0), 3) == []
+    assert sizes(["--rollout-engines", "4"], 3) == []

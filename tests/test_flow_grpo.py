@@ -13,8 +13,9 @@ import pytest
 import torch
 from conftest import REPO, run_cli
 
-from recipes.diffusion_nft import flow_grpo
+from recipes.diffusion_nft.algorithms import flow_grpo
 
+pytestmark = pytest.mark.recipe
 CARD = REPO / "recipes" / "sd3_compress_flow_grpo.toml"
 GPU_CARD = REPO / "recipes" / "sd3_compress_flow_grpo_gpu.toml"
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -122,6 +123,7 @@ def test_num_train_timesteps() -> None:
     assert flow_grpo.num_train_timesteps(10, 0.01) == 1
 
 
+@pytest.mark.slow
 def test_sde_sampler_log_probs_rescore_exactly_and_make_no_global_draw() -> None:
     """The trajectory's log-probs equal a re-scoring of its transitions; chunking does not change a
     sample's noise; the global torch RNG is untouched (all noise comes from per-sample generators)."""
@@ -178,16 +180,21 @@ def test_gpu_card_mirrors_the_nft_gpu_card() -> None:
     assert gpu["suite"] == nft_gpu["suite"] == "gpu" and gpu["gpus_per_run"] == nft_gpu["gpus_per_run"] == 1
     args = parse_args(_card_argv(GPU_CARD)[3:])
     nft_args = parse_args(_card_argv(REPO / "recipes" / "sd3_pickscore_nft_gpu.toml")[3:])
-    assert args.algorithm == "flow-grpo" and nft_args.algorithm == "nft"
-    for key in ("preset", "device", "precision", "deterministic_mode", "resolution", "steps", "prompts_per_rollout",
-                "group_size", "rollouts", "micro_batch", "sample_batch", "attention", "colocate",
-                "fill_uninitialized_memory"):
-        assert getattr(args, key) == getattr(nft_args, key), key
-    assert args.precision == "bf16" and args.kl_weight == 0.04 and nft_args.kl_weight == 1e-4
+    assert args.job.algorithm == "flow-grpo" and nft_args.job.algorithm == "nft"
+    # Every shared section alike (the compile flag aside: the NFT card compiles its blocks).
+    for section in ("model", "rollout", "placement", "ray"):
+        assert getattr(args, section) == getattr(nft_args, section), section
+    assert args.determinism == nft_args.determinism and args.job.rollouts == nft_args.job.rollouts
+    same = ("precision", "micro_batch", "lr", "grad_clip", "weight_decay")
+    assert all(getattr(args.training, k) == getattr(nft_args.training, k) for k in same)
+    assert args.training.precision == "bf16" and args.algorithm_settings.kl_weight == 0.04
+    assert nft_args.algorithm_settings.kl_weight == 1e-4
     cpu = parse_args(_card_argv(CARD)[3:])
-    assert cpu.algorithm == "flow-grpo" and cpu.precision == "fp32" and cpu.reward == "compressibility"
+    assert (cpu.job.algorithm, cpu.training.precision, cpu.reward.kind) == ("flow-grpo", "fp32", "compressibility")
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_unseeded_rollout_manager_leaves_every_flow_grpo_series_bit_identical(tmp_path: Path) -> None:
     """The proof of issue 14, on the CPU card's standard, never a silent skip.
 
@@ -243,20 +250,24 @@ def test_unseeded_rollout_manager_leaves_every_flow_grpo_series_bit_identical(tm
 
 def test_only_nft_draws_when_converting_a_rollout() -> None:
     """The RolloutManager's conversion: NFT shuffles its timesteps on the global RNG, Flow-GRPO draws nothing."""
-    from recipes.diffusion_nft.actors import train_pairs
+    from recipes.diffusion_nft.algorithms import nft
+    from recipes.diffusion_nft.config import parse_args
 
+    config = parse_args(["--group-size", "4", "--steps", "10"])
     rewards = torch.tensor([1.0, 2.0, 3.0, 4.0, 4.0, 3.0, 2.0, 0.0])
     sigmas = torch.linspace(1.0, 0.0, 11)
     state = torch.get_rng_state()
-    pairs = train_pairs("flow-grpo", rewards, sigmas, 4, 10)
+    pairs = flow_grpo.train_data(rewards, sigmas, config)
     assert torch.equal(torch.get_rng_state(), state)
     assert set(pairs) == {"adv", "sigmas"} and pairs["sigmas"].shape == (8, 11)
     assert torch.equal(pairs["adv"], flow_grpo.group_advantages(rewards, 4))
-    nft_pairs = train_pairs("nft", rewards, sigmas, 4, 10)
+    nft_pairs = nft.train_data(rewards, sigmas, config)
     assert not torch.equal(torch.get_rng_state(), state)
-    assert set(nft_pairs) == {"adv", "r", "train_t"}
+    assert set(nft_pairs) == {"adv", "r", "train_t"} and nft_pairs["train_t"].shape == (8, 9)
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_verify_suite_cpu_passes_on_both_recipes() -> None:
     """`detaudit verify --suite cpu` (issue 14): the NFT and the Flow-GRPO card both pass their standards.
 

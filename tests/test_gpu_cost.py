@@ -12,6 +12,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from gpu_cost import loop_figures  # noqa: E402
 
+pytestmark = pytest.mark.recipe
+
 
 def test_loop_figures_of_a_committed_run() -> None:
     fig = loop_figures(REPO / "docs" / "validation" / "cost_flash_nondeterministic.jsonl", 787.3577014301909)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from recipes.diffusion_nft import nft
+from recipes.diffusion_nft.algorithms import nft
+
+pytestmark = pytest.mark.recipe
 
 
 def test_loss_matches_hand_computation() -> None:

@@ -3,53 +3,88 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
 import warnings
 from pathlib import Path
+from typing import Iterator
 
-import ray
+import pytest
 import torch
 from conftest import REPO, run_cli
 
-from detaudit import determinism
-from recipes.diffusion_nft.config import parse_args, rollout_prompts
-from recipes.diffusion_nft.pipeline import start_actors, sync_weights
+from recipes.diffusion_nft.placement import free_port
+from recipes.diffusion_nft.prompts import rollout_prompts
 
+pytestmark = pytest.mark.recipe
 CARD = REPO / "recipes" / "sd3_pickscore_nft.toml"
 TRAIN_KEYS = {f"train/{k}" for k in (
     "loss", "nft_loss", "nft_loss_per_pair", "nft_pos_loss", "nft_neg_loss", "nft_r_mean", "nft_t_mean",
     "nft_adv_mean", "nft_num_timesteps", "adv_abs_mean", "kl_loss", "grad_norm", "grad_scale", "lr")}
 ROLLOUT_KEYS = {f"rollout/reward/raw_{k}" for k in ("mean", "median", "std", "min", "max", "num_samples")}
 
+# The pipeline's pieces driven step by step on a Ray of its own, in a fresh interpreter (Ray's
+# threads never live in the pytest process); what it saw goes back through torch.save.
+ONE_UPDATE = r"""
+import sys
+import ray
+import torch
+from detaudit.env import determinism
+from recipes.diffusion_nft.config import parse_args
+from recipes.diffusion_nft.placement import RECIPE_ROOT, RaySession, start_actors
+from recipes.diffusion_nft.pipeline import sync_weights
 
-def test_one_rollout_one_update_and_weight_sync_on_ray() -> None:
-    args = parse_args(["--preset", "tiny", "--deterministic-mode", "--device", "cpu"])
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024**2,
-             runtime_env=determinism.ray_runtime_env(args.seed, env_vars={"PYTHONPATH": str(REPO)}))
-    try:
-        group = start_actors(args, ray, gpus=0)
-        ray.get([a.ready.remote() for a in group.trainers + group.engines + [group.reward, group.manager]])
-        weights_dtype = ray.get(group.engines[0].weights_dtype.remote())
-        sync_weights(ray, group.trainers, group.engines, weights_dtype)
-        before = ray.get(group.engines[0].lora_state.remote())
-        batch_ref, metrics_ref = group.manager.generate.options(num_returns=2).remote(0)
-        rollout = ray.get(metrics_ref)
-        batch = ray.get(batch_ref)
-        train = ray.get(group.trainers[0].train.remote(batch_ref, 0))
-        sync_weights(ray, group.trainers, group.engines, weights_dtype)
-        after = ray.get(group.engines[0].lora_state.remote())
-        trainer_old = ray.get(group.trainers[0].old_lora_state.remote())
-        ray.get(group.trainers[0].shutdown.remote())
-    finally:
-        ray.shutdown()
+config = parse_args(["--preset", "tiny", "--deterministic-mode", "--device", "cpu"])
+ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024**2,
+         runtime_env=determinism.ray_runtime_env(config.job.seed, env_vars={"PYTHONPATH": RECIPE_ROOT}))
+try:
+    actors = start_actors(config, RaySession(gpus=0, joined=False))
+    ray.get([a.ready.remote() for a in actors.named().values()])
+    weights_dtype = ray.get(actors.engines[0].weights_dtype.remote())
+    engine_init = ray.get(actors.engines[0].lora_state.remote())
+    trainer_init = ray.get(actors.trainers[0].old_lora_state.remote())
+    sync_weights(ray, actors, weights_dtype)
+    before = ray.get(actors.engines[0].lora_state.remote())
+    batch_ref, metrics_ref = actors.manager.generate.options(num_returns=2).remote(0)
+    rollout = ray.get(metrics_ref)
+    batch = ray.get(batch_ref)
+    train = ray.get(actors.trainers[0].train.remote(batch_ref, 0))
+    sync_weights(ray, actors, weights_dtype)
+    after = ray.get(actors.engines[0].lora_state.remote())
+    trainer_old = ray.get(actors.trainers[0].old_lora_state.remote())
+    ray.get(actors.trainers[0].shutdown.remote())
+finally:
+    ray.shutdown()
+torch.save({"rollout": rollout, "batch": batch, "train": train, "before": before, "after": after,
+            "trainer_old": trainer_old, "weights_dtype": str(weights_dtype), "engine_init": engine_init,
+            "trainer_init": trainer_init}, sys.argv[1])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_one_rollout_one_update_and_weight_sync_on_ray(tmp_path: Path) -> None:
+    out = tmp_path / "seen.pt"
+    proc = subprocess.run([sys.executable, "-c", ONE_UPDATE, str(out)], cwd=REPO, capture_output=True, text=True,
+                          timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = torch.load(out)
+    rollout, batch, (step,) = seen["rollout"], seen["batch"], seen["train"]
+    before, after, trainer_old = seen["before"], seen["after"], seen["trainer_old"]
     assert ROLLOUT_KEYS <= set(rollout) and rollout["rollout/reward/raw_num_samples"] == 8
-    n = args.prompts_per_rollout * args.group_size
+    prompts, group = 2, 4
+    n = prompts * group
     assert batch["x0"].shape == (n, 4, 16, 16) and batch["train_t"].shape == (n, 9)
     assert batch["r"].min() >= 0 and batch["r"].max() <= 1
     # Text conditioning travels once per prompt; each sample names its prompt's row.
-    assert batch["prompt_embeds"].shape[0] == batch["pooled"].shape[0] == args.prompts_per_rollout
-    assert batch["prompt_row"].tolist() == [i // args.group_size for i in range(n)]
-    assert weights_dtype == torch.float32  # a CPU engine computes in float32 whatever the precision
-    (step,) = train
+    assert batch["prompt_embeds"].shape[0] == batch["pooled"].shape[0] == prompts
+    assert batch["prompt_row"].tolist() == [i // group for i in range(n)]
+    assert seen["weights_dtype"] == str(torch.float32)  # a CPU engine computes in float32 whatever the precision
     assert TRAIN_KEYS <= set(step) and step["train/nft_num_timesteps"] == 9
     assert step["train/grad_scale"] == 2.0**16 and step["train/grad_norm"] > 0
     # Sync: the engines hold exactly the trainer's old-policy weights, which moved.
@@ -58,6 +93,10 @@ def test_one_rollout_one_update_and_weight_sync_on_ray() -> None:
     lora_b = [k for k in after if "lora_B" in k]
     assert lora_b and all(before[k].abs().sum() == 0 for k in lora_b)
     assert any(after[k].abs().sum() > 0 for k in lora_b)
+    # Engines and trainer build the same LoRA from one derived seed (seeds.weights(init_seed, "lora")).
+    engine_init, trainer_init = seen["engine_init"], seen["trainer_init"]
+    assert engine_init.keys() == trainer_init.keys() == before.keys()
+    assert all(torch.equal(engine_init[k], trainer_init[k]) for k in engine_init)
 
 
 def test_prompts_per_rollout_are_a_pure_function() -> None:
@@ -66,13 +105,67 @@ def test_prompts_per_rollout_are_a_pure_function() -> None:
     assert rollout_prompts(prompts, 3, 4, 42) != rollout_prompts(prompts, 4, 4, 42)
 
 
+def _pids_under(marker: str) -> list[int]:
+    """Pids whose command line names ``marker`` (a Ray temp dir this module made)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if marker in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+@pytest.fixture
+def foreign_ray_head() -> Iterator[tuple[str, Path]]:
+    """Someone else's Ray on this machine: a `ray start --head` of its own port and temp dir.
+    Yields (its address, its temp dir); stopped after by ending only the processes it started."""
+    temp = Path(tempfile.mkdtemp(prefix="rayf", dir="/tmp"))  # short: Ray's socket paths are bounded
+    address = f"127.0.0.1:{free_port()}"
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
+    argv = [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
+            "--port", address.split(":")[1], "--num-cpus", "1", "--num-gpus", "0", "--include-dashboard", "false",
+            "--temp-dir", str(temp), "--disable-usage-stats"]
+    with open(temp / "head.log", "wb") as head_log:
+        head = subprocess.Popen(argv, env=env, stdout=head_log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 180
+        while "Ray runtime started" not in (temp / "head.log").read_text(errors="replace"):
+            if head.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"the Ray head did not start: {(temp / 'head.log').read_text()[-3000:]}")
+            time.sleep(1)
+        yield address, temp
+    finally:
+        head.send_signal(signal.SIGTERM)  # --block: ends every Ray process it started
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            head.kill()
+        for _ in range(50):
+            left = _pids_under(str(temp))
+            if not left:
+                break
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.2)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
 def _runner_class_here() -> list[str]:
     result = run_cli("env", "--json", str(CARD), cwd=REPO)
     assert result.code == 0, result.text
     return json.loads(result.out)["runner_class"]
 
 
-def test_standard_holds_on_this_machine_and_unseeded_manager_refuses(tmp_path: Path) -> None:
+@pytest.mark.slow
+@pytest.mark.ray
+def test_standard_holds_on_this_machine_and_unseeded_manager_refuses(
+        tmp_path: Path, foreign_ray_head: tuple[str, Path]) -> None:
     """The CI gate on whatever CPU CI runs on, never a silent skip.
 
     Bits of the tiny recipe differ between CPU models (docs/standards-across-machines.md), so
@@ -81,7 +174,12 @@ def test_standard_holds_on_this_machine_and_unseeded_manager_refuses(tmp_path: P
     must equal it and `verify` must pass against it; where none is, `verify` must refuse to call
     the committed standards of other classes a pass, and a fresh run must pass against the
     three recorded here. Either way the test says which standard it compared against.
+
+    The verifying run has another Ray cluster on this machine to ignore (issue #25): a `ray
+    start` head up and RAY_ADDRESS naming it. It must start a Ray of its own and pass, and the
+    head must have had no driver.
     """
+    head_address, head_temp = foreign_ray_head
     here = _runner_class_here()
     out = tmp_path / "std.json"
     # Traced (issue #12): the tracer must not move a bit, and it finds no unseeded draw in any process.
@@ -107,29 +205,35 @@ def test_standard_holds_on_this_machine_and_unseeded_manager_refuses(tmp_path: P
     engine_build = [at[f"engine0/{m}"] for m in ("setup", "clip_l", "clip_g", "t5", "vae", "transformer", "cast", "ready")]
     assert engine_build == sorted(engine_build)
     committed = REPO / "standards" / f"sd3_pickscore_nft.{'-'.join(here)}.json"
+    elsewhere = {"RAY_ADDRESS": head_address}
     if committed.exists():
         assert json.loads(committed.read_text())["series"] == doc["series"]
-        verified = run_cli("verify", str(CARD), cwd=REPO)
+        verified = run_cli("verify", str(CARD), "--workdir", str(tmp_path / "verify"), cwd=REPO, env=elsewhere)
         compared = f"committed standard {committed.name}"
     else:
         others = sorted(p.name for p in (REPO / "standards").glob("sd3_pickscore_nft.cpu-*.json"))
         assert others, "no committed CPU standard at all"
         refused = run_cli("verify", str(CARD), "--metrics", str(tmp_path / "none.jsonl"), cwd=REPO)
         assert refused.code != 0  # nothing here may pass against another class's standard
-        verified = run_cli("verify", str(CARD), "--standard", str(out), cwd=REPO)
+        verified = run_cli("verify", str(CARD), "--standard", str(out), "--workdir", str(tmp_path / "verify"),
+                           cwd=REPO, env=elsewhere)
         compared = (f"3 runs recorded on this machine (runner class {'-'.join(here)}; committed standards "
                     f"are for other classes: {', '.join(others)})")
         warnings.warn(f"sd3_pickscore_nft verified against {compared}", stacklevel=1)
     assert verified.code == 0, verified.text
     assert "PASSED: 20 metric series match" in verified.out, compared
+    (verify_log,) = (tmp_path / "verify").rglob("run.log")
+    assert "Ray: a local instance of this run's own" in verify_log.read_text()
+    assert not list(head_temp.glob("session_*/logs/python-core-driver-*")), "the run used the foreign Ray head"
     bad = run_cli("record", str(CARD), "--runs", "2", "--parallel", "2", "--out", str(tmp_path / "bad.json"),
                   "--trace", "--workdir", str(tmp_path / "bad"), "--", "--no-seed-rollout-manager", cwd=REPO)
     assert bad.code == 1 and not (tmp_path / "bad.json").exists()
     assert "first difference train/loss @ train/step 1" in bad.out
     assert "rollout/step through 0" in bad.out
-    nft = (REPO / "recipes" / "diffusion_nft" / "nft.py").read_text().splitlines()
+    nft = (REPO / "recipes" / "diffusion_nft" / "algorithms" / "nft.py").read_text().splitlines()
     (line,) = [n for n, text in enumerate(nft, 1) if "torch.randperm(" in text]
-    assert (f"first differing draw: RolloutManager (Ray actor): torch.randperm at recipes/diffusion_nft/nft.py:{line} "
+    assert (f"first differing draw: RolloutManager (Ray actor): torch.randperm at "
+            f"recipes/diffusion_nft/algorithms/nft.py:{line} "
             "convert drew from a global torch generator this process never seeded") in " ".join(bad.out.split()), bad.out
 
 
@@ -180,16 +284,15 @@ def test_real_loading_code_reads_local_directories(tmp_path: Path) -> None:
     torch.testing.assert_close(before, after, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_two_fsdp_ranks_on_gloo(tmp_path: Path) -> None:
     """FSDP2 with two train actors (gloo on CPU): one rollout and one update, metrics reduced over ranks."""
-    import subprocess
-    import sys
-
     metrics = tmp_path / "m.jsonl"
     proc = subprocess.run(
         [sys.executable, "-m", "recipes.diffusion_nft", "--deterministic-mode", "--rollouts", "1",
          "--train-actors", "2", "--num-cpus", "2", "--metrics-jsonl", str(metrics)],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [json.loads(line) for line in metrics.read_text().splitlines()]
@@ -218,11 +321,10 @@ print(json.dumps({"code": code, "ray_up_when_torch_imported": seen.get("torch")}
 """
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_the_driver_starts_ray_before_it_imports_torch(tmp_path: Path) -> None:
     # torch's import is seconds on a cold disk; Ray's start-up does not need it (docs/validation.md section 9).
-    import subprocess
-    import sys
-
     proc = subprocess.run([sys.executable, "-c", DRIVER_IMPORT_ORDER, "--preset", "tiny", "--device", "cpu",
                            "--deterministic-mode", "--rollouts", "1", "--metrics-jsonl", str(tmp_path / "m.jsonl")],
                           cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
@@ -231,12 +333,11 @@ def test_the_driver_starts_ray_before_it_imports_torch(tmp_path: Path) -> None:
     assert result == {"code": 0, "ray_up_when_torch_imported": True}
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_compiled_engines_build_their_kernels_after_rollout_0_and_only_if_another_follows(tmp_path: Path) -> None:
     """--compile-blocks: rollout 0 samples eagerly, the engines compile during its training, so
     only a run with a second rollout pays the compile (perf/engine_compile_time on loop 0)."""
-    import subprocess
-    import sys
-
     def loops(rollouts: int) -> list[dict]:
         metrics = tmp_path / f"r{rollouts}.jsonl"
         proc = subprocess.run([sys.executable, "-m", "recipes.diffusion_nft", "--preset", "tiny", "--device", "cpu",

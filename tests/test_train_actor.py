@@ -1,12 +1,20 @@
-"""The train actor at world size 1: the plain module does FSDP2's mixed-precision arithmetic, bit for bit."""
+"""The train actor at world size 1: the plain module does FSDP2's mixed-precision arithmetic, bit for bit.
+
+A train actor opens a gloo process group: each test runs its actors in a fresh interpreter
+(``SCRIPT``), never in the pytest process, and asserts on what that process saved.
+"""
 
 from __future__ import annotations
 
-import torch
+import subprocess
+import sys
+from pathlib import Path
 
-from recipes.diffusion_nft.actors import TrainActor
-from recipes.diffusion_nft.config import parse_args
-from recipes.diffusion_nft.pipeline import free_port
+import pytest
+import torch
+from conftest import REPO
+
+pytestmark = pytest.mark.recipe
 
 
 def rollout_batch(n: int = 8, k: int = 9, group: int = 2) -> dict[str, torch.Tensor]:
@@ -23,31 +31,87 @@ def rollout_batch(n: int = 8, k: int = 9, group: int = 2) -> dict[str, torch.Ten
     }
 
 
-def two_updates(fsdp: bool, precision: str) -> tuple[list[dict[str, float]], dict[str, torch.Tensor]]:
-    import torch.distributed as dist
+SCRIPT = r"""
+import sys
+import torch
+import torch.distributed as dist
+sys.path.insert(0, "tests")
+from test_train_actor import rollout_batch
+from recipes.diffusion_nft.actors.trainer import TrainActor
+from recipes.diffusion_nft.config import parse_args
+from recipes.diffusion_nft.placement import free_port
 
-    args = parse_args(["--preset", "tiny", "--device", "cpu", "--precision", precision, "--micro-batch", "4",
-                       "--sample-batch", "8"]).replace(fsdp_single_rank=fsdp, device="cpu")
-    actor = TrainActor(args, 0, 1, free_port())
+def actor(flags, fsdp=False):
+    config = parse_args(["--preset", "tiny", "--device", "cpu", *flags])
+    return TrainActor(config.replace("training", fsdp_single_rank=fsdp), 0, 1, free_port())
+
+def two_updates(fsdp, precision):
+    trainer = actor(["--precision", precision, "--micro-batch", "4", "--sample-batch", "8"], fsdp)
     try:
-        metrics = actor.train(rollout_batch(), 0) + actor.train(rollout_batch(), 1)
-        return [{k: v for k, v in m.items() if not k.startswith("perf/")} for m in metrics], actor.old_lora_state()
+        metrics = trainer.train(rollout_batch(), 0) + trainer.train(rollout_batch(), 1)
+        return [{k: v for k, v in m.items() if not k.startswith("perf/")} for m in metrics], trainer.old_lora_state()
     finally:
         dist.destroy_process_group()
 
+mode, out = sys.argv[1], sys.argv[2]
+if mode == "plain-vs-fsdp":
+    result = {p: {"plain": two_updates(False, p), "sharded": two_updates(True, p)} for p in ("fp16", "bf16", "fp32")}
+elif mode == "micro-batches":  # one optimizer step over 8 samples, whole or in micro-batches of 4 and 3
+    def one_step(micro):
+        trainer = actor(["--precision", "fp32", "--micro-batch", str(micro)])
+        try:
+            return trainer.train(rollout_batch(), 0), trainer.old_lora_state()
+        finally:
+            dist.destroy_process_group()
+    result = {micro: one_step(micro) for micro in (8, 4, 3)}
+else:  # engine-dtype
+    trainer = actor(["--precision", "fp32"])
+    try:
+        trainer.train(rollout_batch(), 0)
+        result = {"full": trainer.old_lora_state(), "half": trainer.old_lora_state(torch.bfloat16)}
+    finally:
+        dist.destroy_process_group()
+torch.save(result, out)
+"""
 
-def test_plain_module_matches_fsdp_at_world_size_one() -> None:
-    for precision in ("fp16", "bf16", "fp32"):
-        plain, plain_state = two_updates(False, precision)
-        sharded, sharded_state = two_updates(True, precision)
+
+def in_fresh_process(mode: str, tmp_path: Path) -> dict:
+    out = tmp_path / f"{mode}.pt"
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, mode, str(out)], cwd=REPO, capture_output=True, text=True,
+                          timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return torch.load(out)
+
+
+@pytest.mark.slow
+def test_plain_module_matches_fsdp_at_world_size_one(tmp_path: Path) -> None:
+    for precision, runs in in_fresh_process("plain-vs-fsdp", tmp_path).items():
+        plain, plain_state = runs["plain"]
+        sharded, sharded_state = runs["sharded"]
         assert plain == sharded, precision
         assert plain_state.keys() == sharded_state.keys()
         assert all(torch.equal(plain_state[k], sharded_state[k]) for k in plain_state), precision
         assert plain[1]["train/grad_norm"] > 0
 
 
+@pytest.mark.slow
+def test_micro_batches_accumulate_to_the_whole_batchs_step(tmp_path: Path) -> None:
+    """The optimizer-step loop weights each micro-batch by its share of the samples (a last,
+    smaller one too): the same step as the whole batch at once, up to float rounding."""
+    result = in_fresh_process("micro-batches", tmp_path)
+    (whole,), whole_state = result[8]
+    for micro in (4, 3):
+        (step,), state = result[micro]
+        for key in ("train/loss", "train/nft_loss", "train/kl_loss", "train/grad_norm"):
+            assert step[key] == pytest.approx(whole[key], rel=1e-5, abs=1e-9), (micro, key)
+        # Adam's first step is about lr * sign(grad): weights agree to a small part of lr (3e-4).
+        assert max((state[k] - whole_state[k]).abs().max().item() for k in state) < 3e-6, micro
+    assert whole["train/grad_norm"] > 0  # and the step moved the weights (LoRA B starts at zero)
+    assert any(whole_state[k].abs().sum() > 0 for k in whole_state if "lora_B" in k)
+
+
 def test_sample_conditioning_gathers_each_samples_prompt_row() -> None:
-    from recipes.diffusion_nft.actors import sample_conditioning
+    from recipes.diffusion_nft.algorithms import sample_conditioning
 
     batch = rollout_batch()
     embeds, pooled = sample_conditioning(batch, torch.device("cpu"))
@@ -55,16 +119,10 @@ def test_sample_conditioning_gathers_each_samples_prompt_row() -> None:
     assert torch.equal(pooled, batch["pooled"].repeat_interleave(2, dim=0))
 
 
-def test_old_lora_state_in_the_engines_dtype_rounds_as_the_engine_would() -> None:
-    import torch.distributed as dist
-
-    args = parse_args(["--preset", "tiny", "--device", "cpu", "--precision", "fp32"]).replace(device="cpu")
-    actor = TrainActor(args, 0, 1, free_port())
-    try:
-        actor.train(rollout_batch(), 0)
-        full, half = actor.old_lora_state(), actor.old_lora_state(torch.bfloat16)
-    finally:
-        dist.destroy_process_group()
+@pytest.mark.slow
+def test_old_lora_state_in_the_engines_dtype_rounds_as_the_engine_would(tmp_path: Path) -> None:
+    result = in_fresh_process("engine-dtype", tmp_path)
+    full, half = result["full"], result["half"]
     assert full.keys() == half.keys() and all(t.dtype == torch.bfloat16 for t in half.values())
     assert all(torch.equal(half[k], full[k].to(torch.bfloat16)) for k in full)
     assert any(not torch.equal(half[k].float(), full[k]) for k in full)  # the rounding is real

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-PRESETS = ("tiny", "sd35m-shapes")
+from recipes.diffusion_nft import seeds
 
 # Special tokens of the in-code tokenizers. CLIP's eos must not be id 2: transformers then
 # falls back to the legacy "argmax of input_ids" pooling.
@@ -124,7 +124,7 @@ def build_transformer(preset: str, init_seed: int, device: str | torch.device = 
     """The SD3 transformer of a preset, randomly initialised from ``init_seed`` on ``device``."""
     from diffusers import SD3Transformer2DModel
 
-    with init_on(device, init_seed):
+    with init_on(device, seeds.weights(init_seed, "transformer")):
         return SD3Transformer2DModel(**SHAPES[preset].transformer)
 
 
@@ -187,19 +187,19 @@ def build_pipeline(preset: str, init_seed: int, model_path: str | None = None, d
         return pipe
     shapes = SHAPES[preset]
     ids = dict(bos_token_id=TOKEN_IDS["bos"], eos_token_id=TOKEN_IDS["eos"], pad_token_id=TOKEN_IDS["pad"])
-    with init_on(device, init_seed + 1):
+    with init_on(device, seeds.weights(init_seed, "clip_l")):
         text_encoder = CLIPTextModelWithProjection(CLIPTextConfig(**shapes.clip_l, **ids))
     built("clip_l")
-    with init_on(device, init_seed + 2):
+    with init_on(device, seeds.weights(init_seed, "clip_g")):
         text_encoder_2 = CLIPTextModelWithProjection(CLIPTextConfig(**shapes.clip_g, **ids))
     built("clip_g")
     text_encoder_3 = None
     if shapes.t5 is not None:
-        with init_on(device, init_seed + 3):
+        with init_on(device, seeds.weights(init_seed, "t5")):
             text_encoder_3 = T5EncoderModel(T5Config(**shapes.t5, pad_token_id=TOKEN_IDS["pad"],
                                                      eos_token_id=TOKEN_IDS["eos"]))
         built("t5")
-    with init_on(device, init_seed + 4):
+    with init_on(device, seeds.weights(init_seed, "vae")):
         vae = AutoencoderKL(**shapes.vae)
     built("vae")
     transformer = build_transformer(preset, init_seed, device)
@@ -259,7 +259,7 @@ def build_pickscore(preset: str, init_seed: int, model_path: str | None = None, 
         projection, size = 1024, 224
     ids = dict(bos_token_id=TOKEN_IDS["bos"], eos_token_id=TOKEN_IDS["eos"], pad_token_id=TOKEN_IDS["pad"])
     config = CLIPConfig(text_config={**text, **ids}, vision_config=vision, projection_dim=projection)
-    with init_on(device, init_seed + 5):
+    with init_on(device, seeds.weights(init_seed, "pickscore")):
         model = CLIPModel(config)
     image_processor = CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
     processor = CLIPProcessor(image_processor=image_processor, tokenizer=build_tokenizer("clip", 77))

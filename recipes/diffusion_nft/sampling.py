@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from recipes.diffusion_nft import seeds
+
 
 def sampler_sigmas(scheduler, steps: int) -> torch.Tensor:
     """The sampler's noise levels, shift applied, with the trailing 0: [steps + 1], float32."""
@@ -14,7 +16,7 @@ def sampler_sigmas(scheduler, steps: int) -> torch.Tensor:
 def initial_noise(shape: tuple[int, ...], seed: int, prompt_index: int, sample_index: int) -> torch.Tensor:
     """A sample's initial noise, from an explicit generator: (rollout seed, prompt, sample)."""
     gen = torch.Generator(device="cpu")
-    gen.manual_seed(((seed * 1_000_003 + prompt_index) * 1_000_003 + sample_index) % (2**63))
+    gen.manual_seed(seeds.initial_noise(seed, prompt_index, sample_index))
     return torch.randn(shape, generator=gen, dtype=torch.float32)
 
 

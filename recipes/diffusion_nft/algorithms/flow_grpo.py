@@ -1,7 +1,6 @@
-"""Flow-GRPO math (Liu et al. 2025, "Flow-GRPO: Training Flow Matching Models via Online RL").
-
-Free of Ray so it can be tested alone; the SDE sampler takes the diffusers modules as
-arguments. Every draw comes from an explicit per-sample ``torch.Generator``: nothing on the
+"""Flow-GRPO (Liu et al. 2025, "Flow-GRPO: Training Flow Matching Models via Online RL"): its
+math, free of Ray so it can be tested alone (the SDE sampler takes the diffusers modules as
+arguments), and its hooks into the pipeline (the ``Algorithm`` protocol of this package). Every draw comes from an explicit per-sample ``torch.Generator``: nothing on the
 Flow-GRPO path touches a process-global RNG, so its results cannot depend on which process
 was seeded (the property the ``--no-seed-rollout-manager`` test proves).
 
@@ -26,20 +25,29 @@ was seeded (the property the ``--no-seed-rollout-manager`` test proves).
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from recipes.diffusion_nft import seeds
 from recipes.diffusion_nft.sampling import decode
+
+from recipes.diffusion_nft.algorithms import sample_conditioning
+
+if TYPE_CHECKING:
+    from recipes.diffusion_nft.algorithms import Policy, SampleRequest
+    from recipes.diffusion_nft.config import JobConfig
+    from recipes.diffusion_nft.perf import PhaseClock
 
 ADV_CLIP = 5.0
 STD_EPS = 1e-4
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 # Model forwards per train timestep: v_theta, v_ref, and the backward (~1 forward).
 TRAIN_FORWARDS_PER_TIMESTEP = 3
+# What each sample keeps for training: its trajectory and the log-probability of each transition.
+ROLLOUT_KEYS = ("latents", "log_probs")
 
 
 def num_train_timesteps(steps: int, fraction: float) -> int:
@@ -178,15 +186,11 @@ def grpo_loss(
 
 
 def sample_generators(seed: int, pairs: list[tuple[int, int]]) -> list[torch.Generator]:
-    """One CPU generator per sample for its SDE noise, from (rollout seed, prompt index, sample index).
-
-    A hash keeps this stream apart from the initial noise's (``sampling.initial_noise``).
-    """
+    """One CPU generator per sample for its SDE noise, from (rollout seed, prompt index, sample index)."""
     generators = []
     for prompt_index, sample_index in pairs:
-        digest = hashlib.sha256(f"flow-grpo-sde:{seed}:{prompt_index}:{sample_index}".encode()).digest()
         gen = torch.Generator(device="cpu")
-        gen.manual_seed(int.from_bytes(digest[:8], "little") % (2**63))
+        gen.manual_seed(seeds.sde_noise(seed, prompt_index, sample_index))
         generators.append(gen)
     return generators
 
@@ -224,3 +228,107 @@ def sample_sde(transformer: Any, vae: Any, prompt_embeds: torch.Tensor, pooled: 
         latents.append(x.cpu())
         log_probs.append(step.log_prob.cpu())
     return SDESamples(torch.stack(latents, dim=1), torch.stack(log_probs, dim=1), decode(vae, x).cpu())
+
+
+# --- the pipeline's hooks (recipes.diffusion_nft.algorithms.Algorithm) -----------------
+
+
+def sample(request: SampleRequest, config: JobConfig, clock: PhaseClock) -> dict[str, torch.Tensor]:
+    """SDE sampling, ``request.chunk`` rows at a time: trajectories, log-probs, decoded images."""
+    r = request
+    # Each sample's SDE noise comes from its own generator: no global draw, and chunking changes nothing.
+    generators = sample_generators(r.rollout_seed, r.samples)
+    noise_level = config.flow_grpo.noise_level
+    parts = [sample_sde(r.transformer, r.vae, r.embeds[i : i + r.chunk], r.pooled[i : i + r.chunk],
+                        r.noise[i : i + r.chunk], r.sigmas, generators[i : i + r.chunk], noise_level, r.dtype, r.device)
+             for i in range(0, r.noise.shape[0], r.chunk)]
+    out = {"latents": torch.cat([p.latents for p in parts]), "log_probs": torch.cat([p.log_probs for p in parts]),
+           "images": torch.cat([p.images for p in parts])}
+    clock.lap("denoise_decode")
+    return out
+
+
+def train_data(rewards: torch.Tensor, sigmas: torch.Tensor, config: JobConfig) -> dict[str, torch.Tensor]:
+    """Group advantages and each sample's sigmas; no draw."""
+    adv = group_advantages(rewards, config.rollout.group_size)
+    return {"adv": adv, "sigmas": sigmas.expand(len(rewards), -1).clone()}
+
+
+def rollout_metrics(batch: dict[str, torch.Tensor]) -> dict[str, float]:
+    return {"rollout/log_prob_mean": batch["log_probs"].mean().item()}
+
+
+@torch.no_grad()
+def update_old_policy(old: list[torch.Tensor], params: list[torch.Tensor], step: int, config: JobConfig) -> None:
+    """The next rollout samples with the policy just trained (on-policy): no EMA."""
+    for o, param in zip(old, params):
+        o.copy_(param.detach())
+
+
+def start_step(policy: Policy, batch: dict[str, torch.Tensor], config: JobConfig, rollout: int,
+               offset: int) -> "GRPOStep":
+    return GRPOStep(policy, batch, config)
+
+
+class GRPOStep:
+    """One optimizer step of Flow-GRPO over the batch's first int(steps * timestep_fraction) transitions.
+
+    The old log-probs are the engine's, recorded while sampling; the policy that sampled is
+    the trainer's weights at the rollout's start (synced after every rollout), so the first
+    step's ratios differ from 1 only by engine-vs-trainer numerics (the log-prob drift).
+    """
+
+    def __init__(self, policy: Policy, batch: dict[str, torch.Tensor], config: JobConfig) -> None:
+        dev = policy.device
+        self.policy, self.settings = policy, config.flow_grpo
+        self.latents = batch["latents"]  # [n, steps + 1, C, h, w], CPU: moved a timestep at a time
+        self.old_log_probs = batch["log_probs"].to(dev)
+        self.sigmas = batch["sigmas"].to(dev)
+        self.adv = batch["adv"].to(dev)
+        self.embeds, self.pooled = sample_conditioning(batch, dev)
+        self.samples = self.latents.shape[0]
+        self.timesteps = num_train_timesteps(self.latents.shape[1] - 1, self.settings.timestep_fraction)
+        self.latent_size = self.latents.shape[-1]
+        self.text_tokens = self.embeds.shape[1]
+        self.sigma_max = float(batch["sigmas"][0, 1])
+        self.sums = dict.fromkeys(("loss", "policy", "kl", "clip_frac", "approx_kl", "ratio", "drift"), 0.0)
+        self.drift_max = 0.0
+
+    def begin_timestep(self, j: int) -> None:
+        self.j = j
+        self.x_j, self.x_next = self.latents[:, j].to(self.policy.device), self.latents[:, j + 1].to(self.policy.device)
+
+    def loss(self, part: slice) -> GRPOLoss:
+        j, policy, settings = self.j, self.policy, self.settings
+        xs, ts, es, ps = self.x_j[part], self.sigmas[part, j], self.embeds[part], self.pooled[part]
+        v_ref = None
+        if settings.kl_weight > 0:
+            with torch.no_grad(), policy.reference():
+                v_ref = policy.predict(xs, es, ps, ts)
+        v_theta = policy.predict(xs, es, ps, ts)
+        return grpo_loss(v_theta, v_ref, xs, self.x_next[part], ts, self.sigmas[part, j + 1],
+                         self.old_log_probs[part, j], self.adv[part], noise_level=settings.noise_level,
+                         sigma_max=self.sigma_max, clip_range=settings.clip_range, kl_weight=settings.kl_weight)
+
+    def record(self, out: GRPOLoss, part: slice, weight: float) -> None:
+        drift = (out.log_prob - self.old_log_probs[part, self.j]).abs()
+        for key, value in (("loss", out.loss), ("policy", out.policy_loss), ("kl", out.kl),
+                           ("clip_frac", out.clip_frac), ("approx_kl", out.approx_kl),
+                           ("ratio", out.ratio.mean()), ("drift", drift.mean())):
+            self.sums[key] += value.item() * weight
+        self.drift_max = max(self.drift_max, drift.max().item())
+
+    def metrics(self) -> dict[str, float]:
+        k, sums = self.timesteps, self.sums
+        return {
+            "train/loss": sums["loss"] / k,
+            "train/policy_loss": sums["policy"] / k,
+            "train/kl": sums["kl"] / k,
+            "train/clip_frac": sums["clip_frac"] / k,
+            "train/approx_kl": sums["approx_kl"] / k,
+            "train/ratio_mean": sums["ratio"] / k,
+            "train/logprob_drift_mean": sums["drift"] / k,
+            "train/logprob_drift_max": self.drift_max,
+            "train/adv_abs_mean": self.adv.abs().mean().item(),
+            "train/num_timesteps": k,
+        }
