@@ -26,8 +26,10 @@ SEVERITY_RANK = {"warning": 1, "error": 2, "never": 3}
 @click.option("--config", type=click.Path(dir_okay=False, path_type=Path), help="pyproject.toml with [tool.detaudit] (default: found upward).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the caches (per-file facts, whole results).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Parser processes (default: CPU count).")
-@click.option("--unknown-process", type=click.Choice(["error", "warning"]), default="error", show_default=True,
-              help="Severity of a draw that no entry point in the tree can be shown to run (warning: library trees).")
+@click.option("--unknown-process", type=click.Choice(["loaded", "error", "warning"]), default="loaded", show_default=True,
+              help="Severity of a draw that no entry point in the tree can be shown to run: loaded: an error when a "
+                   "pipeline process imports its module and code other than tests names its function, else a warning; "
+                   "error: always (strict); warning: never (library trees).")
 @click.option("--force-exclude", is_flag=True, help="Apply [tool.detaudit] exclude to the PATHs named here too.")
 @click.option("--tests-as-pipeline", is_flag=True,
               help="Judge pytest tests as pipeline processes: an unseeded draw only a test runs is an error (default: a warning).")

@@ -65,6 +65,11 @@ class Program:
         for text, attr in extra_strings or ():
             self.strings.setdefault(attr, set()).add(text)
         self.fixtures: dict[str, list[dict[str, Any]]] = {}  # module -> its pytest fixtures
+        self.registrars: dict[str, str] = {}  # function that registers what it is given -> the dict it fills
+        self._registered: dict[str, list[str]] | None = None  # see registered
+        self._registrar_tables: dict[str, str | None] = {}  # registrar -> its dict as a module key + name
+        self._subclasses: dict[str, list[str]] | None = None  # see overrides
+        self._overrides: dict[tuple[str, str], list[str]] = {}
         self.load_module = load_module
         # Parses the skipped files whose text mentions one of these names (callers of a function).
         self.load_mentioning = load_mentioning
@@ -84,6 +89,7 @@ class Program:
             self._heads.add(key.partition(".")[0])
             self._heads.update(module_root.strip(os.sep).split(os.sep)[-MAX_NAMESPACE_DEPTH:])
         self._namespace: dict[str, list[str]] | None = None  # see _namespace_module
+        self._module_keys: dict[tuple[str, str | None], str | None] = {}  # see module_key
         self._mro: dict[str, list[str]] = {}
         self._canonical: dict[tuple[str, str | None], str | None] = {}
         self._protocols: dict[str, list[str]] = {}
@@ -119,6 +125,7 @@ class Program:
             self._bound_names.add(key.rpartition(".")[2])
         for text, attr in f["strings"]:
             self.strings.setdefault(attr, set()).add(text)
+        self.registrars.update(f.get("registrars", {}))
         if f["fixtures"]:
             self.fixtures[module] = f["fixtures"]
         self._candidates = {}
@@ -126,6 +133,11 @@ class Program:
         self._canonical = {}
         self._protocols = {}
         self._dispatched = {}
+        if self._registered is not None:
+            self._register_from(module)
+        if self._subclasses is not None:
+            self._subclasses_from(module)
+        self._overrides = {}
         if self._calls_by_short_name is not None:
             self._index_calls(f["functions"])
         self._callers = {}
@@ -186,6 +198,37 @@ class Program:
         if key in self.modules or (load and self.load_module is not None and self.load_module(key)):
             return key
         return None
+
+    def may_name_module(self, name: str) -> bool:
+        """Whether a dotted name can lead into the tree (its first part is one a scanned module's
+        name, or a namespace import of one, starts with)."""
+        return name.partition(".")[0] in self._heads
+
+    def dotted_name(self, module: str) -> str:
+        """The dotted import name of module key ``module``."""
+        return self._names.get(module, (module, ""))[0]
+
+    def module_key(self, dotted_name: str, root: str | None) -> str | None:
+        """The key of the scanned file a dotted module name denotes from a file under ``root``,
+        whether or not its facts joined the analysis (None: no scanned file, or several)."""
+        key = (dotted_name, root)
+        if key in self._module_keys:
+            return self._module_keys[key]
+        found: str | None = None
+        if self._names.get(dotted_name, ("", ""))[0] == dotted_name:
+            found = dotted_name
+        elif dotted_name in self.shared:
+            mine = [k for k in self.shared[dotted_name] if self.root_of.get(k) == root]
+            found = mine[0] if len(mine) == 1 else None
+        else:
+            if self._namespace is None:
+                self._namespace_module("", None, False)  # builds the map
+            keys = (self._namespace or {}).get(dotted_name, [])
+            if len(keys) > 1:
+                keys = [k for k in keys if self.root_of.get(k) == root]
+            found = keys[0] if len(keys) == 1 else None
+        self._module_keys[key] = found
+        return found
 
     def canonical(self, name: str, depth: int = 0, load: bool = True, root: str | None = None) -> str | None:
         """The function or class a qualified name denotes (through re-exports and base classes), or None.
@@ -322,8 +365,90 @@ class Program:
             return [target]
         out: list[str] = []
         for made in self.functions[target].get("makes", ()):
-            out += [c for c in self.instance_classes(made, self.root(target), depth + 1) if c not in out]
+            if made.endswith(TABLE):  # return REGISTRY[key](...)
+                out += [c for c, _ in self.table_values(made, self.root(target)) if c in self.classes and c not in out]
+            else:
+                out += [c for c in self.instance_classes(made, self.root(target), depth + 1) if c not in out]
         return out
+
+    def yielded(self, function: str, root: str | None) -> list[str]:
+        """What calling the value ``function`` returns can run, when it returns an entry of a
+        registry (``return REGISTRY[name]``): the registry's functions, and its classes' ``__init__``."""
+        target = self.canonical(function, root=root)
+        info = self.functions.get(target) if target else None
+        if not info or not info.get("yields"):
+            return []
+        out: list[str] = []
+        for value in info["yields"]:
+            pairs = self.table_values(value, self.root(target)) if value.endswith(TABLE) else [(value, self.root(target))]
+            for name, value_root in pairs:
+                found = self.canonical(name, root=value_root)
+                if found in self.classes:
+                    found = self.lookup_attr(found, "__init__")
+                if found and found not in out:
+                    out.append(found)
+        return out
+
+    def table_values(self, table: str, root: str | None) -> list[tuple[str, str | None]]:
+        """(name, root folder it is written under) of each value of a module-level dict ``table``
+        (``pkg.mod.LOSSES<table>``): the functions and classes of its dict literal, and those a
+        registering decorator of the tree adds to it (``@register_loss("x")`` storing into it)."""
+        owner, _, name = table[: -len(TABLE)].rpartition(".")
+        module = self._module(owner, root, True)
+        if module is None:
+            return []
+        module_root = self.root_of.get(module, root)
+        out = [(value, module_root) for value in self.modules[module].get("tables", {}).get(name, ())]
+        out += [(value, self.root(value)) for value in self.registered().get(f"{module}.{name}", ())]
+        return out
+
+    def registered(self) -> dict[str, list[str]]:
+        """Dict (``module key.NAME``) -> the functions and classes that registering decorators add to it."""
+        if self._registered is None:
+            self._registered = {}
+            for module in list(self.modules):  # a module added meanwhile adds its own (see add)
+                self._register_from(module)
+        return self._registered
+
+    def _register_from(self, module: str) -> None:
+        registered, tables = self._registered, self._registrar_tables
+        assert registered is not None
+        facts, root = self.modules[module], self.root_of.get(module)
+        for kind in ("functions", "classes"):
+            for name, info in facts[kind].items():
+                for decorator in info.get("decorators", ()):
+                    registrar = self.canonical(decorator, root=root) if decorator != "?" else None
+                    if registrar not in self.registrars:
+                        continue
+                    if registrar not in tables:
+                        owner, _, table = self.registrars[registrar].rpartition(".")
+                        key = self._module(owner, self.root(registrar), True)
+                        tables[registrar] = f"{key}.{table}" if key else None
+                    table_key = tables[registrar]
+                    if table_key and name not in registered.get(table_key, ()):
+                        registered.setdefault(table_key, []).append(name)
+
+    def overrides(self, cls: str, attr: str) -> list[str]:
+        """The methods named ``attr`` that subclasses of ``cls`` in the tree define: a call ``self.attr()``
+        in ``cls`` runs one of them when ``self`` is an instance of that subclass."""
+        key = (cls, attr)
+        known = self._overrides.get(key)
+        if known is None:
+            if self._subclasses is None:
+                self._subclasses = {}
+                for module in list(self.modules):  # a module added meanwhile adds its own (see add)
+                    self._subclasses_from(module)
+            known = self._overrides[key] = sorted(f"{sub}.{attr}" for sub in self._subclasses.get(cls, ())
+                                                  if f"{sub}.{attr}" in self.functions)
+        return known
+
+    def _subclasses_from(self, module: str) -> None:
+        subclasses = self._subclasses
+        assert subclasses is not None
+        for klass in self.modules[module]["classes"]:
+            for base in self.mro(klass)[1:]:
+                if klass not in subclasses.setdefault(base, []):
+                    subclasses[base].append(klass)
 
     def _dispatch(self, key: str, function: str, root: str | None) -> list[tuple[list[str], str]]:
         """(targets, how) for a call of a bound value: a loaded function (how: the loader call) or
@@ -354,6 +479,9 @@ class Program:
                         targets = self.candidates(argument, attr_part, root)
                     elif not attr_part and loader != "importlib.import_module" and self.is_loader(loader, root=root):
                         targets = self.candidates(argument, "", root)
+                    elif not attr_part and self.yielded(loader, root):  # fn = get_loss(name): a registry's values
+                        targets = self.yielded(loader, root)
+                        code = ""
                     else:
                         methods = [attr_part] if attr_part else ["__call__", "forward"]
                         targets = []
@@ -436,12 +564,9 @@ class Program:
             if target is not None:
                 out.append((target, ""))
             return
-        if name.endswith(TABLE):  # REGISTRY[key](...) with REGISTRY a dict of another module
-            owner, _, table = name[: -len(TABLE)].rpartition(".")
-            module = self._module(owner, root, True)
-            if module is not None:
-                for value in self.modules[module].get("tables", {}).get(table, ()):
-                    self._edge(function, value, out, self.root_of.get(module, root))
+        if name.endswith(TABLE):  # REGISTRY[key](...) with REGISTRY a dict of another module, or a registry
+            for value, value_root in self.table_values(name, root):
+                self._edge(function, value, out, value_root)
             return
         target = self.canonical(name, root=root) if LOCAL not in name and "@" not in name else None
         if target is not None:
@@ -449,6 +574,9 @@ class Program:
                 out.extend((method, "") for method in self._protocol(target))
             else:
                 out.append((target, ""))
+                owner, _, attr = name.rpartition(".")
+                if owner in self.classes:  # self.m(): what a subclass defines for m runs when self is one
+                    out.extend((method, "") for method in self.overrides(owner, attr))
             return
         if name in CALLING_LOADERS:
             argument = "_target_" if self.strings.get("_target_") else ""

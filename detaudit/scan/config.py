@@ -25,8 +25,10 @@ class ScanConfig:
     # Like ruff: a path named on the command line is scanned even when `exclude` matches it,
     # unless force_exclude is set.
     force_exclude: bool = False
-    # Severity of a draw no known process runs: "error" (fail closed) or "warning" (library trees).
-    unknown_process: str = "error"
+    # Severity of a draw no pipeline process is seen to run: "loaded" (an error when a pipeline
+    # process loads its module and code other than tests names it, else a warning), "error" (every
+    # one, strict fail closed) or "warning" (none: library trees). docs/scan-rng.md, "Severity".
+    unknown_process: str = "loaded"
     # pytest tests are processes of their own; by default they are not the pipeline (a draw only
     # tests run is a warning). True: judge them as the pipeline's processes.
     tests_as_pipeline: bool = False

@@ -31,7 +31,7 @@ from detaudit.scan.rules import (
     seed_families,
 )
 
-FACTS_VERSION = 7
+FACTS_VERSION = 8
 MODULE_BODY = "<module>"
 MAIN_BLOCK = "<main>"
 _BUILTINS = frozenset({"id", "hash"})
@@ -54,6 +54,16 @@ DOTTED_STRING = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+
 LOCAL = ".<local>."  # key part of a function-local name: "mod.f.<local>.fn"
 TABLE = ".<table>"  # "mod.LOSSES.<table>": a call of an entry of the dict mod.LOSSES
 SUPER = ".<super>."  # "mod.Cls.<super>.m": super().m() inside Cls
+# Decorators that leave a function callable only through its own name (they wrap it, or mark it):
+# a function decorated otherwise may be registered somewhere (``@register("x")``, ``@app.route``).
+PLAIN_DECORATORS = frozenset({
+    "staticmethod", "classmethod", "property", "abc.abstractmethod", "functools.cache", "functools.lru_cache",
+    "functools.cached_property", "functools.wraps", "contextlib.contextmanager", "contextlib.asynccontextmanager",
+    "torch.no_grad", "torch.inference_mode", "torch.enable_grad", "torch.compile", "torch.jit.script",
+    "torch.jit.ignore", "torch.jit.unused", "typing.override", "typing_extensions.override", "typing.overload",
+    "typing.final", "dataclasses.dataclass", "override", "overload",
+})
+PLAIN_DECORATOR_NAMES = frozenset({"setter", "getter", "deleter"})  # @x.setter of a property
 _SUPPRESS = re.compile(r"#\s*detaudit:\s*ignore(?:\[([A-Za-z0-9_,\s]+)\])?")
 
 
@@ -111,6 +121,15 @@ class FileFacts:
         self.binds: list[tuple[str, ast.Call, _Ctx]] = []  # (key, the call whose result is bound, ctx)
         self.values: dict[tuple[str, str], list[ast.expr]] = {}  # (scope, name or "self.x") -> values assigned
         self.returns: list[tuple[ast.Call, _Ctx]] = []
+        self.table_returns: list[tuple[ast.expr, _Ctx]] = []  # `return TABLE[key]`: (the subscript or .get call, ctx)
+        # What the file's code mentions by name (attributes, its own top-level defs, imported names,
+        # identifier strings): a function or method no code names cannot be called by name.
+        self.names: set[str] = set()
+        self.imported: set[str] = set()  # modules its import statements name (with what may be attributes)
+        self.star_import = False
+        self._no_names = self.is_test_module or E.is_conftest(name)
+        self.reflecting: set[str] = set()  # functions that list an object's attributes (dir, vars, __dict__)
+        self.registrars: dict[str, str] = {}  # top-level function -> module-level dict it stores a parameter in
         self._test_classes: set[str] = set()
         # A file outside any package that does work at its top level is a script: `python x.py`
         # (or `accelerate launch x.py`) runs its body.
@@ -207,6 +226,8 @@ class FileFacts:
                 self.values.setdefault((ctx.cls, f"self.{target.attr}"), []).append(value)
             attr = target.attr
         else:
+            if isinstance(target, ast.Subscript):
+                self._registers(target, value, ctx)
             return
         for constant in (value.body, value.orelse) if isinstance(value, ast.IfExp) else (value,):
             if isinstance(constant, ast.Constant):
@@ -214,7 +235,27 @@ class FileFacts:
                 if text is not None:
                     self.string_attrs.setdefault(text, set()).add(attr)
 
+    def _registers(self, target: ast.Subscript, value: ast.expr, ctx: _Ctx) -> None:
+        """``TABLE[key] = fn``, ``fn`` a parameter of the function around it and ``TABLE`` a dict of
+        the module (or one it imports): the top-level function that holds it registers what it is
+        given, as a decorator (``@register("clip_cov")``, through its inner function) or a call."""
+        if not (isinstance(target.value, ast.Name) and isinstance(value, ast.Name)) or ctx.cls is not None:
+            return
+        registrar = ctx.function.partition(".")[0]
+        if value.id not in self.params.get(ctx.function, ()) or registrar not in self.top_level \
+                or registrar in self.classes:
+            return
+        table = target.value.id
+        if (ctx.function, table) in self.values:
+            return  # a local dict
+        if (MODULE_BODY, table) in self.values:
+            self.registrars[registrar] = f"{self.module}.{table}"
+        elif table in self.imports:
+            self.registrars[registrar] = self.imports[table]
+
     def _return(self, node: ast.Return, ctx: _Ctx) -> None:
+        if isinstance(node.value, ast.Subscript):
+            self.table_returns.append((node.value, ctx))  # return TABLE[key]: what calling it runs
         if isinstance(node.value, ast.Call):
             self.returns.append((node.value, ctx))
         elif isinstance(node.value, ast.IfExp):
@@ -262,6 +303,7 @@ class FileFacts:
 
     def _import(self, node: ast.Import, ctx: _Ctx) -> None:
         for alias in node.names:
+            self.imported.add(alias.name)
             if alias.asname:
                 self.imports[alias.asname] = alias.name
             else:
@@ -270,9 +312,16 @@ class FileFacts:
 
     def _import_from(self, node: ast.ImportFrom, ctx: _Ctx) -> None:
         base = self._from_module(node)
+        if base:
+            self.imported.add(base)
         for alias in node.names:
-            if alias.name != "*":
+            if alias.name == "*":
+                self.star_import = True  # its names are used bare: every name the file uses counts
+            else:
                 self.imports[alias.asname or alias.name] = f"{base}.{alias.name}" if base else alias.name
+                self.imported.add(f"{base}.{alias.name}" if base else alias.name)  # a module, or a name in one
+                if not self._no_names:
+                    self.names.add(alias.name)
 
     def _from_module(self, node: ast.ImportFrom) -> str:
         if not node.level:
@@ -306,6 +355,9 @@ class FileFacts:
         for dec in node.decorator_list:
             self.exprs(dec, ctx)
             self._decorator(dec, qual, node, uses, cls, ctx)
+        decorators = self._decorators(node.decorator_list)
+        if decorators:
+            self.functions[qual]["decorators"] = decorators
         top = ctx.function in (MODULE_BODY, MAIN_BLOCK) or cls in self._test_classes
         if self.is_test_module and top and E.is_test_function(node.name):
             self.entries.append({"kind": "test", "target": f"{self.module}.{qual}", "line": node.lineno,
@@ -334,6 +386,17 @@ class FileFacts:
         elif self._is_cli_decorator(written, name):
             self.entries.append({"kind": "cli", "target": f"{self.module}.{qual}", "line": node.lineno})
 
+    def _decorators(self, decorators: list[ast.expr]) -> list[str]:
+        """What each decorator that may register or replace the function calls ('?': not a name),
+        leaving out those that keep it callable by its own name only (see PLAIN_DECORATORS)."""
+        out = []
+        for dec in decorators:
+            written = dotted(dec.func if isinstance(dec, ast.Call) else dec)
+            name = (self.resolve(written, _Ctx(MODULE_BODY, None, ())) or written) if written else "?"
+            if name not in PLAIN_DECORATORS and name.rpartition(".")[2] not in PLAIN_DECORATOR_NAMES:
+                out.append(name)
+        return out
+
     def _is_cli_decorator(self, written: str | None, name: str) -> bool:
         """``@click.command()``, ``@click.group()``, ``@typer_app.command()``, ``@cli.command()``."""
         if written is None or written.rpartition(".")[2] not in E.CLI_DECORATOR_METHODS:
@@ -347,8 +410,14 @@ class FileFacts:
 
     def _class(self, node: ast.ClassDef, ctx: _Ctx) -> None:
         qual = node.name if ctx.function in (MODULE_BODY, MAIN_BLOCK) else f"{ctx.function}.{node.name}"
-        bases = [self.resolve(dotted(b), ctx) or dotted(b) for b in node.bases]
+        # Base[T] is Base; a base that is no dotted name (a call's result) is opaque: a library's, maybe
+        bases = [self.resolve(dotted(_unsubscripted(b)), ctx) or dotted(_unsubscripted(b)) for b in node.bases]
         self.classes[qual] = {"line": node.lineno, "methods": [], "bases": [b for b in bases if b]}
+        if None in bases:
+            self.classes[qual]["opaque_bases"] = True
+        decorators = self._decorators(node.decorator_list)
+        if decorators:
+            self.classes[qual]["decorators"] = decorators
         if self.is_test_module and qual == node.name and E.is_test_class(node.name, [b for b in bases if b]):
             self._test_classes.add(qual)
         self._function(qual, None, node.lineno)  # the class body runs at import time
@@ -364,12 +433,21 @@ class FileFacts:
         # names), but without its generators and without visiting leaves: ~3x faster.
         todo = [node]
         stmt = self._stmt
+        names, own, every = self.names, self.top_level, self.star_import
+        if self._no_names:
+            names, own, every = set(), frozenset(), False  # test code: what it names never counts
         for sub in todo:  # the list grows while it is read: that is the queue
             kind = type(sub)
-            if kind is ast.Name:
-                continue
             # `kind is X` first (one cheap test per node), isinstance for the type checker only
-            if kind is ast.Call and isinstance(sub, ast.Call):
+            if kind is ast.Name and isinstance(sub, ast.Name):
+                if every or sub.id in own:  # a use of one of its own top-level defs
+                    names.add(sub.id)
+                continue
+            if kind is ast.Attribute and isinstance(sub, ast.Attribute):
+                names.add(sub.attr)
+                if sub.attr == "__dict__":
+                    self.reflecting.add(ctx.function)
+            elif kind is ast.Call and isinstance(sub, ast.Call):
                 self.calls.append((sub, ctx, stmt))
                 for keyword in sub.keywords:
                     if keyword.arg and isinstance(keyword.value, ast.Constant):
@@ -377,9 +455,15 @@ class FileFacts:
                         if text is not None:
                             self.string_attrs.setdefault(text, set()).add(_option_attr(sub, keyword.arg))
             elif kind is ast.Constant and isinstance(sub, ast.Constant):
-                text = _dotted_string(sub.value)
-                if text is not None:
-                    self.strings.add(text)
+                value = sub.value
+                if type(value) is str:
+                    if value.isidentifier():
+                        names.add(value)  # getattr(actor, "m"), group.run_all("m"), __all__
+                    else:
+                        text = _dotted_string(value)
+                        if text is not None:
+                            self.strings.add(text)
+                            names.add(text.replace(":", ".").rpartition(".")[2])  # "pkg.mod.fn"
                 continue
             elif kind is ast.Dict and isinstance(sub, ast.Dict):
                 for key, value in zip(sub.keys, sub.values):
@@ -511,8 +595,11 @@ class FileFacts:
                 if isinstance(table, ast.Dict):
                     for value in table.values:
                         out += [t for t in self._targets(value, ctx, depth + 1) if t not in out]
-            if not out:  # a table of another module: resolved when the analysis has it
+            if not out:  # a table of another module, or one filled by a registering decorator: resolved by the analysis
                 qualified = self.resolve(dotted(registry), ctx)
+                if qualified is None and isinstance(registry, ast.Name) and (MODULE_BODY, registry.id) in self.values \
+                        and (ctx.function, registry.id) not in self.values:
+                    qualified = f"{self.module}.{registry.id}"
                 if qualified is not None:
                     out.append(qualified + TABLE)
             return out
@@ -529,12 +616,32 @@ class FileFacts:
         loads: dict[str, set[str]] = {}  # function -> what it calls that marks a loader
         # function -> (block, index in its "calls", families it seeds) of each call so far, in order
         made: dict[str, list[tuple[tuple[int, ...], int, tuple[str, ...]]]] = {}
+        # Attribute names the code builds at run time: [what owns them (qualified, '' unknown), a
+        # regex of the names it can build]. See _built_name.
+        dynamic: list[list[str]] = []
+        for call, ctx, _ in self.calls:  # functions that list an object's attributes: dir(x), vars(x)
+            func = call.func
+            if (isinstance(func, ast.Name) and func.id in ("dir", "vars", "getmembers") and func.id not in self.imports) \
+                    or (isinstance(func, ast.Attribute) and func.attr == "getmembers"):
+                self.reflecting.add(ctx.function)
         for call, ctx, stmt in self.calls:
             name, resolved = self.call_name(call, ctx)
             function = self.functions[ctx.function]
             if name == "getattr" and "getattr" not in self.imports:
                 loads.setdefault(ctx.function, set()).add("getattr")
                 resolved = None
+                if len(call.args) >= 2:
+                    pattern = self._built_name(call.args[1], ctx)
+                    if pattern:
+                        owner = dotted(call.args[0])
+                        owner = f"{self.module}.{ctx.cls}" if owner in ("self", "cls") and ctx.cls else \
+                            self.resolve(owner, ctx) or ""
+                        dynamic.append([owner, pattern])
+            elif name == "globals" and "globals" not in self.imports:  # globals()[name]: any function here
+                dynamic.append([self.module, ".*"])
+            elif resolved == "importlib.import_module" and call.args and isinstance(call.args[0], ast.Constant) \
+                    and isinstance(call.args[0].value, str):
+                self.imported.add(call.args[0].value)
             func = call.func
             attr = func.attr if isinstance(func, ast.Attribute) else None
             site: CallSite | None = None
@@ -579,9 +686,23 @@ class FileFacts:
             # load_function(path): import_module + getattr, or a library loader, on its argument
             if ("importlib.import_module" in used and "getattr" in used) or used & (BUILTIN_LOADERS - {"importlib.import_module"}):
                 self.functions[qual]["loader"] = True
+        for node, ctx in self.table_returns:  # return TABLE[key]: calling the result runs a value of TABLE
+            yields = self._targets(node, ctx)
+            if yields:
+                self.functions[ctx.function].setdefault("yields", []).extend(yields)
         for call, ctx in self.returns:
             _, resolved = self.call_name(call, ctx)
             if resolved is None:
+                func = call.func
+                if isinstance(func, ast.Subscript) or (isinstance(func, ast.Call) and isinstance(func.func, ast.Attribute)
+                                                       and func.func.attr == "get"):
+                    made_here = self._targets(func, ctx)  # return TABLE[key](...): a factory of the table's classes
+                    if made_here:
+                        self.functions[ctx.function].setdefault("makes", []).extend(made_here)
+                elif isinstance(func, ast.Attribute) and func.attr == "get":  # return TABLE.get(key)
+                    yields = self._targets(call, ctx)
+                    if yields:
+                        self.functions[ctx.function].setdefault("yields", []).extend(yields)
                 continue
             info = self.functions[ctx.function]
             info.setdefault("makes", []).append(resolved)  # what it returns: a factory's class
@@ -633,6 +754,10 @@ class FileFacts:
             "strings": strings,
             "tables": tables,
             "binds": self._bind_facts(),
+            "names": sorted(self.names),
+            "imported": sorted(self.imported),
+            "dynamic": sorted(dynamic),
+            "registrars": {f"{self.module}.{q}": table for q, table in sorted(self.registrars.items())},
         }
 
     def _bind_facts(self) -> list[list[str]]:
@@ -660,6 +785,17 @@ class FileFacts:
                 continue
             binds.append([key, resolved, self._source_of(call), _argument_name(call)])
         return binds
+
+    def _built_name(self, node: ast.expr, ctx: _Ctx) -> str:
+        """A regex of the attribute names ``getattr(x, node)`` can look up, when the code builds the
+        name at run time: ``f"w13_{x}"`` -> ``w13_.*``; in a function that lists an object's
+        attributes (``dir(x)``, ``vars(x)``, ``__dict__``, ``inspect.getmembers``): ``.*``. '' for
+        a constant, or a value taken from elsewhere (a variable, a parameter, ``cfg.method``): it is
+        one of the tree's strings (which count as names themselves) or of its config files, the
+        over-approximation dynamic dispatch makes too."""
+        if isinstance(node, ast.Constant):
+            return ""
+        return _name_regex(node) or (".*" if ctx.function in self.reflecting else "")
 
     def _rules(self, resolved: str | None, attr: str | None) -> tuple[Rule, ...]:
         by_callee = RULES_BY_CALLEE.get(resolved, ()) if resolved is not None else ()
@@ -812,6 +948,34 @@ def _call_site(call: ast.Call, none_params: dict[str, int]) -> tuple[int, int, t
         # forwarding our own None-default parameter: "kw<param" (passes only if our caller passes)
         passed.append(f"{k.arg}<{k.value.id}" if isinstance(k.value, ast.Name) and k.value.id in none_params else k.arg)
     return (call.lineno, 99 if starred else len(call.args), tuple(passed))
+
+
+def _name_regex(node: ast.expr, depth: int = 0) -> str:
+    """A regex of the strings an f-string or a ``+`` / ``%`` / ``.format`` of string constants and
+    values can make (a value: ``.*``); '' when the expression is none of those."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return re.escape(node.value)
+    if depth > 8:
+        return ""
+    if isinstance(node, ast.JoinedStr):
+        return "".join(re.escape(v.value) if isinstance(v, ast.Constant) and isinstance(v.value, str) else ".*"
+                       for v in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return (_name_regex(node.left, depth + 1) or ".*") + (_name_regex(node.right, depth + 1) or ".*")
+    template = None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+        template, holes = node.left, r"%[^a-zA-Z%]*[a-zA-Z%]"
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format":
+        template, holes = node.func.value, r"\{[^{}]*\}"
+    if isinstance(template, ast.Constant) and isinstance(template.value, str):
+        return ".*".join(re.escape(part) for part in re.split(holes, template.value))
+    return ""
+
+
+def _unsubscripted(node: ast.expr) -> ast.expr:
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    return node
 
 
 def _is_main_test(test: ast.expr) -> bool:

@@ -12,6 +12,10 @@ from detaudit.errors import InputError
 from detaudit.scan.config import ScanConfig
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
+# Config files that may name a function or method for the code to call (a Hydra `_target_`, a method
+# name, a command-line override in a launch script); larger ones are data.
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml", ".cfg", ".ini", ".sh")
+MAX_CONFIG_BYTES = 1024 * 1024
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", "node_modules", ".mypy_cache",
                        ".pytest_cache", ".ruff_cache", "build", "dist", ".eggs"})
 
@@ -22,8 +26,10 @@ class Skipped:
     reason: str
 
 
-def collect_files(paths: list[str | Path], config: ScanConfig) -> tuple[list[Path], list[Skipped]]:
-    """Python files under ``paths`` and the folders that could not be read.
+def collect_files(paths: list[str | Path], config: ScanConfig,
+                  config_files: list[Path] | None = None) -> tuple[list[Path], list[Skipped]]:
+    """Python files under ``paths`` and the folders that could not be read; the config files
+    (``CONFIG_SUFFIXES``) found below the named folders are appended to ``config_files``.
 
     No symlink loops; tool folders and ``exclude`` globs are left out below the named paths.
     A path named here is scanned even when ``exclude`` matches it, unless ``config.force_exclude``.
@@ -62,6 +68,10 @@ def collect_files(paths: list[str | Path], config: ScanConfig) -> tuple[list[Pat
                     file = Path(real, name)
                     if not config.excluded(file, globs, resolved=True):
                         files.append(file)
+                elif config_files is not None and name.endswith(CONFIG_SUFFIXES):
+                    file = Path(real, name)
+                    if not config.excluded(file, globs, resolved=True):
+                        config_files.append(file)
             if globs:
                 dirs[:] = [d for d in dirs if not config.excluded(Path(folder) / d, globs)]
     return list(dict.fromkeys(files)), skipped

@@ -2,10 +2,13 @@
 
 Severity (docs/scan-rng.md, "Severity"): an error when a pipeline process runs the draw without
 seeding its RNG family first, or when the draw is wrong in any process (DA202, DA302, DA303), or
-when no entry point can be shown to run it (fail closed); a warning when every process that runs
-it seeds the family, when its own function seeds the family right before it, when its value
-only reaches a port, an address, a sleep or a temp name, or when only pytest tests (or test code)
-run it: tests are not the pipeline, unless ``tests_as_pipeline``.
+when no entry point can be shown to run it (fail closed) while a pipeline process loads its module
+and code other than tests can call it; a warning when every process that runs it seeds the
+family, when its own function seeds the family right before it, when its value only reaches a
+port, an address, a sleep or a temp name, when only pytest tests (or test code) run it (tests are
+not the pipeline, unless ``tests_as_pipeline``), or when no pipeline process is seen to run it
+and none imports its module, or nothing outside tests names its function (``unknown_process``
+"loaded"; "error": every such draw is an error, "warning": none is).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from detaudit.scan.analysis import Program, display_name
+from detaudit.scan.evidence import Naming, loaded_modules
 from detaudit.scan.facts import MAIN_BLOCK, MODULE_BODY
 from detaudit.scan.processes import Process, entry_guards
 from detaudit.scan.rules import FAMILY
@@ -50,11 +54,56 @@ class Finding:
         }
 
 
+class Unreached:
+    """For a draw no pipeline process is seen to run: why it is at most a warning, or '' (an error).
+    See evidence.py; with ``unknown_process`` "error" or "warning" the answer is that, always, and
+    an error without ``naming`` (the scan does not hold whole projects)."""
+
+    def __init__(self, program: Program, processes: list[Process], unknown_process: str,
+                 naming: Naming | None, imported: dict[str, list[str]], tests_as_pipeline: bool = False) -> None:
+        self.program = program
+        self.pipeline = [p for p in processes if tests_as_pipeline or not p.is_test]
+        self.unknown_process = unknown_process
+        self.naming = naming
+        self.imported = imported
+        self._loaded: set[str] | None = None
+        self._dispatched = False
+
+    def severity(self, function: str) -> tuple[str, str]:
+        """(severity, why it is a warning: '' for an error, or when unknown_process is "warning")."""
+        if self.unknown_process != UNKNOWN_LOADED:
+            return self.unknown_process, ""
+        if self.naming is None:  # not a whole project: what calls the code may lie outside the scan
+            return "error", ""
+        program = self.program
+        module = program.module_of.get(function, "")
+        if self._loaded is None:
+            running = {program.module_of[f] for p in self.pipeline for f in p.reach if f in program.module_of}
+            self._loaded = loaded_modules(program, running, self.imported)
+        if module not in self._loaded and not self._dispatched:
+            # A loader may take a dotted path from any string or config file of the tree (a path given
+            # on a launch script's command line too): the modules those name may be loaded as well.
+            self._dispatched = True
+            named = {program.module_key(m, None) for m in self.naming.dotted_names()} if self.naming else set()
+            self._loaded = loaded_modules(program, self._loaded | {m for m in named if m}, self.imported)
+        if module not in self._loaded:
+            return "warning", f"no process of the scanned tree imports {display_name(module)}"
+        if self.naming is not None and self.naming.unnamed(function):
+            return "warning", self.naming.reason(function)
+        return "error", ""
+
+
+UNKNOWN_LOADED = "loaded"  # the default of unknown_process
+
+
 def findings_for(program: Program, processes: list[Process], rel: Callable[[str], str],
-                 unknown_process: str = "error", tests_as_pipeline: bool = False,
-                 test_code: Callable[[str], bool] | None = None) -> list[Finding]:
-    """Every draw's finding; ``test_code(path)``: the file is test code (see entries.is_test_path)."""
+                 unknown_process: str = UNKNOWN_LOADED, tests_as_pipeline: bool = False,
+                 test_code: Callable[[str], bool] | None = None, naming: Naming | None = None,
+                 imported: dict[str, list[str]] | None = None) -> list[Finding]:
+    """Every draw's finding; ``test_code(path)``: the file is test code (see entries.is_test_path);
+    ``naming`` and ``imported`` (the import lists of files set aside): see ``Unreached``."""
     findings: list[Finding] = []
+    unreached = Unreached(program, processes, unknown_process, naming, imported or {}, tests_as_pipeline)
     if program.load_mentioning is not None:  # one pass over the skipped files for every generator=None guard
         program.load_mentioning({d["function"].rpartition(".")[2] for f in list(program.modules.values())
                                  for d in f["draws"] if d.get("param")})
@@ -71,7 +120,7 @@ def findings_for(program: Program, processes: list[Process], rel: Callable[[str]
             if "*" in marks or draw["rule"] in marks:
                 continue
             in_tests = test_code is not None and test_code(program.paths[module])
-            finding = _finding(program, running.get(draw["function"], []), draw, path, rel, unknown_process,
+            finding = _finding(program, running.get(draw["function"], []), draw, path, rel, unreached,
                                tests_as_pipeline, in_tests)
             if finding is not None:
                 findings.append(finding)
@@ -80,7 +129,7 @@ def findings_for(program: Program, processes: list[Process], rel: Callable[[str]
 
 
 def _finding(program: Program, mine: list[Process], draw: dict[str, Any], path: str,
-             rel: Callable[[str], str], unknown_process: str, tests_as_pipeline: bool,
+             rel: Callable[[str], str], unreached: Unreached, tests_as_pipeline: bool,
              in_tests: bool) -> Finding | None:
     """The finding for one draw; ``mine``: the processes that reach its function."""
     family = FAMILY[draw["rule"]]
@@ -131,11 +180,13 @@ def _finding(program: Program, mine: list[Process], draw: dict[str, Any], path: 
                 f"{only_tests}; every test that runs it seeds the {family} RNG" if tests else only_tests)
     else:
         where = "module level" if function.endswith(MODULE_BODY) or function in program.classes else "no known process"
-        severity = unknown_process
+        severity, why = unreached.severity(function)
         note = f"{where}: cannot show that a seeded process runs it (no entry point found that runs it)"
         if tests:  # pipeline code that only a test script is seen to run: the pipeline's entry is not known
             note = ("no pipeline process: cannot show that a seeded process runs it (only tests run it; no entry "
                     "point of the pipeline found that runs it)")
+        if why:
+            note = f"{'no pipeline process (only tests run it)' if tests else where}: {why}"
     if draw.get("impact") and family and severity == "error":
         severity = "warning"
         note += f"; at most a warning: {draw['impact']}"

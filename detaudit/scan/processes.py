@@ -1,7 +1,8 @@
 """Processes: the entry points of the scanned tree, what each runs, and which RNG families it seeds.
 
 The seeding rule is in docs/scan-rng.md. In short: a Ray actor is seeded by its ``__init__`` or any
-method (``__init__``'s own draws only by ``__init__`` itself or the Ray setup hook); every other
+method a driver can call (one the tree names; ``__init__``'s own draws only by ``__init__`` itself
+or the Ray setup hook); every other
 process by its own code; import-time code only by the setup hook; a pytest test by its own body,
 its class's and module's setup, and the fixtures it uses (autouse fixtures of its module and of
 every ``conftest.py`` above it, and those its parameters name).
@@ -15,6 +16,7 @@ from typing import Any, Callable
 
 from detaudit.scan.analysis import Program, display_name
 from detaudit.scan.entries import CLASS_SETUPS, KIND_LABEL, MODULE_SETUPS
+from detaudit.scan.evidence import Naming
 
 
 @dataclass
@@ -95,9 +97,12 @@ class _Fixtures:
 
 
 def build_processes(program: Program, scripts: list[str], test_code: Callable[[str], bool] | None = None,
-                    rel: Callable[[str], str] | None = None, tests_as_pipeline: bool = False) -> list[Process]:
+                    rel: Callable[[str], str] | None = None, tests_as_pipeline: bool = False,
+                    naming: Naming | None = None) -> list[Process]:
     """Every process of the tree; ``test_code(path)``: the file is test code (its processes are tests);
-    ``rel(path)``: a path as shown (names a `__main__` whose module name several files share).
+    ``rel(path)``: a path as shown (names a `__main__` whose module name several files share);
+    ``naming``: what the tree's non-test code names (a Ray actor's entry methods are those named;
+    None: every method).
 
     Unless ``tests_as_pipeline``, a pytest test is followed through test code only: what it runs
     there is what its findings need (draws in tests); the pipeline code it calls is judged by the
@@ -129,7 +134,7 @@ def build_processes(program: Program, scripts: list[str], test_code: Callable[[s
             start_seeded = set(hook_families)
             if target in program.classes:
                 kind = "ray-actor"
-                roots = program.class_methods(target)
+                roots = actor_methods(program, target, naming)
                 init = program.lookup_attr(target, "__init__")
                 seeded = start_seeded | set(program.seeds(init) if init else ())
                 init_seeded = set(seeded)
@@ -193,6 +198,18 @@ def build_processes(program: Program, scripts: list[str], test_code: Callable[[s
             process.early[body] = start_seeded  # import-time code runs before any seed call
         processes.append(process)
     return processes
+
+
+def actor_methods(program: Program, actor: str, naming: Naming | None) -> list[str]:
+    """The methods of a Ray actor class that a driver can call: a driver calls a method by its name
+    (``actor.m.remote()``, ``getattr(actor, "m")``, a name passed as a string), so those that the
+    tree's non-test code names, or can build at run time, and the dunders. Every method when the
+    class inherits from a library class (whose code may call its overrides), for an actor of test
+    code (tests are judged as tests), or when ``naming`` is None."""
+    methods = program.class_methods(actor)
+    if naming is None or program.module_of.get(actor) in program.test_modules or not naming.plain_class(actor):
+        return methods
+    return [m for m in methods if naming.named(m)]
 
 
 def entry_guards(program: Program, process: Process, function: str) -> list[tuple[str, str, int]]:

@@ -20,7 +20,9 @@ from detaudit.scan.cache import FactsCache, ResultCache, result_key
 from detaudit.scan.config import ScanConfig
 from detaudit.scan.entries import is_conftest, is_test_module
 from detaudit.scan.facts import DOTTED_STRING, file_facts
+from detaudit.scan.evidence import Mentions, Naming
 from detaudit.scan.files import (
+    MAX_CONFIG_BYTES,
     MAX_FILE_BYTES,
     Skipped,
     collect_files,
@@ -46,6 +48,10 @@ _RELEVANT_WORDS = (
 # Dotted-path string literals in a file that is not parsed: candidates of dynamic dispatch.
 _QUOTED_DOTTED = re.compile(rb"""["']([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?::[A-Za-z_][A-Za-z0-9_.]*)?)["']""")
 PARALLEL_MIN_FILES = 200
+# What marks a folder as a project's root (see whole_projects).
+PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+# A dotted name in a config file or launch script (`-m pkg.train`, `_target_: pkg.mod.fn`).
+_DOTTED_WORD = re.compile(rb"(?<![A-Za-z0-9_./])[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?::[A-Za-z_][A-Za-z0-9_]*)?")
 
 
 def _relevant(data: bytes) -> bool:
@@ -128,7 +134,8 @@ def scan(paths: list[str | Path], config: ScanConfig | None = None, *, use_cache
 
 
 def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: int | None) -> ScanResult:
-    files, skipped = collect_files(paths, config)
+    found_configs: list[Path] = []
+    files, skipped = collect_files(paths, config, found_configs)
     stats: dict[str, os.stat_result] = {}
     for file in files:
         path = str(file) if file.is_absolute() else os.path.realpath(file)
@@ -137,9 +144,13 @@ def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: in
         except OSError as exc:
             skipped.append(Skipped(str(file), f"cannot read: {exc.strerror}"))
     modules = module_keys(list(stats))  # path -> (module key, dotted name, is package, root)
+    in_tests = test_files(list(stats), paths)
+    configs = _config_files(found_configs, paths)
+    whole = whole_projects(paths)
     results = ResultCache(use_cache)
     key = result_key(config, [str(p) for p in paths], os.getcwd(), skipped,
-                     [(path, st.st_size, st.st_mtime_ns, *modules[path]) for path, st in stats.items()])
+                     [(path, st.st_size, st.st_mtime_ns, *modules[path]) for path, st in stats.items()]
+                     + [("config", *c) for c in configs] + [("whole projects", whole)])
     known = results.lookup(key)
     if isinstance(known, ScanResult):  # no file, setting or folder changed since this very scan ran
         return known
@@ -203,25 +214,106 @@ def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: in
 
     mentioned: set[str] = set()
     texts: dict[str, bytes] = {}  # path -> text of a set-aside file
+    mentions = _mentions(facts, light, in_tests, configs)
     program = Program(facts, load_module, light_strings, load_mentioning,
                       {m[0]: (m[1], m[3]) for m in modules.values()})
+    # What the tree names, and which modules its processes import, tells what can run only when
+    # the scan holds the whole project: a package scanned alone may be driven from outside it.
+    naming = Naming(program, mentions) if whole else None
     scripts = [s.replace(":", ".") for s in config.scripts]
     cwd = os.getcwd() + os.sep
 
     def rel(path: str) -> str:
         return path[len(cwd):] if path.startswith(cwd) else os.path.relpath(path, cwd)
 
-    in_tests = test_files(list(stats), paths)
-    processes = build_processes(program, scripts, in_tests.__contains__, rel, config.tests_as_pipeline)
+    processes = build_processes(program, scripts, in_tests.__contains__, rel, config.tests_as_pipeline, naming)
 
     findings = [f for f in findings_for(program, processes, rel, config.unknown_process, config.tests_as_pipeline,
-                                        in_tests.__contains__) if config.wants(f.rule)]
+                                        in_tests.__contains__, naming, mentions.imported) if config.wants(f.rule)]
     cache.save()
     skipped.sort(key=lambda s: s.path)
     result = ScanResult(findings, skipped, len(stats), len(program.modules),
                         [process_summary(p) for p in processes], hits, _notes(program, modules, rel))
     results.store(key, replace(result, cache_hits=len(stats)))
     return result
+
+
+def whole_projects(paths: list[str | Path]) -> bool:
+    """Every named path is a project's root folder (it holds pyproject.toml, setup.py, setup.cfg or
+    .git) or lies in one: the scan holds the projects' drivers, scripts and config files."""
+    roots = [os.path.realpath(p) for p in paths
+             if os.path.isdir(p) and any(os.path.exists(os.path.join(p, m)) for m in PROJECT_MARKERS)]
+    return bool(roots) and all(
+        any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
+        for real in (os.path.realpath(p) for p in paths))
+
+
+def _config_files(found: list[Path], named: list[str | Path]) -> list[tuple[str, int, int]]:
+    """(path, size, mtime) of the config files that may name code for the pipeline to call: not
+    test code, at most MAX_CONFIG_BYTES (larger ones are data)."""
+    out = []
+    for file in dict.fromkeys(found):
+        try:
+            st = os.stat(file)
+        except OSError:
+            continue
+        if st.st_size <= MAX_CONFIG_BYTES:
+            out.append((str(file), st.st_size, st.st_mtime_ns))
+    tests = test_files([path for path, _, _ in out], named)
+    return [c for c in out if c[0] not in tests]
+
+
+def _mentions(facts: dict[str, dict[str, Any]], light: dict[str, tuple[str, tuple[str, Any]]], in_tests: set[str],
+              configs: list[tuple[str, int, int]]) -> Mentions:
+    """What the non-test code of every scanned file (those set aside too) names, and a search of
+    the config files for names the code does not hold."""
+    mentions = Mentions()
+
+    def add(path: str, f: dict[str, Any]) -> None:
+        if path not in in_tests:
+            mentions.names.update(f["names"])
+            mentions.built.extend((f["module"], owner, regex) for owner, regex in f["dynamic"])
+
+    for path, f in facts.items():
+        add(path, f)
+    for module, (path, outcome) in light.items():
+        if outcome[0] == "facts":
+            add(path, outcome[1])
+            mentions.imported[module] = outcome[1]["imported"]
+    texts: dict[str, bytes] = {}
+
+    def in_config(names: set[str]) -> set[str]:
+        found: set[str] = set()
+        for path, _, _ in configs:
+            data = texts.get(path)
+            if data is None:
+                try:
+                    data = Path(path).read_bytes()
+                except OSError:
+                    data = b""
+                texts[path] = data
+            for name in names - found:
+                word = name.encode()
+                if word in data and re.search(rb"(?<![A-Za-z0-9_])" + re.escape(word) + rb"(?![A-Za-z0-9_])", data):
+                    found.add(name)
+        return found
+
+    def dotted_in_config() -> set[str]:
+        found: set[str] = set()
+        for path, _, _ in configs:
+            data = texts.get(path)
+            if data is None:
+                try:
+                    data = Path(path).read_bytes()
+                except OSError:
+                    data = b""
+                texts[path] = data
+            found.update(m.decode("ascii") for m in _DOTTED_WORD.findall(data))
+        return found
+
+    mentions.in_config = in_config
+    mentions.dotted_in_config = dotted_in_config
+    return mentions
 
 
 def _module_of(outcome: tuple[str, Any]) -> str | None:
