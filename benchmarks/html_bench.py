@@ -7,7 +7,8 @@ Case 2, 200k: two synthetic 200,000-line runs (seeded), shaped like benchmarks/d
 series at line 60,000 and the difference then spreads to half the series and grows
 (a divergence as training spreads it), so the page draws 15 differing series of 100,000 points.
 
-Each case runs in a fresh Python (imports count: matplotlib is imported for the page only) and
+Each case runs in a fresh Python (imports count: matplotlib is imported for the page only; as
+`--html` does, its plotting modules start importing in a thread before the metrics are read) and
 prints the page's size and the time to build and write it (wall, and the process's CPU time, which
 a busy machine inflates less); reading and diffing the metrics,
 which `detaudit diff` does without --html too, is printed apart. Goal on a 2-core machine:
@@ -40,6 +41,8 @@ import json, resource, sys, time
 from pathlib import Path
 started = time.perf_counter()
 cpu = time.process_time()
+from detaudit.render.html.plots import require_matplotlib
+require_matplotlib()  # as `--html` does before the command reads anything (starts the plot imports)
 from detaudit.data.compare import diff_runs
 from detaudit.data.metrics import read_metrics_many
 paths = sys.argv[2:]

@@ -52,6 +52,7 @@ class VerifyStatus(StrEnum):
     NOT_VERIFIED = "not-verified"  # the standard is for another runner class
     EMPTY_STANDARD = "empty-standard"  # it has no series, so proves nothing
     RUNNER_MISMATCH = "runner-mismatch"  # a --cluster run landed on another class than its probe
+    PROFILE_REFUSED = "profile-refused"  # the card's portable profile cannot be honoured on this machine
     ERROR = "error"  # a suite card with bad input (the message is in CardOutcome.error)
 
     @property
@@ -69,6 +70,7 @@ _VERIFY_LABELS = {
     VerifyStatus.NOT_VERIFIED: "NOT VERIFIED", VerifyStatus.SKIPPED: "SKIPPED",
     VerifyStatus.APPROXIMATE: "PASSED (approximate)", VerifyStatus.EMPTY_STANDARD: "NOT VERIFIED (empty standard)",
     VerifyStatus.RUNNER_MISMATCH: "NOT VERIFIED (runner mismatch)", VerifyStatus.ERROR: "ERROR",
+    VerifyStatus.PROFILE_REFUSED: "NOT VERIFIED (portable profile)",
 }
 
 
@@ -126,6 +128,7 @@ class VerifyResult:
     approximate_against: str | None = None  # set when checked approximately: the standard's runner class
     left_out: dict[str, str] = field(default_factory=dict)  # standard series not compared (--exclude) -> why
     renamed: dict[str, str] = field(default_factory=dict)  # run series -> standard series it was compared as
+    refusal: str | None = None  # PROFILE_REFUSED: why this machine cannot honour the card's portable profile
     run_metrics: "MetricsRun | None" = field(default=None, repr=False)  # the run as the comparison read it (reports draw it)
 
     @property

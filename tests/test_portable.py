@@ -76,3 +76,41 @@ def test_this_machines_torch_and_numpy_honour_the_profile(tmp_path: Path) -> Non
               "print(json.dumps(sorted(k for k in d if f.get(k))))")
     used = subprocess.run([sys.executable, "-c", script], env=probe_env(loaded), capture_output=True, text=True, check=True)
     assert json.loads(used.stdout) == []
+
+
+def _overriding_card(tmp_path: Path) -> Path:
+    """A portable card whose Python path holds a sitecustomize that raises torch's kernel level
+    again (as a site's own environment module might): this machine then cannot honour the profile."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text('import os\nos.environ["ATEN_CPU_CAPABILITY"] = "avx2"\n')
+    script = tmp_path / "r.py"
+    script.write_text("import json, os\nopen(os.environ['DETAUDIT_METRICS_JSONL'], 'w').write(json.dumps({'step': 0, 'x': 1.0}) + '\\n')\n")
+    path = tmp_path / "over.toml"
+    path.write_text(f'name = "over"\ncommand = ["{{python}}", "{script}"]\nportable = "x86_64-v1"\n'
+                    f'pythonpath = ["{site}"]\nstandards_dir = "{tmp_path / "standards"}"\ntimeout_s = 120\n')
+    return path
+
+
+def test_record_and_verify_refuse_a_machine_that_cannot_honour_the_profile(tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    if "avx2" not in Path("/proc/cpuinfo").read_text():
+        pytest.skip("needs an AVX2 machine: the override asks torch for AVX2 kernels")  # every x86 runner we use has it
+    card_path = _overriding_card(tmp_path)
+    recorded = run_cli("record", str(card_path), "--runs", "2", "--no-doctor", "--workdir", str(tmp_path / "w"))
+    assert recorded.code == 2, recorded.text
+    assert recorded.err.strip() == (f"detaudit: error: {card_path}: cannot record card 'over' here: "
+                                    + PROFILE.refusal({**detect_environment(env=probe_env(load_card(card_path))),
+                                                       "machine": "x86_64"}))
+    assert not (tmp_path / "w").exists() and not (tmp_path / "standards").exists()
+    # A portable standard recorded elsewhere is not verified here: NOT VERIFIED, with the reason, exit 1.
+    standard = tmp_path / "standards" / "over.cpu-x86_64-portable-v1.json"
+    standard.parent.mkdir()
+    standard.write_text(json.dumps({"meta": {}, "metrics": {"x": [[0, 1.0]]}}))
+    verified = run_cli("verify", str(card_path), "--json")
+    assert verified.code == 1, verified.text
+    doc = json.loads(verified.out)
+    assert doc["status"] == "profile-refused" and "this torch reports AVX2" in doc["refusal"], doc
+    text = run_cli("verify", str(card_path))
+    assert text.code == 1 and "NOT VERIFIED: portable profile x86_64-v1" in text.out, text.out

@@ -84,6 +84,8 @@ def record(
         raise UsageError(f"unknown trace mode {trace!r} (one of {', '.join(MODES)})")
     card = load_card(card_path)
     placement = place(card, cluster=cluster, parallel=parallel)
+    if placement.refusal is not None:  # a standard recorded here would carry a promise this machine breaks
+        raise InputError(card.path, f"cannot record card {card.name!r} here: {placement.refusal}")
     path: Path | None = None
     old: Standard | None = None
     if write:

@@ -87,6 +87,10 @@ def verify(
         info, here = placement.environment, placement.runner_class
     # Opt-in, kept apart: this runner class checked approximately against another's standard.
     rule = approximate_rule(card, here) if card is not None and here is not None else None
+    if placement is not None and placement.refusal is not None:  # before any run: nothing could be proven
+        assert card is not None and here is not None
+        refused = Path(standard) if standard is not None else standard_path(card, here)
+        return VerifyResult(VerifyStatus.PROFILE_REFUSED, refused, None, runner_here=here, refusal=placement.refusal)
     if standard is not None:
         path = Path(standard)
     else:

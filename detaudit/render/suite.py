@@ -71,6 +71,8 @@ def status_detail(status: VerifyStatus, result: Any, error: str | None = None, l
         here = class_text(result.runner_here)
         others = other_classes_text(result)
         return f"no standard for runner class {here} (standards for {others})"
+    if status == "profile-refused":
+        return result.refusal or ""
     if status == "empty-standard":
         return "the standard has no series"
     if status == "run-failed":

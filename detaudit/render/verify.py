@@ -27,7 +27,7 @@ def verify_document(result: VerifyResult, card: str | None) -> dict[str, Any]:
         "left_out": dict(result.left_out), "renamed": dict(result.renamed),
         "approximate": [{"series": s, "tolerance": t} for s, t in result.approximate],
         "runner_class": result.runner_here, "standard_runner_class": result.runner_standard,
-        "other_classes": list(result.other_classes),
+        "other_classes": list(result.other_classes), "refusal": result.refusal,
         "provenance": list(result.provenance), "package_changes": list(result.package_changes),
         "trace": runs_trace_json(result.trace) if result.trace is not None else None,
         "standard_trace": str(result.standard_trace) if result.standard_trace else None,
@@ -67,6 +67,10 @@ def print_verify(result: VerifyResult, *, out: Console, err: Console) -> None:
             return
         out.print(f"[red]{PREFIX} NOT VERIFIED: no standard for runner class {here} (standards exist for "
                   f"{others}: {path}); record one on this class, or pass --allow-other-runner to exit 0[/red]")
+        return
+    if status == VerifyStatus.PROFILE_REFUSED:
+        out.print(f"[red]{PREFIX} NOT VERIFIED: {escape(result.refusal or '')}; the portable standard {path} is only "
+                  "promised on machines that honour its profile[/red]")
         return
     if status == VerifyStatus.EMPTY_STANDARD:
         out.print(f"[red]{PREFIX} NOT VERIFIED: the standard {path} has no metric series, so it "

@@ -34,6 +34,9 @@ class Placement:
     executor: Executor
     environment: dict[str, Any]
     runner_class: RunnerClass | None  # None: not probed
+    # Why this machine cannot honour the card's portable profile (None: it can, or the card has none):
+    # its class would be the profile's, but its bits were never promised to match.
+    refusal: str | None = None
 
 
 def place(card: Card, *, cluster: str | None = None, parallel: int = 1, probe: bool = True) -> Placement:
@@ -46,7 +49,8 @@ def place(card: Card, *, cluster: str | None = None, parallel: int = 1, probe: b
         return Placement(executor, {}, card.runner)
     with interrupts_as_exceptions():
         info, cls = executor.probe(card, parallel)
-    return Placement(executor, info, cls)
+    refusal = card.portable.refusal(info) if card.portable is not None else None
+    return Placement(executor, info, cls, refusal)
 
 
 def run_card(

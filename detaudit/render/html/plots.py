@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import threading
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,7 +47,12 @@ _RC = {
 }
 
 
+_WARMING: list[threading.Thread] = []  # the import started by warm_up, joined before any drawing
+
+
 def _matplotlib() -> Any:
+    while _WARMING:  # never draw (nor fork a plot worker) while another thread is importing
+        _WARMING.pop().join()
     try:
         import matplotlib
     except ImportError:
@@ -54,9 +60,21 @@ def _matplotlib() -> Any:
     return matplotlib
 
 
+def _import_plotting() -> None:
+    import matplotlib.backends.backend_svg  # noqa: F401
+    import matplotlib.figure  # noqa: F401
+    import matplotlib.ticker  # noqa: F401
+
+
 def require_matplotlib() -> None:
-    """Fail before any run when the page could not be drawn."""
+    """Fail before any run when the page could not be drawn; then import the plotting modules in
+    a thread (about a second) while the command runs or reads its metrics, most of which happens
+    in other processes, so that the page adds less to the command's time."""
     _matplotlib()
+    if not _WARMING:
+        thread = threading.Thread(target=_import_plotting, name="detaudit-html-import", daemon=True)
+        thread.start()
+        _WARMING.append(thread)
 
 
 _PROLOG = re.compile(r"\A.*?(?=<svg)", re.S)
