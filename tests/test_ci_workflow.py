@@ -135,3 +135,14 @@ def test_workflow_plan_step_passes_on_this_repository() -> None:
     assert "sd3_pickscore_nft" in result.out and "within the budget" in result.out
     listed = run_cli("plan", "--suite", "cpu", "--cards", "recipes", "--json", cwd=REPO)
     assert [c["path"] for c in json.loads(listed.out)["cards"]]  # what the record job reads
+
+
+def test_a_failed_gate_uploads_its_html_page() -> None:
+    """Issue #30: the verify step writes the page, and a failure keeps it as an artifact."""
+    steps = {step.get("name"): step for step in workflow()["jobs"]["determinism-cpu"]["steps"]}
+    verify = steps["Verify the suite"]["run"]
+    page = verify.split("--html", 1)[1].split()[0]
+    upload = steps["Keep the HTML report of a failed gate"]
+    assert upload["if"] == "failure()" and upload["uses"].startswith("actions/upload-artifact@")
+    assert upload["with"]["path"] == page
+    assert "plot" in steps["Install (the versions the standards were recorded with)"]["run"]  # matplotlib for --html

@@ -84,6 +84,10 @@ class RewardSettings:
     pickscore_path: str | None = setting(None, "Local directory of yuvalkirstain/PickScore_v1.")
     pickscore_processor: str | None = setting(None, "Local directory of the "
                                               "laion/CLIP-ViT-H-14-laion2B-s32B-b79K processor.")
+    preprocess: str = setting("processor", "How PickScore's images are prepared: the CLIP processor (PIL resampling, "
+                              "as PickScore's own code) or torch (resize, crop and normalise as torch ops in one fixed "
+                              "order: with a portable CPU profile, the same bits on every x86 CPU).",
+                              flag="--reward-preprocess", choices=("processor", "torch"))
 
 
 @dataclass(frozen=True)

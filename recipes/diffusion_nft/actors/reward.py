@@ -20,7 +20,7 @@ class RewardActor:
         if reward.kind == "pickscore":
             processor, clip = build_pickscore(model.preset, model.init_seed, reward.pickscore_path,
                                               reward.pickscore_processor, self.device)
-            self.score = PickScore(processor, clip, self.device)
+            self.score = PickScore(processor, clip, self.device, preprocess=reward.preprocess)
         else:
             self.score = jpeg_compressibility
         self.startup.mark("ready")
