@@ -4,8 +4,10 @@ and where it was called, so that a difference that arises between modules (image
 preprocessing between a VAE and CLIP, a scheduler step) is named by op and call site instead
 of "outside any module".
 
-A ``TorchFunctionMode`` entered once in the thread that imports torch (torch keeps the mode
-stack per thread: ops of other threads are not seen) sees each op at the level the program
+A ``TorchFunctionMode`` entered in the thread that imports torch, and in the thread of every Ray
+task or actor method before it runs (torch keeps the mode stack per thread: ops of other threads
+are not seen; which thread of a Ray worker imports torch varies from run to run, so entering it
+there alone would trace an actor's ops in one run and not in the next) sees each op at the level the program
 called it (``F.interpolate`` once, not its internals). Ops whose result holds no tensor
 (``.item()``, ``.tolist()``, ``.size()``), attribute reads (``.T``, ``.grad``) and the
 factories of uninitialised memory (``torch.empty``, ``new_empty``, ``resize_``: their bytes
@@ -24,11 +26,22 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+import threading
+from typing import Any, Callable
 
 from detaudit.trace.fingerprint import fingerprinter, has_tensor
 from detaudit.trace.modules import module_depth
 from detaudit.trace.recorder import Recorder
+
+
+_enter_here: list[Callable[[], None]] = []  # set by install: enter the mode in the calling thread
+
+
+def enter_this_thread() -> None:
+    """Trace this thread's ops too (a Ray task's thread, before the task runs); a no-op when ops
+    are not traced or the thread already is."""
+    for enter in _enter_here:
+        enter()
 
 
 def recorded(name: str) -> bool:
@@ -107,4 +120,12 @@ def install(rec: Recorder, torch: Any) -> None:
                 rec.op(name, at, site, "?", f"unhashable: {type(exc).__name__}")
             return result
 
-    OpFingerprints().__enter__()  # for the life of the process, in this thread
+    entered = threading.local()
+
+    def enter() -> None:
+        if not getattr(entered, "yes", False):
+            entered.yes = True
+            OpFingerprints().__enter__()  # for the life of the thread
+
+    _enter_here[:] = [enter]
+    enter()

@@ -5,7 +5,8 @@ as of its last task is complete; a worker killed inside a task has no end after 
 records, and the compare says so.
 
 Hooked: ``FunctionActorManager.get_execution_info`` (what the worker runs for a task or an actor
-method): the function it returns is wrapped to call ``Recorder.flush`` when it returns or raises.
+method): the function it returns is wrapped to enter the op tracer in the task's thread
+(``ops.enter_this_thread``) and to call ``Recorder.flush`` when it returns or raises.
 Async and generator functions (async actors, streaming tasks) are left as they are: their
 ledgers end at exit only.
 """
@@ -16,6 +17,7 @@ import functools
 import inspect
 from typing import Any, Callable
 
+from detaudit.trace.ops import enter_this_thread
 from detaudit.trace.recorder import Recorder
 
 
@@ -40,6 +42,7 @@ def install(rec: Recorder, function_manager: Any) -> None:
 
         @functools.wraps(fn)
         def task(*args: Any, **kwargs: Any) -> Any:
+            enter_this_thread()  # --trace modules: this thread's torch ops, whichever thread imported torch
             try:
                 return fn(*args, **kwargs)
             finally:
