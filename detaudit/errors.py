@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 
 class InputError(Exception):
@@ -20,7 +21,7 @@ class InputError(Exception):
             where = f"{where}:{line}"
         super().__init__(f"{where}: {message}" if where else message)
 
-    def __reduce__(self):  # survives pickling (errors from parallel readers)
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:  # survives pickling (errors from parallel readers)
         return (InputError, (self.path, self.message, self.line))
 
 
@@ -30,5 +31,5 @@ class UsageError(InputError):
     def __init__(self, message: str, path: str | Path | None = None) -> None:
         super().__init__(path, message)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
         return (UsageError, (self.message, self.path))

@@ -268,6 +268,7 @@ class DetauditChecker:
         result = record(card, runs=self.runs, update=path.exists())
         if not result.ok:
             _fail(f"detaudit: re-recording {self._shown(card)} failed: {result.status} (the runs do not agree)")
+        assert result.standard_path is not None  # record() writes by default, and an ok record wrote its standard
         self._event("updated", Path(result.standard_path), f"card {self._shown(card)}, {self.runs} agreeing runs")
 
     def _write_from_metrics(self, metrics: Path, standard: Path, step_key: str | None) -> None:

@@ -27,7 +27,8 @@ def warn(message: str) -> None:
 
 def ci_title(ctx: click.Context) -> str:
     """The title of a command's CI reports: the command and what it checks (card, metrics, suite)."""
-    names, at = [], ctx
+    names: list[str] = []
+    at = ctx
     while at.parent is not None:  # the root's name may be `python -m detaudit`: always "detaudit"
         names.insert(0, at.info_name or "")
         at = at.parent
@@ -88,7 +89,7 @@ class OneLineErrors(click.Group):
     """Usage errors as one line, ``detaudit: error: ...``, exit 2 (not click's usage block);
     no arguments at all: the help, as click prints it."""
 
-    def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def main(self, *args: Any, **kwargs: Any) -> Any:
         _tolerant_streams()
         kwargs["standalone_mode"] = False
         no_args_help = getattr(click.exceptions, "NoArgsIsHelpError", ())

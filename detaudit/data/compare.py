@@ -152,7 +152,10 @@ def classify(a: Any, b: Any) -> str:
     shapes differ).
     """
     if type(a) is type(b) and type(a) in (list, dict):
-        a, b = first_difference(a, b)
+        difference = first_difference(a, b)
+        # Callers classify only values that do not match, and containers that do not match have a first difference.
+        assert difference is not None, "classify() is for values that do not match"
+        a, b = difference
         if type(a) is type(b) and type(a) in (list, dict):
             return "value"
     ta, tb = type(a), type(b)

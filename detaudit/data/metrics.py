@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from detaudit.data.exclusion import Exclusion
 from detaudit.data.values import MAX_DEPTH, contains_encoded_nonfinite, depth
@@ -39,7 +39,7 @@ from detaudit.errors import InputError
 try:  # orjson is ~5x faster; it rejects NaN/Infinity literals, which Python's json writes.
     import orjson
 
-    _fast_loads = orjson.loads
+    _fast_loads: Callable[[str | bytes], Any] = orjson.loads
     _FastError: type[Exception] = orjson.JSONDecodeError
 except ImportError:  # pragma: no cover - orjson is a declared dependency
     _fast_loads = json.loads
@@ -352,9 +352,9 @@ def read_metrics(
         if pending is not None:
             # Only an unterminated last line is a torn write; a bad last line with its
             # newline was written whole, so it is an error like any other.
-            lineno, raw, exc = pending
+            lineno, raw, parse_error = pending
             if raw.endswith(b"\n"):
-                raise _parse_error(path, lineno, raw, exc)
+                raise _parse_error(path, lineno, raw, parse_error)
             warnings.warn(f"{path}:{lineno}: last line is incomplete (run killed mid-write?); dropped",
                           TornLineWarning, stacklevel=2)
             torn = True
@@ -456,25 +456,25 @@ def read_metrics_many(
     ``parallel`` None decides by file size and CPU count. Errors and warnings are the same
     as ``read_metrics``'s, for the first bad file in argument order.
     """
-    paths = [Path(p) for p in paths]
+    files = [Path(p) for p in paths]
     exclusion = exclusion or Exclusion()
     if parallel is None and os.environ.get("DETAUDIT_JOBS") == "1":
         parallel = False
     if parallel is None:
         try:
-            big = sum(p.stat().st_size >= PARALLEL_MIN_BYTES for p in paths)
+            big = sum(p.stat().st_size >= PARALLEL_MIN_BYTES for p in files)
         except OSError:
             big = 0
         parallel = big >= 2 and (os.cpu_count() or 1) >= 2
-    if not parallel or len(paths) < 2:
-        return [read_metrics(p, default_step_key=default_step_key, exclusion=exclusion) for p in paths]
+    if not parallel or len(files) < 2:
+        return [read_metrics(p, default_step_key=default_step_key, exclusion=exclusion) for p in files]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    workers = min(len(paths) - 1, (os.cpu_count() or 2) - 1) or 1
+    workers = min(len(files) - 1, (os.cpu_count() or 2) - 1) or 1
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = [pool.submit(_read_for_pool, str(p), default_step_key, exclusion) for p in paths[1:]]
-        first = _read_for_pool(str(paths[0]), default_step_key, exclusion)  # this process reads one too
+        futures = [pool.submit(_read_for_pool, str(p), default_step_key, exclusion) for p in files[1:]]
+        first = _read_for_pool(str(files[0]), default_step_key, exclusion)  # this process reads one too
         results = [first] + [f.result() for f in futures]
     runs = []
     for run, messages in results:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+from collections.abc import Iterable
 from typing import Any
 
 _PACK = struct.Struct("<d")
@@ -96,6 +97,7 @@ def depth(value: Any) -> int:
     stack = [(value, 0)]
     while stack:
         item, level = stack.pop()
+        children: Iterable[Any]
         if type(item) is list:
             children = item
         elif type(item) is dict:

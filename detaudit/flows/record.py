@@ -52,7 +52,7 @@ def record(
     env_hooks: Sequence[EnvHook] = (),
     cluster: str | None = None,
     on_update: Callable[[list[RunState]], None] | None = None,
-    on_start: Callable[[Path, RunnerClass | None], None] | None = None,
+    on_start: Callable[[Path, RunnerClass], None] | None = None,
     trace: str | None = None,
 ) -> RecordResult:
     """Run the card ``runs`` times and write its standard if every compared series agrees.
@@ -86,10 +86,12 @@ def record(
     placement = place(card, cluster=cluster, parallel=parallel)
     if placement.refusal is not None:  # a standard recorded here would carry a promise this machine breaks
         raise InputError(card.path, f"cannot record card {card.name!r} here: {placement.refusal}")
+    runner_class = placement.runner_class
+    assert runner_class is not None  # place() probed (its default), and a probe always names the class
     path: Path | None = None
     old: Standard | None = None
     if write:
-        path = Path(out) if out is not None else standard_path(card, placement.runner_class)
+        path = Path(out) if out is not None else standard_path(card, runner_class)
         if path.exists() and not update:
             raise UsageError("exists; pass --update to replace it", path)
         check_trace_destination(path, traced=bool(trace))  # before any run, and again before writing
@@ -98,7 +100,7 @@ def record(
 
     def started(plan: RunPlan) -> None:
         if on_start is not None:
-            on_start(plan.workdir, plan.runner_class)
+            on_start(plan.workdir, runner_class)  # the plan's class: run_card takes it from this placement
 
     with interrupts_as_exceptions(), (standard_lock(path) if path is not None else nullcontext()):
         plan = run_card(card, runs, placement=placement, parallel=parallel, workdir=workdir, extra_args=extra_args,
@@ -224,6 +226,8 @@ def build_standard(plan: RunPlan, first: MetricsRun, report: DiffReport, fmt: st
     if fmt != "detaudit":  # miles, and the formats converted from its shape (megatron, torchtitan, nemo)
         meta = {"commit": git["commit"], "source": f"detaudit record {card.path} ({len(report.runs)} agreeing runs)"}
         return Standard(series=series, format="miles", meta=meta, name=card.name, dropped=dropped)
+    # A recorded plan was probed (record() places with a probe), so it names its runner class.
+    assert plan.runner_class is not None
     runner = standard_runner(plan.runner_class, plan.environment)
     agreeing = len(report.runs) - len({r for m in report.mismatched for r in m.disagreeing_runs})
     recorded = {

@@ -105,7 +105,7 @@ def verify(
             first_path, first = others[0]
             return VerifyResult(
                 VerifyStatus.SKIPPED if allow_other_runner else VerifyStatus.NOT_VERIFIED, first_path, first, runner_here=here,
-                runner_standard=first.runner_class, other_classes=[s.runner_class or [] for _, s in others],
+                runner_standard=first.runner_class, other_classes=[c for _, s in others if (c := s.runner_class) is not None],
             )
     std = load_any(path)  # any format, detected from the content
     result = VerifyResult(VerifyStatus.PASSED, path, std, runner_here=here, runner_standard=std.runner_class)

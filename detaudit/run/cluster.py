@@ -121,7 +121,7 @@ class JobServerError(InputError):
         super().__init__(address, message)
         self.transient = transient
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
         return (JobServerError, (self.path, self.message, self.transient))
 
 
@@ -191,7 +191,8 @@ def _server_auth_mode(url: str, address: str, timeout_s: float) -> str | None:
 def _token_header(address: str) -> tuple[dict[str, str], str]:
     """The token as Ray's clients send it, and where it came from; ``InputError`` when there is none."""
     try:
-        from ray._raylet import AuthenticationTokenLoader
+        # Compiled; ray/_raylet.pyi leaves this class out.
+        from ray._raylet import AuthenticationTokenLoader  # type: ignore[attr-defined]
         from ray.exceptions import AuthenticationError
     except ImportError as exc:
         raise InputError(address, f"the Ray job server wants a token and this Ray cannot load one ({exc})") from None
@@ -217,7 +218,7 @@ def _bounded_client_class(base: type, timeout_s: float) -> type:
         raise InputError(None, "this Ray's job client has no request method detaudit can put a timeout on; "
                                "install a Ray with the job client of Ray 2.x (ray[default])")
 
-    class BoundedJobClient(base):  # type: ignore[misc, valid-type]
+    class BoundedJobClient(base):
         def _do_request(self, method: str, endpoint: str, **kwargs: Any) -> Any:
             kwargs.setdefault("timeout", timeout_s)
             return super()._do_request(method, endpoint, **kwargs)
@@ -436,7 +437,12 @@ def _sigterm_as_interrupt() -> Callable[[], None]:
         raise Interrupted(signum)
 
     old = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    return lambda: [signal.signal(sig, previous) for sig, previous in old.items()] and None
+
+    def restore() -> None:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
+    return restore
 
 
 def _submit(server: JobServer, state: JobState, card: Card, card_rel: str, root: Path, token: str,

@@ -108,7 +108,7 @@ def install(rec: Recorder, finder: PostImportFinder) -> None:
 
     _replace(os, "fork", fork)
     for name in ("posix_spawn", "posix_spawnp"):
-        _replace(os, name, lambda fn, name=name: posix_spawn(fn, f"os.{name}"))
+        _replace(os, name, functools.partial(posix_spawn, via=f"os.{name}"))
     for name in ("execv", "execve"):
         _replace(os, name, execute)
     _replace(os, "_exit", exit_now)

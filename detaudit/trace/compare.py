@@ -234,12 +234,13 @@ def first_draw_difference(a: ProcessTrace, b: ProcessTrace, library: bool = Fals
         return DrawDifference(a.display, kind, x, y, x.seeded, y.seeded, index == 1, index)
     if len(draws_a) != len(draws_b):
         i = min(len(draws_a), len(draws_b))
-        x = draws_a[i] if i < len(draws_a) else None
-        y = draws_b[i] if i < len(draws_b) else None
-        d = x or y
-        assert d is not None
-        index = sum(1 for e in (draws_a if x else draws_b)[: i + 1] if e.gen == d.gen)
-        return DrawDifference(a.display, "missing", x, y, d.seeded, d.seeded, index == 1, index)
+        only_a = draws_a[i] if i < len(draws_a) else None
+        only_b = draws_b[i] if i < len(draws_b) else None
+        d = only_a or only_b
+        assert d is not None  # the lengths differ, so the longer stream has a draw at i
+        longer = draws_a if only_a else draws_b
+        index = sum(1 for e in longer[: i + 1] if e.gen == d.gen)
+        return DrawDifference(a.display, "missing", only_a, only_b, d.seeded, d.seeded, index == 1, index)
     keys = [k for k in sorted(set(a.chains) | set(b.chains))
             if (_site_is_library(a, k) or _site_is_library(b, k)) == library]
     for key in keys:

@@ -433,7 +433,8 @@ def read_trace(directory: str | Path, card: str | None = None) -> RunTrace:
     directory = Path(directory)
     if not directory.is_dir():
         raise InputError(directory, "no trace here (was the run started with --trace?)")
-    processes, skipped = [], []
+    processes: list[ProcessTrace] = []
+    skipped: list[ProcessTrace] = []
     for path in sorted(directory.glob("*.jsonl")):
         proc = read_process(path)
         (skipped if proc.skipped is not None else processes).append(proc)

@@ -202,13 +202,13 @@ def install_torch(rec: Recorder, torch: Any) -> None:
         pass
     for name in TORCH_FUNCTIONS:
         pick = from_device if name in TORCH_SIZE_FUNCTIONS else from_tensor
-        _replace(torch, name, lambda fn, name=name, pick=pick: _wrap(rec, fn, f"torch.{name}", pick))
+        _replace(torch, name, functools.partial(_wrap, rec, op=f"torch.{name}", target=pick))
     for name in TENSOR_METHODS:
-        _replace(torch.Tensor, name, lambda fn, name=name: _wrap(rec, fn, f"Tensor.{name}", from_tensor))
+        _replace(torch.Tensor, name, functools.partial(_wrap, rec, op=f"Tensor.{name}", target=from_tensor))
     functional = torch.nn.functional
     for name in DROPOUTS:
         pick = from_rrelu if name == "rrelu" else from_dropout
-        _replace(functional, name, lambda fn, name=name, pick=pick: _wrap(rec, fn, f"F.{name}", pick))
+        _replace(functional, name, functools.partial(_wrap, rec, op=f"F.{name}", target=pick))
 
     cuda_gens = ("torch.cuda",)
     for owner in (torch, torch.random):
@@ -253,7 +253,7 @@ def install_torch(rec: Recorder, torch: Any) -> None:
                               ("seed", "torch.cuda.seed()"), ("seed_all", "torch.cuda.seed_all()"),
                               ("set_rng_state", "torch.cuda.set_rng_state"),
                               ("set_rng_state_all", "torch.cuda.set_rng_state_all")):
-                _replace(owner, name, lambda fn, how=how: _wrap_seed(rec, fn, cuda_gens, how))
+                _replace(owner, name, functools.partial(_wrap_seed, rec, gens=cuda_gens, how=how))
 
 
 def _trace_state_calls(rec: Recorder, owner: Any, gen: str, state: Callable[[], str], get_name: str,
@@ -306,7 +306,7 @@ def install_numpy(rec: Recorder, nprandom: Any) -> None:
             continue
         fn = getattr(nprandom, name, None)
         if callable(fn) and getattr(fn, "__self__", None) is mtrand._rand:
-            _replace(nprandom, name, lambda fn, name=name: _wrap(rec, fn, f"np.random.{name}", target))
+            _replace(nprandom, name, functools.partial(_wrap, rec, op=f"np.random.{name}", target=target))
     _replace(nprandom, "seed", lambda fn: _wrap_seed(rec, fn, ("numpy",), "np.random.seed", seed_name="seed"))
     _trace_state_calls(rec, nprandom, "numpy", state, "get_state", "set_state", "np.random.set_state")
 
@@ -326,7 +326,7 @@ def install_random(rec: Recorder, random: Any) -> None:
 
     for name in RANDOM_DRAWS:
         if hasattr(random, name):
-            _replace(random, name, lambda fn, name=name: _wrap(rec, fn, f"random.{name}", target))
+            _replace(random, name, functools.partial(_wrap, rec, op=f"random.{name}", target=target))
     _replace(random, "seed", lambda fn: _wrap_seed(rec, fn, ("random",), "random.seed", seed_name="a"))
 
     _trace_state_calls(rec, random, "random", state, "getstate", "setstate", "random.setstate")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from types import FrameType
 from typing import Any, Callable
 
 from detaudit.trace.fingerprint import fingerprinter, has_tensor
@@ -88,14 +89,14 @@ def install(rec: Recorder, torch: Any) -> None:
         return known
 
     def where() -> tuple[str, str]:
-        frame = sys._getframe(2)
+        frame: FrameType | None = sys._getframe(2)
         while frame is not None and in_torch(frame.f_code.co_filename):
             frame = frame.f_back
         if frame is None:
             return "?", "?"
         at = f"{rec.sites.short(frame.f_code.co_filename)}:{frame.f_lineno} {frame.f_code.co_name}"
         site = at
-        caller = frame
+        caller: FrameType | None = frame
         while caller is not None and rec.sites.is_library(caller.f_code.co_filename):
             caller = caller.f_back
         if caller is not None and caller is not frame:

@@ -25,6 +25,7 @@ import sys
 import sysconfig
 import threading
 import time
+from types import FrameType
 from typing import Any, Callable
 
 from detaudit.trace import DIR_ENV
@@ -94,7 +95,7 @@ class CallSites:
     def site(self, depth: int = 2) -> tuple[str, bool]:
         """(site, library): the first user frame; else the innermost library frame that is
         not the tracer, with ``library`` true."""
-        frame = sys._getframe(depth)
+        frame: FrameType | None = sys._getframe(depth)
         innermost = frame
         while frame is not None:
             filename = frame.f_code.co_filename
@@ -486,7 +487,10 @@ class PostImportFinder(importlib.abc.MetaPathFinder):
         finally:
             self.busy.discard(fullname)
         if spec.loader is not None:
-            spec.loader = _PostImportLoader(spec.loader, lambda module: [cb(module) for cb in callbacks])
+            def run_callbacks(module: Any) -> None:
+                for callback in callbacks:
+                    callback(module)
+            spec.loader = _PostImportLoader(spec.loader, run_callbacks)
         return spec
 
     def when_imported(self, name: str, callback: Callable[[Any], None]) -> None:

@@ -51,7 +51,10 @@ def facts() -> dict[str, Any]:
     try:
         import numpy as np
 
-        out["numpy_mt0"] = int(np.random.get_state()[1][0])  # MT19937 key[0] is the seed after np.random.seed
+        state = np.random.get_state()
+        # MT19937 key[0] is the seed after np.random.seed. The legacy tuple form is MT19937's; a dict means
+        # np.random.set_bit_generator replaced it, and there is no such key.
+        out["numpy_mt0"] = int(state[1][0]) if isinstance(state, tuple) else None
     except ImportError:
         out["numpy_mt0"] = None
     return out

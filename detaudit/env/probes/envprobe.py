@@ -81,7 +81,8 @@ def _packages() -> dict:
 
     found: dict[str, str] = {}
     for dist in metadata.distributions():
-        name = (dist.metadata.get("Name") or "").strip()
+        names = dist.metadata.get_all("Name") or []  # the first, as Message.get would give
+        name = (names[0] if names and names[0] else "").strip()
         if name:
             found.setdefault(re.sub(r"[-_.]+", "-", name).lower(), dist.version)
     return dict(sorted(found.items()))
@@ -129,8 +130,8 @@ def probe() -> dict:
     try:
         import torch
     except Exception:
-        torch = None
-    if torch is not None:
+        pass
+    else:
         info["torch"] = torch.__version__
         info["cuda"] = torch.version.cuda
         info["torch_config"] = _torch_config(torch)

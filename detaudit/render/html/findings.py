@@ -129,7 +129,8 @@ def findings_view(findings: Findings, traced: list[tuple[str, str]] | None, card
         return FindingsView(str(findings.path), [], [r for _, r in rows],
                             "the run was not traced (--trace), so its processes are unknown: every finding is listed")
     mains = main_modules(card)
-    matched, others = [], []
+    matched: list[FindingRow] = []
+    others: list[FindingRow] = []
     for item, row in rows:
         row.matched = [str(p.get("entry", "?")) for p in item["processes"] if _ran(p, traced, mains)]
         (matched if row.matched else others).append(row)

@@ -270,7 +270,7 @@ class Drawn:
 
 def _draw(jobs: list[Job]) -> list[str]:
     with Plotter() as plotter:
-        return [plotter.panel_svg(job, salt) if kind == "panel" else plotter.sparkline_svg(*job, salt)
+        return [plotter.panel_svg(job, salt) if kind == "panel" else plotter.sparkline_svg(job[0], job[1], salt)
                 for kind, salt, job in jobs]
 
 

@@ -186,11 +186,11 @@ def _panel(name: str, step_key: str, state: str, sources: list[Source | None], f
         for source, pts in zip(sources[1:], data[1:]):
             if source is None or pts is None:
                 continue
-            x, ya, yb = num.paired(ref_points, pts, ref_source[1], source[1])
+            paired_x, ya, yb = num.paired(ref_points, pts, ref_source[1], source[1])
             absolute, relative = num.differences(ya, yb)
             around_x = panel.divergence.x if panel.divergence is not None else None
-            xa, ab = num.envelope_top(x, absolute, around_x=around_x)
-            xr, rel = num.envelope_top(x, relative, around_x=around_x)
+            xa, ab = num.envelope_top(paired_x, absolute, around_x=around_x)
+            xr, rel = num.envelope_top(paired_x, relative, around_x=around_x)
             panel.diffs.append(DiffCurve(f"{source[0]} vs {ref_source[0]}", xa, ab, xr, rel))
     return panel
 
