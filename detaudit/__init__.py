@@ -13,7 +13,6 @@ from detaudit.data.metrics import MetricsRun, read_metrics
 from detaudit.errors import InputError
 
 
-
 def __getattr__(name: str) -> object:
     # `from detaudit import determinism`: the seeding API pipelines call in their own processes
     # (it lives in detaudit.env; imported on first use, so `import detaudit` stays light).

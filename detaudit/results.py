@@ -88,12 +88,12 @@ class RecordResult:
     runs: list[RunState]
     workdir: Path
     report: DiffReport | None = None
-    standard: "Standard | None" = None
+    standard: Standard | None = None
     dropped: dict[str, Any] = field(default_factory=dict)
     workdir_removed: bool = False
     nan_dropped: list[str] = field(default_factory=list)  # --drop-nan-series: series left out for holding NaN
-    review: "StandardDiff | None" = None  # with update: the old standard against the new (``standard diff``)
-    trace: "RunsTraceReport | None" = None  # with ``trace``: the runs' traces compared
+    review: StandardDiff | None = None  # with update: the old standard against the new (``standard diff``)
+    trace: RunsTraceReport | None = None  # with ``trace``: the runs' traces compared
     runner_class: RunnerClass | None = None  # the class the runs were planned for
     standard_trace: Path | None = None  # traced and written: run 1's trace, saved next to the standard
     stale_trace_removed: Path | None = None  # --update without --trace: the old standard's trace, removed
@@ -109,7 +109,7 @@ class VerifyResult:
 
     status: VerifyStatus
     standard_path: Path
-    standard: "Standard | None" = None
+    standard: Standard | None = None
     failures: list[tuple[str, PairDivergence]] = field(default_factory=list)
     compared: int = 0
     extra_series: list[str] = field(default_factory=list)  # in the run, not in the standard
@@ -122,14 +122,14 @@ class VerifyResult:
     metrics_path: Path | None = None
     workdir: Path | None = None
     workdir_removed: bool = False
-    trace: "RunsTraceReport | None" = None  # with ``trace``: the run's unseeded draws and collisions
+    trace: RunsTraceReport | None = None  # with ``trace``: the run's unseeded draws and collisions
     standard_trace: Path | None = None  # the trace the standard carries, compared with this run's
     approximate: list[tuple[str, str]] = field(default_factory=list)  # (series, tolerance) passed only within tolerance
     approximate_against: str | None = None  # set when checked approximately: the standard's runner class
     left_out: dict[str, str] = field(default_factory=dict)  # standard series not compared (--exclude) -> why
     renamed: dict[str, str] = field(default_factory=dict)  # run series -> standard series it was compared as
     refusal: str | None = None  # PROFILE_REFUSED: why this machine cannot honour the card's portable profile
-    run_metrics: "MetricsRun | None" = field(default=None, repr=False)  # the run as the comparison read it (reports draw it)
+    run_metrics: MetricsRun | None = field(default=None, repr=False)  # the run as the comparison read it (reports draw it)
 
     @property
     def ok(self) -> bool:
@@ -144,10 +144,10 @@ class TraceResult:
     mode: str
     run: RunState
     trace_dir: Path
-    trace: "RunTrace | None" = None
-    unseeded: "list[UnseededUse]" = field(default_factory=list)
-    collisions: "list[Collision]" = field(default_factory=list)
-    comparison: "TraceComparison | None" = None
+    trace: RunTrace | None = None
+    unseeded: list[UnseededUse] = field(default_factory=list)
+    collisions: list[Collision] = field(default_factory=list)
+    comparison: TraceComparison | None = None
     saved: Path | None = None
     against: Path | None = None
 

@@ -10,9 +10,10 @@ separator) and a class can never steer a file name out of the standards folder.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from detaudit.errors import InputError
 
@@ -51,7 +52,7 @@ class RunnerClass:
                 raise ValueError(f"runner class part {part!r} is not a plain token (letters, digits, '.', '_', '+', '-')")
 
     @classmethod
-    def of(cls, parts: Any, source: str | Path | None = None, what: str = "runner class") -> "RunnerClass":
+    def of(cls, parts: Any, source: str | Path | None = None, what: str = "runner class") -> RunnerClass:
         """A class from parts read anywhere (a card, a standard, a job's result); ``InputError`` naming
         ``source`` when they are not a non-empty list of plain tokens."""
         if isinstance(parts, RunnerClass):
@@ -64,7 +65,7 @@ class RunnerClass:
             raise InputError(source, f"{what}: {exc}") from None
 
     @classmethod
-    def parse(cls, text: str, source: str | Path | None = None) -> "RunnerClass":
+    def parse(cls, text: str, source: str | Path | None = None) -> RunnerClass:
         """``"cpu-intel-6.207-avx512"`` -> the class (``InputError`` when a part is not plain)."""
         return cls.of(text.split(SEPARATOR), source)
 
@@ -77,7 +78,7 @@ class RunnerClass:
     def __hash__(self) -> int:
         return hash(str(self))
 
-    def __lt__(self, other: "RunnerClass") -> bool:
+    def __lt__(self, other: RunnerClass) -> bool:
         return str(self) < str(other)
 
     def __iter__(self) -> Iterator[str]:

@@ -5,8 +5,8 @@ page always shows what happened.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from detaudit.ci.cases import Case, error_case
 from detaudit.ci.junit import write_junit

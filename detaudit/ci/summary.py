@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 from detaudit.ci.cases import Case
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import click
 

@@ -3,8 +3,9 @@ page, shared by record, verify, diff and standard diff."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import click
 

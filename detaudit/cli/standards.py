@@ -44,8 +44,8 @@ def standard_convert(source: Path, dest: Path, fmt: str, series: str | None, dro
       detaudit standard convert golden_values_dev.json std.json --format detaudit
       detaudit standard convert std.json golden.json --format megatron --overwrite
     """
-    from detaudit.standards.formats import convert, drop_nan_series as drop_nan
-    from detaudit.standards.formats import load_any, write_conversion
+    from detaudit.standards.formats import convert, load_any, write_conversion
+    from detaudit.standards.formats import drop_nan_series as drop_nan
 
     std = load_any(source)
     dropped = drop_nan(std) if drop_nan_series else []

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from detaudit.data.metrics import MetricsRun, Series, steps_at
 from detaudit.data.values import (
@@ -184,7 +185,7 @@ class LineSteps:
         self.steps = steps
         self._types: list[type] | None = None
 
-    def same_as(self, other: "LineSteps") -> bool:
+    def same_as(self, other: LineSteps) -> bool:
         if self is other:
             return True
         if self.steps != other.steps:
@@ -237,7 +238,7 @@ class SeriesData:
     __slots__ = ("name", "step_key", "_steps", "values", "lines", "order", "line_steps")
 
     def __init__(self, name: str, step_key: str, steps: list[Any] | None, values: array | list,
-                 lines: array | None = None, order: int = 0, line_steps: "LineSteps | None" = None) -> None:
+                 lines: array | None = None, order: int = 0, line_steps: LineSteps | None = None) -> None:
         self.name = name
         self.step_key = step_key
         self._steps = steps
@@ -257,7 +258,7 @@ class SeriesData:
         return len(self.values)
 
     @classmethod
-    def from_run(cls, run: MetricsRun, series: Series, line_steps: "LineSteps | None" = None) -> "SeriesData":
+    def from_run(cls, run: MetricsRun, series: Series, line_steps: LineSteps | None = None) -> SeriesData:
         return cls(series.name, series.step_key, None, series.values, series.lines, series.order,
                    line_steps or LineSteps(run.line_steps))
 

@@ -8,9 +8,10 @@ them; ``--exclude`` / a card's ``exclude`` add patterns, ``--include`` takes a s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from detaudit.data.card import Card
@@ -74,7 +75,7 @@ class Exclusion:
         }
 
 
-def exclusion_for(card: "Card | None", exclude: Sequence[str] = (), include: Sequence[str] = ()) -> Exclusion:
+def exclusion_for(card: Card | None, exclude: Sequence[str] = (), include: Sequence[str] = ()) -> Exclusion:
     """The card's exclude/include patterns plus the command line's."""
     return Exclusion(
         card=card.exclude if card else (),

@@ -26,11 +26,12 @@ import os
 import warnings
 from array import array
 from bisect import bisect_right
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from detaudit.data.exclusion import Exclusion
 from detaudit.data.values import MAX_DEPTH, contains_encoded_nonfinite, depth
@@ -126,7 +127,7 @@ class Series:
     def __len__(self) -> int:
         return len(self.lines)
 
-    def steps(self, run: "MetricsRun") -> list[Any]:
+    def steps(self, run: MetricsRun) -> list[Any]:
         return steps_at(run.line_steps, self.lines)
 
 

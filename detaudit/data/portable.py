@@ -24,8 +24,9 @@ promised to match.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from detaudit.runner_class import RunnerClass
 

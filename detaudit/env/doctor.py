@@ -115,7 +115,7 @@ def run_doctor(card: Card, *, seed: int = DEFAULT_SEED, ray: bool = True, timeou
         except subprocess.TimeoutExpired:
             return [Row("probe", "probe", False, f"no report within {timeout_s:g}s", "run `detaudit doctor` again; "
                         "check that Ray starts here")]
-    line = next((l for l in proc.stdout.splitlines() if l.startswith(PROBE_MARK)), None)
+    line = next((out for out in proc.stdout.splitlines() if out.startswith(PROBE_MARK)), None)
     if line is None:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         return [Row("probe", "probe", False, f"exit code {proc.returncode}: {tail[:200]}",

@@ -6,9 +6,9 @@ import datetime as _dt
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Callable, Sequence
 
 from detaudit import __version__
 from detaudit.data.card import load_card, standard_path
@@ -238,7 +238,7 @@ def build_standard(plan: RunPlan, first: MetricsRun, report: DiffReport, fmt: st
         "card": str(card.path),
         "command": command,
         "detaudit": __version__,
-        "date": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+        "date": _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
     }
     excluded = {"patterns": report.exclude_patterns, "series": report.excluded}
     return Standard(

@@ -11,8 +11,9 @@ check with a card that has no ``est_time`` cannot be proven to fit, so it does n
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from detaudit.data.card import Card, load_card
 from detaudit.errors import InputError, UsageError

@@ -8,8 +8,9 @@ existing folder.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from detaudit.data.card import load_card
 from detaudit.errors import UsageError

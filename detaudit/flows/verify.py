@@ -7,8 +7,9 @@ NOT VERIFIED (exit 1) unless the caller allows other runners (then SKIPPED).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from detaudit.data.approximate import approximate_rule
 from detaudit.data.card import Card, load_card, standard_path
@@ -19,7 +20,6 @@ from detaudit.env.provenance import (
 )
 from detaudit.errors import InputError, UsageError
 from detaudit.results import VerifyResult, VerifyStatus
-from detaudit.standards.check import check_run, compared_series
 from detaudit.run.card_runs import Placement, place, run_card
 from detaudit.run.executor import runner_mismatch
 from detaudit.run.plan import (
@@ -30,6 +30,7 @@ from detaudit.run.plan import (
     standards_of_card,
 )
 from detaudit.run.spec import RunState
+from detaudit.standards.check import check_run, compared_series
 from detaudit.standards.formats import load_any
 from detaudit.trace import MODES, run_trace_dir
 from detaudit.trace.compare import audit_runs

@@ -35,7 +35,7 @@ class RunDisplay:
         self.live: Live | None = None
         self.seen: dict[int, str] = {}
 
-    def __enter__(self) -> "RunDisplay":
+    def __enter__(self) -> RunDisplay:
         if self.console.is_terminal:
             self.live = Live(console=self.console, refresh_per_second=4, transient=False)
             self.live.__enter__()

@@ -12,6 +12,7 @@ from detaudit.render.console import PREFIX
 from detaudit.render.jsonout import dump_json
 from detaudit.runner_class import RunnerClass
 
+
 def print_doctor(rows: list[Any], console: Console, *, only_failing: bool = False) -> None:
     """The preflight table: per process and check, the value seen, and a fix for each failing row."""
     shown = [r for r in rows if not r.ok] if only_failing else rows

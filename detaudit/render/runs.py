@@ -14,6 +14,7 @@ from detaudit.run.local import log_tail
 from detaudit.run.spec import RunState, RunStatus
 from detaudit.runner_class import RunnerClass, class_text
 
+
 def interrupted_message(signal_name: str, states: list[Any], repeated: bool, written: str) -> str:
     """What an interrupted record or verify did to its runs, as it happened.
 

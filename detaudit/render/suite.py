@@ -14,6 +14,7 @@ from detaudit.render.runs import runner_mismatch_message, seconds_text
 from detaudit.results import CardOutcome, SuitePlan, SuiteResult, VerifyResult, VerifyStatus
 from detaudit.runner_class import class_text
 
+
 def print_plan(plan: SuitePlan, console: Console) -> None:
     title = f"suite {plan.suite}" if plan.suite else "all cards"
     table = Table(title=title, title_justify="left", header_style="bold")

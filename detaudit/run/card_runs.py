@@ -14,9 +14,10 @@ metrics: every executor leaves the same files in the same local run dirs.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from detaudit.data.card import Card
 from detaudit.run.executor import Executor, choose_executor

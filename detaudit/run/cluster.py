@@ -51,10 +51,11 @@ import threading
 import time
 import zlib
 from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from detaudit.data.card import Card
 from detaudit.env.determinism import DETERMINISTIC_ENV_VARS

@@ -33,8 +33,9 @@ import signal
 import sys
 import tempfile
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import detaudit
 from detaudit.data.card import load_card, run_env

@@ -15,7 +15,8 @@ named: nothing else needs Ray.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from detaudit.data.card import Card
 from detaudit.run.local import gpu_slots, run_batch

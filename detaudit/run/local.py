@@ -16,9 +16,10 @@ import subprocess
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from detaudit.run.spec import RunSpec, RunState, RunStatus
 
@@ -72,7 +73,7 @@ class Interrupted(KeyboardInterrupt):
     second signal arrived during the kill grace, so SIGKILL was sent at once.
     """
 
-    def __init__(self, signum: int = signal.SIGINT, states: Sequence["RunState"] = (), repeated: bool = False) -> None:
+    def __init__(self, signum: int = signal.SIGINT, states: Sequence[RunState] = (), repeated: bool = False) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
         self.states = list(states)

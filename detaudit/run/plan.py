@@ -21,9 +21,10 @@ import glob
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from detaudit.data.card import (
     DEFAULT_METRICS_ENV,
@@ -193,7 +194,7 @@ def make_plan(
 
 def execute(
     plan: RunPlan,
-    executor: "Executor",
+    executor: Executor,
     *,
     parallel: int = 1,
     on_update: Callable[[list[RunState]], None] | None = None,

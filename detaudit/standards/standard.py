@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from detaudit.errors import InputError, UsageError
 from detaudit.fileio import make_parents, os_error, remove_empty

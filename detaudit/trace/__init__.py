@@ -15,8 +15,9 @@ recipe processes and import nothing heavy at start-up; ``files`` reads trace dir
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 MODE_ENV = "DETAUDIT_TRACE"            # "rng" or "modules"
 DIR_ENV = "DETAUDIT_TRACE_DIR"         # where each process writes <process>.<pid>.jsonl

@@ -18,7 +18,8 @@ import os
 import re
 import shlex
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from detaudit.trace.recorder import PostImportFinder, Recorder
 

@@ -369,7 +369,7 @@ def seed_collisions(run: RunTrace) -> list[Collision]:
             label = p.kind if p.kind in ("multiprocessing child", "DataLoader worker") else p.label
             groups.setdefault((p.kind, label), []).append(p)
     out = []
-    for (_, label), members in sorted(groups.items()):
+    for _, members in sorted(groups.items()):
         if len(members) < 2:
             continue
         gens = sorted({d.gen for p in members for d in p.draws})

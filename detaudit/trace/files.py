@@ -115,7 +115,7 @@ class Chain:
     def count(self) -> int:
         return self.final if self.final is not None else max(self.points, default=0)
 
-    def differs(self, other: "Chain") -> bool:
+    def differs(self, other: Chain) -> bool:
         """Fail closed on what both show: the chain at the largest count both reached, and
         the final counts when both processes wrote them."""
         common = set(self.points) & set(other.points)

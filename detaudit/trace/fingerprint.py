@@ -7,7 +7,8 @@ dtype has other inputs). Other objects count by their type name only. Used for m
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 MAX_DEPTH = 4  # nesting of tuples/lists/dicts searched for tensors
 

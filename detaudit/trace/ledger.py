@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from detaudit.trace.recorder import PostImportFinder, Recorder
 

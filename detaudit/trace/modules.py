@@ -30,7 +30,7 @@ def module_depth() -> int:
 def install(rec: Recorder, torch: Any) -> None:
     from torch.nn.modules import module as module_mod
 
-    names: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+    names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
     fingerprint = fingerprinter(torch)
 
     def pre_hook(module: Any, args: Any) -> None:

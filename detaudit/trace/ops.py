@@ -27,13 +27,13 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections.abc import Callable
 from types import FrameType
-from typing import Any, Callable
+from typing import Any
 
 from detaudit.trace.fingerprint import fingerprinter, has_tensor
 from detaudit.trace.modules import module_depth
 from detaudit.trace.recorder import Recorder
-
 
 _enter_here: list[Callable[[], None]] = []  # set by install: enter the mode in the calling thread
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from detaudit.trace.ops import enter_this_thread
 from detaudit.trace.recorder import Recorder

@@ -25,20 +25,21 @@ import sys
 import sysconfig
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
-from typing import Any, Callable
+from typing import Any
 
 from detaudit.trace import DIR_ENV
 
-_RECORDER: "Recorder | None" = None
+_RECORDER: Recorder | None = None
 
 
-def recorder() -> "Recorder | None":
+def recorder() -> Recorder | None:
     """This process's recorder, or None when tracing is off."""
     return _RECORDER
 
 
-def set_recorder(rec: "Recorder") -> None:
+def set_recorder(rec: Recorder) -> None:
     global _RECORDER
     _RECORDER = rec
 

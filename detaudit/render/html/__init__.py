@@ -32,7 +32,7 @@ def check_html_target(path: Path, overwrite: bool) -> None:
         raise UsageError("is a directory; --html takes a file name", path)
 
 
-def write_html(path: Path, page: "Page", *, overwrite: bool = False) -> None:
+def write_html(path: Path, page: Page, *, overwrite: bool = False) -> None:
     """Write the page atomically (never half a file; an existing file only with ``overwrite``)."""
     from detaudit.render.html.page import render_page
 

@@ -13,15 +13,16 @@ import html
 import json
 import math
 import re
+from collections.abc import Iterable
 from importlib.resources import files
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
 from detaudit import __version__
 from detaudit.render.html import plots
-from detaudit.render.html.views import FirstDivergence, Page, Panel, TraceView
 from detaudit.render.html.findings import FindingRow, FindingsView
+from detaudit.render.html.views import FirstDivergence, Page, Panel, TraceView
 
 UPLOT_VERSION = "1.6.32"
 _BANNER = re.compile(r"\A/\*!.*?\*/\s*", re.S)

@@ -163,7 +163,7 @@ class Plotter:
     def close(self) -> None:
         self._rc.__exit__(None, None, None)
 
-    def __enter__(self) -> "Plotter":
+    def __enter__(self) -> Plotter:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -180,7 +180,7 @@ class Plotter:
         for artist in list(axes.lines) + list(axes.texts):
             artist.remove()
 
-    def panel_svg(self, panel: "Panel", salt: str) -> str:
+    def panel_svg(self, panel: Panel, salt: str) -> str:
         """The curves of every run over steps (the first divergence marked) and, below, the absolute
         and relative difference of each run from the reference on a log scale."""
         has_diff = any(_finite(d.absolute) or _finite(d.relative) for d in panel.diffs)
@@ -246,7 +246,7 @@ class PlotJobs:
     def __init__(self) -> None:
         self.jobs: list[Job] = []
 
-    def panel_svg(self, panel: "Panel", salt: str) -> str:
+    def panel_svg(self, panel: Panel, salt: str) -> str:
         self.jobs.append(("panel", salt, panel))
         return ""
 
@@ -261,7 +261,7 @@ class Drawn:
     def __init__(self, svgs: dict[str, str]) -> None:
         self.svgs = svgs
 
-    def panel_svg(self, panel: "Panel", salt: str) -> str:
+    def panel_svg(self, panel: Panel, salt: str) -> str:
         return self.svgs[salt]
 
     def sparkline_svg(self, x: np.ndarray, y: np.ndarray, salt: str) -> str:

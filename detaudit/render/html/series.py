@@ -16,8 +16,9 @@ numpy is there whenever a page is written: matplotlib, which draws the plots, re
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 import glob
 import re
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -127,7 +128,7 @@ class Page:
     trace: TraceView | None = None
     findings: FindingsView | None = None
     notes: list[str] = field(default_factory=list)
-    cards: list[tuple[str, str, str, "Page | None"]] = field(default_factory=list)  # suite: card, status, detail, page
+    cards: list[tuple[str, str, str, Page | None]] = field(default_factory=list)  # suite: card, status, detail, page
 
 
 # --- panels ------------------------------------------------------------------------------
@@ -579,7 +580,7 @@ def review_page(diff: StandardDiff, old: Standard, new: Standard) -> Page:
         if std.recorded:
             page.facts.append((f"{label} recorded", ", ".join(f"{k} {std.recorded[k]}" for k in
                                                               ("runs", "commit", "date") if std.recorded.get(k))))
-    excluded = dict(((new.excluded or {}).get("series") or {}))
+    excluded = dict((new.excluded or {}).get("series") or {})
     page.excluded = _excluded_rows(excluded)
     for change in diff.series:
         if change.status == "identical":

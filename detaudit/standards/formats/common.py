@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from detaudit.data.compare import PairDivergence, SeriesData
 from detaudit.data.values import format_value
@@ -86,7 +87,7 @@ class JsonLayout:
         return doc
 
     @classmethod
-    def from_json(cls, path: Path | str, doc: Any, default: "JsonLayout") -> "JsonLayout":
+    def from_json(cls, path: Path | str, doc: Any, default: JsonLayout) -> JsonLayout:
         """A layout kept in a detaudit file's ``native.layout`` (``default`` for what it leaves out)."""
         if not isinstance(doc, dict):
             return default
