@@ -1,5 +1,6 @@
-"""Shared helpers: run the detaudit CLI in a subprocess, write cards for the toy recipe, start a
-real Ray head for the cluster tests; and the check that no test starts Ray in the pytest process.
+"""Shared helpers: run the detaudit CLI in a subprocess, write cards (toy and trace recipes), read
+strict JSON, start and stop a real Ray head for the cluster tests; and the check that no test starts
+Ray in the pytest process.
 
 Ray (and gloo) started inside the pytest process leave native threads behind after shutdown
 (gRPC's timer and event-engine threads, the GCS client's I/O thread); a full run was seen to
@@ -28,6 +29,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 TOY = REPO / "tests" / "recipes" / "toy_recipe.py"
+TRACE_RECIPE = REPO / "tests" / "recipes" / "trace_recipe.py"
 RAY = Path(sys.executable).parent / "ray"
 # Thread names (/proc/self/task/*/comm, 15 characters at most) that Ray's core worker leaves.
 RAY_THREAD_PREFIXES = ("grpc_global_tim", "gcs_client_io_s", "event_engine", "ray_")
@@ -62,13 +64,68 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600,
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
-def write_card(path: Path, *, name: str = "toy", args: list[str] | None = None, extra: str = "") -> Path:
-    command = json.dumps(["{python}", str(TOY), *(args or [])])
+def write_card(path: Path, *, name: str = "toy", args: list[str] | None = None, extra: str = "",
+               recipe: Path = TOY, timeout_s: int = 60) -> Path:
+    """A card at ``path`` running ``{python} RECIPE ARGS`` on class cpu-test, its standards next to it."""
+    command = json.dumps(["{python}", str(recipe), *(args or [])])
     path.write_text(
-        f'name = "{name}"\ncommand = {command}\ntimeout_s = 60\nrunner = ["cpu", "test"]\n'
+        f'name = "{name}"\ncommand = {command}\ntimeout_s = {timeout_s}\nrunner = ["cpu", "test"]\n'
         f'standards_dir = "{path.parent / "standards"}"\n{extra}'
     )
     return path
+
+
+def trace_card(folder: Path, *args: str, name: str = "tracetoy", file: str | None = None,
+               env: dict[str, str] | None = None) -> Path:
+    """A card for tests/recipes/trace_recipe.py at FOLDER/FILE.toml (FILE defaults to the card name),
+    with ``env`` as its [env] table."""
+    table = "".join(f"{k} = {json.dumps(v)}\n" for k, v in (env or {}).items())
+    return write_card(folder / f"{file or name}.toml", name=name, args=list(args), recipe=TRACE_RECIPE,
+                      timeout_s=600, extra=f"[env]\n{table}" if table else "")
+
+
+def strict_json(text: str) -> object:
+    """``json.loads`` that fails the test on a NaN or Infinity literal (detaudit writes strict JSON)."""
+    def refuse(literal: str) -> None:
+        raise AssertionError(f"JSON holds the literal {literal}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def standard_of(card: Path) -> Path:
+    """Where `record` writes the toy card's standard (class cpu-test)."""
+    return card.parent / "standards" / "toy.cpu-test.json"
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie no one reaped yet counts as gone.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def run_traced(tmp_path: Path, source: str, mode: str = "rng", keep: int | None = None,
+               extra_env: dict[str, str] | None = None, name: str = "t") -> tuple[Path, str]:
+    """Run ``source`` as a script with tracing on, the way a traced run starts it."""
+    from detaudit.trace import trace_env
+
+    (tmp_path / name).mkdir()
+    script = tmp_path / name / "t.py"  # one script name: call sites are comparable across runs
+    script.write_text(source)
+    trace_dir = tmp_path / name / "trace"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DETAUDIT_TRACE")}
+    env["PYTHONPATH"] = str(REPO)
+    env = trace_env(mode, trace_dir, env, keep)
+    env.update(extra_env or {})
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path / name)
+    assert proc.returncode == 0, proc.stderr
+    return trace_dir, proc.stdout
 
 
 def scan_tree_copy(source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -162,22 +219,28 @@ def ray_head(token: str | None = None) -> Iterator[RayHead]:
             time.sleep(1)
         yield info
     finally:
-        head.send_signal(signal.SIGTERM)  # --block: ends every Ray process it started
-        try:
-            head.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            head.kill()
-        for _ in range(50):
-            left = processes_under(str(temp))
-            if not left:
-                break
-            for pid in left:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.2)
-        shutil.rmtree(temp, ignore_errors=True)
+        stop_ray_head(head, temp)
+
+
+def stop_ray_head(head: subprocess.Popen, temp: Path) -> None:
+    """Stop a `ray start --head --block` started with ``--temp-dir TEMP``: end it, then kill only the
+    processes naming TEMP that are left (never a broad `ray stop`), and remove TEMP."""
+    head.send_signal(signal.SIGTERM)  # --block: ends every Ray process it started
+    try:
+        head.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        head.kill()
+    for _ in range(50):
+        left = processes_under(str(temp))
+        if not left:
+            break
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.2)
+    shutil.rmtree(temp, ignore_errors=True)
 
 
 def ray_threads_here() -> list[str]:

@@ -42,6 +42,7 @@ def test_card_validation(tmp_path: Path) -> None:
     assert approximate_rule(load_card(path), RunnerClass(("cpu", "c"))) is None
 
 
+@pytest.mark.slow
 def test_verify_on_another_class_within_tolerance_is_approximate_never_identical(tmp_path: Path) -> None:
     card = tmp_path / "toy.toml"
     card.write_text(card_text(tmp_path, '["cpu", "ref"]'))

@@ -69,10 +69,12 @@ def actionlint(path: Path) -> list[dict]:
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 def test_actionlint_passes() -> None:
     assert actionlint(WORKFLOW) == []
 
 
+@pytest.mark.slow
 def test_actionlint_finds_what_is_wrong(tmp_path: Path) -> None:
     """The linter really reads the file: a broken copy has findings."""
     broken = tmp_path / "broken.yml"

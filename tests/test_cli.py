@@ -20,7 +20,7 @@ import detaudit
 from detaudit.cli import main
 from detaudit.render.jsonout import dump_json
 
-from conftest import REPO, run_cli, write_card, write_jsonl
+from conftest import REPO, run_cli, strict_json, write_card, write_jsonl
 
 PROBE = """
 import sys
@@ -50,6 +50,7 @@ def test_tool_imports_no_heavy_dependency() -> None:
     assert out.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_help_lists_every_command() -> None:
     result = run_cli("--help")
     assert result.code == 0
@@ -65,6 +66,7 @@ def test_no_arguments_prints_the_help_not_an_error_line() -> None:
         assert result.text.count("\n") > 5 and "Usage:" in result.text and listed in result.text
 
 
+@pytest.mark.slow
 def test_usage_errors_exit_2() -> None:
     assert run_cli("diff").code == 2
     assert run_cli("record", "--runs", "1").code == 2
@@ -152,6 +154,7 @@ def test_every_flag_named_in_a_message_exists() -> None:
 
 # -- output on any stdout -----------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_an_ascii_stdout_gets_escapes_not_a_traceback(tmp_path: Path) -> None:
     standard = tmp_path / "std.json"
     standard.write_text(json.dumps({"metrics": {"loss·μ": [[0, 1.0]], "reward—raw": [[0, 2.0]]}}))
@@ -168,13 +171,6 @@ def test_an_ascii_stdout_gets_escapes_not_a_traceback(tmp_path: Path) -> None:
 
 # -- strict JSON ----------------------------------------------------------------------------------
 
-def strict_json(text: str) -> object:
-    def refuse(literal: str) -> None:
-        raise AssertionError(f"JSON holds the literal {literal}")
-
-    return json.loads(text, parse_constant=refuse)
-
-
 def test_dump_json_never_writes_a_nan_or_infinity_literal() -> None:
     doc = {"budget_s": float("nan"), "rows": [float("inf"), (1.5, -float("inf"))], "ok": 1.0}
     assert strict_json(dump_json(doc)) == {"budget_s": {"float": "NaN"}, "ok": 1.0,
@@ -187,6 +183,7 @@ def test_plan_budget_must_be_a_finite_number(budget: str) -> None:
     assert result.code == 2 and f"'{budget}' is not a finite number" in result.err and result.out == ""
 
 
+@pytest.mark.slow
 def test_every_json_output_is_strict(tmp_path: Path) -> None:
     """Each command with --json, run for real on inputs holding NaN and infinity where it reads values."""
     card = write_card(tmp_path / "toy.toml")

@@ -22,13 +22,12 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from conftest import RAY, REPO, RayHead, free_port, ray_head, run_cli, write_card
+from conftest import RAY, REPO, RayHead, free_port, ray_head, run_cli, trace_card, write_card
 
 from detaudit.run.cluster_job import decode_result, encode_result, expand, portable
 from detaudit.standards.standard import load_standard
 
 ACTIVE = ("PENDING", "RUNNING")
-TRACE_RECIPE = REPO / "tests" / "recipes" / "trace_recipe.py"
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +80,7 @@ def test_result_block_round_trip_and_bounds() -> None:
         decode_result(encode_result({"blob": os.urandom(4000).hex()}, "n1"), "n1", max_bytes=1000)
 
 
+@pytest.mark.slow
 def test_unreachable_cluster_and_bad_cpus_are_input_errors(tmp_path: Path) -> None:
     card = write_card(tmp_path / "toy.toml")
     result = run_cli("record", str(card), "--runs", "2", "--cluster", f"http://127.0.0.1:{free_port()}")
@@ -95,6 +95,8 @@ def test_unreachable_cluster_and_bad_cpus_are_input_errors(tmp_path: Path) -> No
     assert result.code == 2 and "--cluster runs the card; with --metrics nothing runs" in result.err, result.text
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_toy_record_on_cluster_equals_local_record(cluster: str, tmp_path: Path) -> None:
     card = write_card(tmp_path / "toy.toml", name="toycl")
     std = tmp_path / "standards" / "toycl.cpu-test.json"
@@ -126,6 +128,8 @@ def test_toy_record_on_cluster_equals_local_record(cluster: str, tmp_path: Path)
     assert "PASSED: 4 metric series match" in verified.out
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_failed_run_stops_the_other_job(cluster: str, tmp_path: Path) -> None:
     card = write_card(tmp_path / "toy.toml", name="toyfail")
     result = run_cli("record", str(card), "--runs", "2", "--parallel", "2", "--cluster", cluster,
@@ -139,6 +143,8 @@ def test_failed_run_stops_the_other_job(cluster: str, tmp_path: Path) -> None:
     assert not (tmp_path / "standards").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_timeout_stops_the_job(cluster: str, tmp_path: Path) -> None:
     card = write_card(tmp_path / "toy.toml", name="toyslow")
     card.write_text(card.read_text().replace("timeout_s = 60", "timeout_s = 3"))
@@ -150,6 +156,8 @@ def test_timeout_stops_the_job(cluster: str, tmp_path: Path) -> None:
     assert len(jobs) == 1 and not set(jobs.values()) & set(ACTIVE), jobs  # run 2 was never submitted
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_interrupt_stops_every_job_it_submitted(cluster: str, tmp_path: Path, sig: signal.Signals) -> None:
     name = f"toyint{int(sig)}"
@@ -187,6 +195,8 @@ def test_interrupt_stops_every_job_it_submitted(cluster: str, tmp_path: Path, si
     assert not (tmp_path / "standards").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_runs_on_different_runner_classes_write_no_standard(cluster: str, tmp_path: Path) -> None:
     # Run 2's interpreter dispatches torch to its portable kernels: a different runner class,
     # exactly what a node with another CPU would report. Both classes come from the probe on this
@@ -213,6 +223,9 @@ def test_runs_on_different_runner_classes_write_no_standard(cluster: str, tmp_pa
     assert not (tmp_path / "standards").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.recipe
 def test_tiny_recipe_on_cluster_matches_a_local_run(cluster: str, tmp_path: Path) -> None:
     std = tmp_path / "tiny.json"
     card = REPO / "recipes" / "sd3_pickscore_nft.toml"
@@ -293,6 +306,7 @@ def silent_server() -> Iterator[str]:
         listener.close()
 
 
+@pytest.mark.slow
 def test_a_server_that_never_answers_ends_the_command_with_one_line(silent_server: str, tmp_path: Path) -> None:
     card = write_card(tmp_path / "toy.toml")
     card.write_text(card.read_text().replace("timeout_s = 60", "timeout_s = 3"))
@@ -362,6 +376,7 @@ def failing_server() -> Iterator[http.server.ThreadingHTTPServer]:
         thread.join(timeout=5)
 
 
+@pytest.mark.slow
 def test_a_server_that_stops_answering_ends_the_command_with_one_line(failing_server, tmp_path: Path) -> None:
     # It answers the connection and the version, then never answers the job submission.
     failing_server.stall.set()
@@ -389,19 +404,12 @@ def test_http_500_from_the_job_api_is_one_line_exit_2(failing_server, tmp_path: 
     assert not (tmp_path / "standards").exists()
 
 
-def trace_card(tmp_path: Path, name: str, env: dict[str, str] | None = None) -> Path:
-    path = tmp_path / f"{name}.toml"
-    command = json.dumps(["{python}", str(TRACE_RECIPE)])
-    table = "".join(f"{k} = {json.dumps(v)}\n" for k, v in (env or {}).items())
-    path.write_text(f'name = "tracecl"\ncommand = {command}\ntimeout_s = 600\nrunner = ["cpu", "test"]\n'
-                    f'standards_dir = "{tmp_path / "standards"}"\n' + (f"[env]\n{table}" if table else ""))
-    return path
-
-
+@pytest.mark.slow
+@pytest.mark.ray
 def test_record_cluster_trace_end_to_end(cluster: str, tmp_path: Path) -> None:
     """record --cluster --trace: the trace variables reach the node, the node's trace comes back and
     is saved next to the standard; verify --cluster traces its run too and names what differs."""
-    card = trace_card(tmp_path, "trace")
+    card = trace_card(tmp_path, name="tracecl", file="trace")
     runs = tmp_path / "runs"
     result = run_cli("record", str(card), "--runs", "2", "--cluster", cluster, "--trace=modules",
                      "--workdir", str(runs), "--no-doctor", timeout=900)
@@ -417,7 +425,7 @@ def test_record_cluster_trace_end_to_end(cluster: str, tmp_path: Path) -> None:
     assert "the standard carries a trace" in same.err and "this run was traced and compared with it" in same.err
     assert "traces identical" in same.out, same.out
     # The card's env reaches the run on the node: this one perturbs the model's Scale module.
-    perturbed = trace_card(tmp_path, "perturbed", env={"TRACE_RECIPE_PERTURB": "1"})
+    perturbed = trace_card(tmp_path, name="tracecl", file="perturbed", env={"TRACE_RECIPE_PERTURB": "1"})
     other = run_cli("verify", str(perturbed), "--cluster", cluster, "--workdir", str(tmp_path / "v2"), timeout=900)
     assert other.code == 1 and "FAILED" in other.out, other.text
     assert "first differing module: main process: module Sequential.3 (Scale)" in other.out, other.out
@@ -459,6 +467,8 @@ def hooked_card(tmp_path: Path, name: str, action: str) -> Path:
                       extra=f"[env]\nPYTHONPATH = {json.dumps(str(hook))}\nNODE_HOOK = {json.dumps(action)}\n")
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_a_job_that_fails_after_printing_its_results_is_not_a_good_run(cluster: str, tmp_path: Path) -> None:
     card = hooked_card(tmp_path, "toycrash", "crash-runs")
     result = run_cli("record", str(card), "--runs", "2", "--cluster", cluster, "--workdir", str(tmp_path / "runs"),
@@ -469,6 +479,8 @@ def test_a_job_that_fails_after_printing_its_results_is_not_a_good_run(cluster: 
     assert set(our_jobs(cluster, "toycrash").values()) == {"FAILED"}
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 @pytest.mark.parametrize("forged", [["..", "..", "escaped"], ["../../x"]], ids=["dotdot-parts", "slash-part"])
 def test_a_job_reporting_an_escaping_runner_class_writes_nothing(cluster: str, tmp_path: Path, forged: list) -> None:
     work = tmp_path / "work"
@@ -483,6 +495,8 @@ def test_a_job_reporting_an_escaping_runner_class_writes_nothing(cluster: str, t
     assert after == before  # no standard, no lock, no folder: nowhere
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_doctor_and_in_process_ray_start_their_own_ray_beside_a_running_cluster(head: RayHead, tmp_path: Path,
                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """A machine that runs a `ray start` cluster and names it in RAY_ADDRESS: the doctor's Ray worker

@@ -16,6 +16,7 @@ from typing import Iterator
 import pytest
 from conftest import RayHead, ray_head, run_cli, write_card
 
+pytestmark = [pytest.mark.slow, pytest.mark.ray]  # a real Ray head for the module
 TOKEN = secrets.token_hex(16)
 
 

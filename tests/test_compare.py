@@ -117,6 +117,7 @@ def test_cli_json_report(tmp_path: Path) -> None:
     assert run_cli("diff", "--json", str(a), str(b)).out == result.out
 
 
+@pytest.mark.slow
 def test_cli_table_report_and_exit_codes(tmp_path: Path) -> None:
     a = write_jsonl(tmp_path / "a.jsonl", BASE)
     b = write_jsonl(tmp_path / "b.jsonl", replace(BASE, 2, '"rollout/r": 0.625', '"rollout/r": 0.6250000000000001'))

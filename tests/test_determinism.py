@@ -11,6 +11,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from detaudit.env import determinism
 
 PROBE = """
@@ -22,6 +24,7 @@ print(json.dumps([torch.initial_seed(), torch.are_deterministic_algorithms_enabl
 """
 
 
+@pytest.mark.slow
 def test_enable_seeds_and_sets_flags_in_a_fresh_process() -> None:
     runs = [subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True).stdout
             for _ in range(2)]
@@ -69,6 +72,8 @@ def ray_probe(seed: int, attention: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_ray_hook_seeds_every_worker_and_skip_leaves_one_unseeded() -> None:
     found = ray_probe(77, "math")
     states, skipped = found["seeded"], found["skipped"]
@@ -80,6 +85,8 @@ def test_ray_hook_seeds_every_worker_and_skip_leaves_one_unseeded() -> None:
     assert skipped["deterministic"] and skipped["seed"] != 77
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_attention_choice_reaches_every_worker() -> None:
     """The worker hook sets the SDPA backends the driver chose, not math regardless."""
     state = ray_probe(5, "flash")["seeded"][0]
@@ -96,6 +103,7 @@ print(json.dumps(determinism.enabled_attention_backends()))
 """
 
 
+@pytest.mark.slow
 def test_a_later_enable_sets_exactly_its_backends() -> None:
     # "any" after the hook's "math" must re-enable flash: it used to leave math only, so
     # --attention any ran the math kernel in every actor.
@@ -119,6 +127,7 @@ print(json.dumps([torch.utils.deterministic.fill_uninitialized_memory,
 """
 
 
+@pytest.mark.slow
 def test_fill_uninitialized_memory_can_be_switched_off() -> None:
     """Deterministic mode fills new tensors with NaN by default; the switch turns that kernel off."""
     def probe(fill: str) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from detaudit.data.card import load_card
 from detaudit.env.doctor import evaluate, run_doctor
 
@@ -38,6 +40,8 @@ def test_each_row_fails_with_a_fix() -> None:
     assert "seeds" in failing({**GOOD, "numpy_mt0": 1})
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_real_probe_reaches_the_ray_worker_and_catches_an_unseeded_one(tmp_path: Path) -> None:
     card = write_card(tmp_path / "toy.toml", extra='[env]\nPYTHONHASHSEED = "0"\nDETAUDIT_SKIP_SEED = "1"\n')
     rows = run_doctor(load_card(card), seed=11, ray=True)
@@ -48,6 +52,7 @@ def test_real_probe_reaches_the_ray_worker_and_catches_an_unseeded_one(tmp_path:
     assert processes == {"run process at start", "driver after enable()", "Ray worker (ray_runtime_env)"}
 
 
+@pytest.mark.slow
 def test_cli_doctor_and_record_preflight(tmp_path: Path) -> None:
     bare = write_card(tmp_path / "bare.toml", name="bare")
     result = run_cli("doctor", str(bare), "--no-ray")

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_cli, write_card, write_jsonl
+from conftest import run_cli, strict_json, write_card, write_jsonl
 
 from detaudit.data.card import load_card
 from detaudit.data.compare import SeriesData, diff_runs
@@ -33,13 +33,6 @@ def one_line_error(result, code: int = 2) -> str:
     assert len(lines) == 1 and lines[0].startswith("detaudit: error: "), result.err
     assert "Traceback" not in result.text
     return lines[0]
-
-
-def strict_json(text: str):
-    def refuse(name: str):
-        raise ValueError(f"non-standard JSON literal {name}")
-
-    return json.loads(text, parse_constant=refuse)
 
 
 # --- arrays are compared exactly ---------------------------------------------------------------
@@ -271,6 +264,7 @@ def test_health_png_into_a_missing_dir_is_an_error(tmp_path: Path) -> None:
 # --- the command line -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_usage_errors_are_one_line(tmp_path: Path) -> None:
     for args in (("diff",), ("record", "--runs", "1"), ("verify", "--bogus"), ("nope",), ("health", "x.jsonl")):
         error = one_line_error(run_cli(*args))
@@ -335,6 +329,7 @@ def _standard_from(tmp_path: Path, fmt: str = "detaudit", dropped: dict | None =
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("series", "old", "new"), [("a", '"a": 0.25', '"a": 0.5'), ("b", '"b": 2', '"b": 3'),
                                                      ("c", "[1.0, 3.0]", "[1.0, 3]"), ("d", '"d": "y"', '"d": "z"')])
 def test_verify_compares_every_series_of_the_standard(tmp_path: Path, series: str, old: str, new: str) -> None:
@@ -347,6 +342,7 @@ def test_verify_compares_every_series_of_the_standard(tmp_path: Path, series: st
     assert result.compared == 4
 
 
+@pytest.mark.slow
 def test_miles_standards_match_integer_steps_leniently(tmp_path: Path) -> None:
     path = tmp_path / "miles.json"
     path.write_text('{"meta": {}, "metrics": {"a": [[0.0, 0.5], [1.0, 0.25]]}}')

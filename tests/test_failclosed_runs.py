@@ -14,8 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import TOY, run_cli, write_card
-from test_record_verify import pid_alive, standard_of
+import pytest
+from conftest import TOY, pid_alive, run_cli, standard_of, write_card
+
+pytestmark = pytest.mark.slow  # every test here records or runs a card
 
 
 def test_a_reused_workdir_is_refused_and_a_run_without_metrics_fails(toy_card: Path, tmp_path: Path) -> None:

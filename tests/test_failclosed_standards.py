@@ -62,6 +62,7 @@ def test_diff_with_integers_beyond_float_range(tmp_path: Path) -> None:
     assert change["first_values"] == [10 ** 400, 2 * 10 ** 400]
 
 
+@pytest.mark.slow
 def test_verify_with_a_runner_class_that_is_not_strings(tmp_path: Path) -> None:
     run = write_jsonl(tmp_path / "run.jsonl", [json.dumps({"step_key": "s", "s": 1, "a": 0.5})])
     for cls in (["cpu", 3], "cpu", [], [None]):

@@ -288,6 +288,7 @@ def test_convert_says_which_rule_applies_and_what_stays_behind(tmp_path: Path) -
     assert "the series name 'train/loss' (a torchtitan file's one series is 'loss')" in exported.err
 
 
+@pytest.mark.slow
 def test_verify_a_megatron_golden_as_megatron_does(tmp_path: Path) -> None:
     lines = [json.dumps({"step_key": "iteration", "iteration": i, "lm loss": 10.0 - i / 3}) for i in range(1, 11)
              if i != 7]
@@ -322,6 +323,7 @@ def test_megatron_rounds_the_run_to_five_decimals_as_its_extractor_does(tmp_path
     assert divergence.step == 1 and divergence.value_a == 0.33334
 
 
+@pytest.mark.slow
 def test_record_in_each_format_then_verify_against_it(tmp_path: Path) -> None:
     card = write_card(tmp_path / "toy.toml")
     out = tmp_path / "toy.nemo.json"
@@ -342,6 +344,7 @@ def test_record_in_each_format_then_verify_against_it(tmp_path: Path) -> None:
     assert run_cli("verify", str(card), "--standard", str(out)).code == 0
 
 
+@pytest.mark.slow
 def test_re_record_keeps_the_megatron_files_layout(tmp_path: Path) -> None:
     card = write_card(tmp_path / "toy.toml")
     out = tmp_path / "golden_values.json"

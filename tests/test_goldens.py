@@ -169,6 +169,7 @@ def test_show_names_the_rule_and_what_a_megatron_golden_carries() -> None:
     assert rows["num-zeros"]["not_logged"] == 4 and rows["lm loss"]["not_logged"] == 0
 
 
+@pytest.mark.slow
 def test_cli_convert_round_trip_is_byte_identical_and_diff_agrees(tmp_path: Path) -> None:
     for path in (GOLDENS / "megatron" / "moe__gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_fine_grained_offloading__golden_values"
                  "_dev_dgx_gb200.json", GOLDENS / "miles" / "test_sd3_nft_pickscore_3xGPU.json"):

@@ -47,6 +47,7 @@ def test_the_committed_h200_cost_comes_from_the_committed_metrics() -> None:
     assert "--compile-blocks" in report["recipe_flags"]
 
 
+@pytest.mark.slow
 def test_the_probes_transformer_set_up_runs_on_the_cpu() -> None:
     """benchmarks/transformer_probe.py (the GPU probes' set-up) with the tiny preset: LoRA alone trains."""
     import torch

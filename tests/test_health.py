@@ -39,6 +39,7 @@ def test_drop_that_does_not_recover_and_last_point(tmp_path: Path) -> None:
     assert [(d.step, d.recovered) for d in report.drops] == [(1, False), (3, None)]
 
 
+@pytest.mark.slow
 def test_cli_prints_and_plots(tmp_path: Path) -> None:
     path = metrics(tmp_path)
     result = run_cli("health", str(path), "--metric", "rollout/reward/raw_mean", "--window", "3")

@@ -96,6 +96,7 @@ def _page(path: Path) -> tuple[str, Dom]:
 # --- what a page shows, against the same command's --json ------------------------------------
 
 
+@pytest.mark.slow
 def test_diff_page_holds_each_differing_series_its_first_step_and_the_root(tmp_path: Path) -> None:
     doc = json.loads(run_cli("diff", str(RUN1), str(RUN2), "--json").out)
     page = tmp_path / "diff.html"
@@ -134,6 +135,7 @@ def test_diff_page_holds_each_differing_series_its_first_step_and_the_root(tmp_p
             assert curves["rel"][at] == pytest.approx(m["rel_diff"], rel=1e-3)
 
 
+@pytest.mark.slow
 def test_verify_page_of_a_failing_tiny_recipe_run(tmp_path: Path) -> None:
     args = ("verify", "--metrics", str(RUN2), "--standard", str(TINY_STANDARD))
     doc = json.loads(run_cli(*args, "--json").out)
@@ -167,6 +169,7 @@ def test_verify_page_of_a_failing_tiny_recipe_run(tmp_path: Path) -> None:
     assert [html.unescape(n) for n in re.findall(r'<a href="#[^"]+">([^<]*)</a> @ ', listed)] == [n for _, n in order[1:]]
 
 
+@pytest.mark.slow
 def test_every_kind_of_divergence_gets_its_panel(tmp_path: Path) -> None:
     """Types, signed zeros, arrays, null, infinities, a missing series, NaN, strings, bools and
     steps that part: each its panel, its kind and step as diff --json says."""
@@ -196,6 +199,7 @@ def test_every_kind_of_divergence_gets_its_panel(tmp_path: Path) -> None:
     assert {n: (a["data-kind"], a["data-first-step"]) for n, a in dom.articles.items()} == kinds
 
 
+@pytest.mark.slow
 def test_standard_diff_page_names_each_changed_series(tmp_path: Path) -> None:
     old, new = _standard_from(RUN1, tmp_path / "old.json"), _standard_from(RUN2, tmp_path / "new.json")
     doc = json.loads(run_cli("standard", "diff", str(old), str(new), "--json").out)
@@ -241,6 +245,7 @@ def _fixture_record(status: str = "disagree") -> Any:
                         runner_class=RunnerClass.of(["cpu", "amd-25.1", "avx2"]))
 
 
+@pytest.mark.slow
 def test_record_page_with_trace_names_the_first_differing_draw_per_process(tmp_path: Path) -> None:
     from detaudit.render.html import write_html
     from detaudit.render.html.views import record_page
@@ -294,6 +299,7 @@ def test_scan_findings_that_run_in_the_traced_processes(tmp_path: Path) -> None:
 # --- the commands that run a card ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_record_html_of_disagreeing_runs_and_verify_suite(tmp_path: Path) -> None:
     card = write_card(tmp_path / "toy.toml", args=["--unseeded"])
     page = tmp_path / "record.html"
@@ -325,6 +331,7 @@ def test_record_html_of_disagreeing_runs_and_verify_suite(tmp_path: Path) -> Non
 # --- bad input, files ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_html_options_bad_input_one_line_exit_2_nothing_written(tmp_path: Path) -> None:
     page = tmp_path / "page.html"
     r = run_cli("verify", "--metrics", str(RUN2), "--standard", str(TINY_STANDARD), "--scan", str(tmp_path / "s.json"))
@@ -374,6 +381,7 @@ def external_references(text: str) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_pages_name_no_host_and_fetch_nothing(tmp_path: Path) -> None:
     page = tmp_path / "diff.html"
     run_cli("diff", str(RUN1), str(RUN2), "--html", str(page))
@@ -491,6 +499,7 @@ def page_requests(page: Path, tmp: Path) -> list[str]:
             and not e["params"]["url"].startswith(("file:", "data:"))]
 
 
+@pytest.mark.slow
 def test_chromium_renders_the_failing_verify_page(tmp_path: Path) -> None:
     from PIL import Image
 

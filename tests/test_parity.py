@@ -262,6 +262,7 @@ def test_nemo_has_no_native_checker_and_keeps_its_verdict_converted(case: str, t
     assert detaudit_verdict(converted, run) is expected
 
 
+@pytest.mark.slow
 def test_verify_cli_gives_the_verdict_and_names_series_and_step(tmp_path: Path) -> None:
     text = MEGATRON_NAN.read_text()
     cells = cells_of("megatron", text)

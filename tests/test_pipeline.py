@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -16,7 +14,7 @@ from typing import Iterator
 
 import pytest
 import torch
-from conftest import REPO, run_cli
+from conftest import REPO, run_cli, stop_ray_head
 
 from recipes.diffusion_nft.placement import free_port
 from recipes.diffusion_nft.prompts import rollout_prompts
@@ -105,19 +103,6 @@ def test_prompts_per_rollout_are_a_pure_function() -> None:
     assert rollout_prompts(prompts, 3, 4, 42) != rollout_prompts(prompts, 4, 4, 42)
 
 
-def _pids_under(marker: str) -> list[int]:
-    """Pids whose command line names ``marker`` (a Ray temp dir this module made)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if marker in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
-
-
 @pytest.fixture
 def foreign_ray_head() -> Iterator[tuple[str, Path]]:
     """Someone else's Ray on this machine: a `ray start --head` of its own port and temp dir.
@@ -138,22 +123,7 @@ def foreign_ray_head() -> Iterator[tuple[str, Path]]:
             time.sleep(1)
         yield address, temp
     finally:
-        head.send_signal(signal.SIGTERM)  # --block: ends every Ray process it started
-        try:
-            head.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            head.kill()
-        for _ in range(50):
-            left = _pids_under(str(temp))
-            if not left:
-                break
-            for pid in left:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.2)
-        shutil.rmtree(temp, ignore_errors=True)
+        stop_ray_head(head, temp)
 
 
 def _runner_class_here() -> list[str]:
@@ -237,6 +207,7 @@ def test_standard_holds_on_this_machine_and_unseeded_manager_refuses(
             "convert drew from a global torch generator this process never seeded") in " ".join(bad.out.split()), bad.out
 
 
+@pytest.mark.slow
 def test_real_loading_code_reads_local_directories(tmp_path: Path) -> None:
     """--model-path and --pickscore-path load with local_files_only; tiny models saved here stand in.
 

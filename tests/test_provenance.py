@@ -87,6 +87,7 @@ def test_every_differing_field_is_named_and_packages_apart() -> None:
     assert package_differences({"class": ["cpu"]}, here) == []
 
 
+@pytest.mark.slow
 def test_probe_runs_in_the_cards_environment(tmp_path: Path) -> None:
     card = load_card(write_card(tmp_path / "c.toml", extra='env = {ATEN_CPU_CAPABILITY = "default", OMP_NUM_THREADS = "1"}\n'))
     info = detect_environment(env=probe_env(card))
@@ -109,6 +110,7 @@ def test_probe_fails_closed(tmp_path: Path) -> None:
         detect_environment(python=str(broken))
 
 
+@pytest.mark.slow
 def test_env_command_prints_the_class_record_uses(tmp_path: Path) -> None:
     card = write_card(tmp_path / "c.toml", extra='env = {ATEN_CPU_CAPABILITY = "avx2"}\n')
     text = run_cli("env", str(card))
@@ -121,6 +123,7 @@ def test_env_command_prints_the_class_record_uses(tmp_path: Path) -> None:
     assert bad.code == 2 and bad.err.startswith("detaudit: error: ") and len(bad.err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_verify_names_differing_fields_and_warns_on_package_versions(tmp_path: Path) -> None:
     card = write_card(tmp_path / "toy.toml")
     std = tmp_path / "std.json"

@@ -86,6 +86,7 @@ def test_an_update_that_changes_nothing_leaves_the_bytes(pytester: pytest.Pytest
     assert (project / LOSS).read_bytes() == first
 
 
+@pytest.mark.slow
 def test_a_changed_value_fails_then_update_rewrites_only_that(pytester: pytest.Pytester, project: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     run(pytester, TRAINING, "--detaudit-update").assert_outcomes(passed=2)
@@ -103,6 +104,7 @@ def test_a_changed_value_fails_then_update_rewrites_only_that(pytester: pytest.P
     run(pytester, TRAINING).assert_outcomes(passed=2)
 
 
+@pytest.mark.slow
 def test_update_under_xdist_writes_and_summarises(pytester: pytest.Pytester, project: Path) -> None:
     result = run_xdist(pytester, TRAINING, "tests/check_megatron.py", "--detaudit-update")
     result.assert_outcomes(passed=3)
@@ -112,6 +114,7 @@ def test_update_under_xdist_writes_and_summarises(pytester: pytest.Pytester, pro
     assert (project / LOSS).is_file()
 
 
+@pytest.mark.slow
 def test_two_tests_on_one_standard_under_update_is_an_error_naming_both(pytester: pytest.Pytester,
                                                                        project: Path) -> None:
     for result in (run(pytester, "tests/check_shared.py", "--detaudit-update"),
@@ -158,6 +161,7 @@ def test_every_ci_variable_refuses_updates_unless_forced(pytester: pytest.Pytest
     run(pytester, TRAINING, "--detaudit-update-all").assert_outcomes(passed=2)
 
 
+@pytest.mark.slow
 def test_new_and_missing_series_are_reported(pytester: pytest.Pytester, project: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     run(pytester, TRAINING, "--detaudit-update").assert_outcomes(passed=2)
@@ -179,6 +183,7 @@ def test_new_and_missing_series_are_reported(pytester: pytest.Pytester, project:
                                   "train/extra, train/grad_norm)"])
 
 
+@pytest.mark.slow
 def test_updating_a_megatron_golden_keeps_its_format_and_sampling(pytester: pytest.Pytester, project: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     before = json.loads((project / GOLDEN).read_text())
@@ -202,6 +207,7 @@ def test_updating_a_megatron_golden_keeps_its_format_and_sampling(pytester: pyte
     run(pytester, "tests/check_megatron.py").assert_outcomes(passed=1)
 
 
+@pytest.mark.slow
 def test_marker_runs_and_verifies_a_card(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in CI_VARIABLES:
         monkeypatch.delenv(name, raising=False)

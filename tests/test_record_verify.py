@@ -3,35 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from conftest import run_cli, write_card, write_jsonl
+import pytest
+from conftest import pid_alive, run_cli, standard_of, write_card, write_jsonl
 
 from detaudit.run.local import gpu_slots
 from detaudit.standards.standard import load_standard
 
 
-def standard_of(card: Path) -> Path:
-    return card.parent / "standards" / "toy.cpu-test.json"
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie no one reaped yet counts as gone.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
-
-
+@pytest.mark.slow
 def test_seeded_record_writes_standard_and_verify_passes(toy_card: Path, tmp_path: Path) -> None:
     result = run_cli("record", str(toy_card), "--runs", "3", "--workdir", str(tmp_path / "runs"))
     assert result.code == 0, result.text
@@ -53,6 +38,7 @@ def test_seeded_record_writes_standard_and_verify_passes(toy_card: Path, tmp_pat
     assert json.loads(again.read_text())["series"] == doc["series"]
 
 
+@pytest.mark.slow
 def test_unseeded_record_refuses_and_names_the_divergence(toy_card: Path) -> None:
     result = run_cli("record", str(toy_card), "--runs", "2", "--", "--unseeded")
     assert result.code == 1
@@ -62,6 +48,7 @@ def test_unseeded_record_refuses_and_names_the_divergence(toy_card: Path) -> Non
     assert not standard_of(toy_card).exists()
 
 
+@pytest.mark.slow
 def test_verify_reports_each_failing_series(toy_card: Path) -> None:
     assert run_cli("record", str(toy_card), "--runs", "2").code == 0
     result = run_cli("verify", str(toy_card), "--", "--unseeded")
@@ -70,6 +57,7 @@ def test_verify_reports_each_failing_series(toy_card: Path) -> None:
     assert "rollout/reward/raw_mean: step 0: standard " in result.out and "(value" in result.out
 
 
+@pytest.mark.slow
 def test_existing_standard_needs_update_and_update_prints_changes(toy_card: Path) -> None:
     assert run_cli("record", str(toy_card), "--runs", "2").code == 0
     before = standard_of(toy_card).read_text()
@@ -83,6 +71,7 @@ def test_existing_standard_needs_update_and_update_prints_changes(toy_card: Path
     assert "update: series: 0 changed, 0 added, 0 removed, 4 identical" in unchanged.out
 
 
+@pytest.mark.slow
 def test_allow_partial_records_agreeing_series_only(toy_card: Path) -> None:
     result = run_cli("record", str(toy_card), "--runs", "2", "--allow-partial", "--", "--unseeded")
     assert result.code == 0, result.text
@@ -92,6 +81,7 @@ def test_allow_partial_records_agreeing_series_only(toy_card: Path) -> None:
     assert "dropped 3 disagreeing series" in result.out
 
 
+@pytest.mark.slow
 def test_miles_format_record_and_verify(toy_card: Path, tmp_path: Path) -> None:
     out = tmp_path / "e2e_standard.json"
     result = run_cli("record", str(toy_card), "--runs", "2", "--format", "miles", "--out", str(out),
@@ -111,6 +101,7 @@ def test_miles_format_record_and_verify(toy_card: Path, tmp_path: Path) -> None:
     assert bad.code == 1 and "train/loss: missing in the run" in bad.out
 
 
+@pytest.mark.slow
 def test_verify_on_another_runner_class_is_not_verified(toy_card: Path, tmp_path: Path) -> None:
     assert run_cli("record", str(toy_card), "--runs", "2").code == 0
     other = write_card(tmp_path / "other.toml")
@@ -126,6 +117,7 @@ def test_verify_on_another_runner_class_is_not_verified(toy_card: Path, tmp_path
     assert both.code == 2 and both.err.startswith("detaudit: error: ") and len(both.err.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_verify_finds_the_standard_of_another_class_by_exact_name(toy_card: Path, tmp_path: Path) -> None:
     assert run_cli("record", str(toy_card), "--runs", "2").code == 0
     other = write_card(tmp_path / "other.toml")
@@ -147,6 +139,7 @@ def test_verify_finds_the_standard_of_another_class_by_exact_name(toy_card: Path
     assert missing.code == 2 and "no standard for card 'lonely'" in missing.err
 
 
+@pytest.mark.slow
 def test_verify_failure_names_environment_differences(toy_card: Path) -> None:
     assert run_cli("record", str(toy_card), "--runs", "2").code == 0
     path = standard_of(toy_card)
@@ -158,6 +151,7 @@ def test_verify_failure_names_environment_differences(toy_card: Path) -> None:
     assert "python: standard '2.7.18'" in result.out
 
 
+@pytest.mark.slow
 def test_failed_run_ends_record_with_log_tail(toy_card: Path) -> None:
     result = run_cli("record", str(toy_card), "--runs", "2", "--", "--fail")
     assert result.code == 1
@@ -165,6 +159,7 @@ def test_failed_run_ends_record_with_log_tail(toy_card: Path) -> None:
     assert "no standard written" in result.err and not standard_of(toy_card).exists()
 
 
+@pytest.mark.slow
 def test_timeout_kills_the_process_group(tmp_path: Path) -> None:
     card = write_card(tmp_path / "slow.toml", extra="")
     card.write_text(card.read_text().replace("timeout_s = 60", "timeout_s = 2"))
@@ -176,6 +171,7 @@ def test_timeout_kills_the_process_group(tmp_path: Path) -> None:
     assert not (tmp_path / "runs" / "run2" / "run.log").exists()  # the record ended at the first failure
 
 
+@pytest.mark.slow
 def test_successful_run_leaves_no_process_behind(toy_card: Path, tmp_path: Path) -> None:
     result = run_cli("record", str(toy_card), "--runs", "2", "--workdir", str(tmp_path / "runs"), "--", "--spawn-child")
     assert result.code == 0, result.text
@@ -183,6 +179,7 @@ def test_successful_run_leaves_no_process_behind(toy_card: Path, tmp_path: Path)
         assert not pid_alive(int((tmp_path / "runs" / f"run{i}" / "child.pid").read_text()))
 
 
+@pytest.mark.slow
 def test_ctrl_c_kills_runs_and_writes_nothing(toy_card: Path, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     proc = subprocess.Popen(
@@ -204,6 +201,7 @@ def test_ctrl_c_kills_runs_and_writes_nothing(toy_card: Path, tmp_path: Path) ->
     assert not standard_of(toy_card).exists() and not Path(str(standard_of(toy_card)) + ".lock").exists()
 
 
+@pytest.mark.slow
 def test_parallel_runs_overlap_on_disjoint_gpu_sets(tmp_path: Path) -> None:
     card = write_card(tmp_path / "gpu.toml", extra="gpus_per_run = 1\n")
     runs = tmp_path / "runs"
@@ -225,6 +223,7 @@ def test_gpu_slots() -> None:
     assert gpu_slots(1, 2, ["0", "1", "2"]) == [["0"], ["1"]]
 
 
+@pytest.mark.slow
 def test_concurrent_record_of_one_standard_fails_clearly(toy_card: Path) -> None:
     # The first record holds the lock for at least 20 s (two runs at once), long past the second's start-up.
     first = subprocess.Popen([sys.executable, "-m", "detaudit", "record", str(toy_card), "--runs", "2", "--parallel",
@@ -246,6 +245,7 @@ def test_console_script_is_installed() -> None:
     assert result.returncode == 0 and "detaudit" in result.stdout
 
 
+@pytest.mark.slow
 def test_library_usable_from_python(toy_card: Path, tmp_path: Path) -> None:
     from detaudit.flows.record import record
     from detaudit.flows.verify import verify
@@ -263,6 +263,7 @@ with open(os.environ["DETAUDIT_METRICS_JSONL"], "w") as out:
 """
 
 
+@pytest.mark.slow
 def test_a_local_run_gets_no_ray_address_unless_its_card_names_one(tmp_path: Path) -> None:
     """RAY_ADDRESS on this machine (a `ray start` cluster, someone else's) is not where a local run's
     Ray goes: the run does not see it. A card that names a cluster in its env keeps it."""
@@ -282,6 +283,7 @@ def test_a_local_run_gets_no_ray_address_unless_its_card_names_one(tmp_path: Pat
     assert saw("named", '[env]\nRAY_ADDRESS = "auto"\n') == 1
 
 
+@pytest.mark.slow
 def test_a_relative_workdir_is_the_same_folder_for_detaudit_and_the_run(toy_card: Path, tmp_path: Path) -> None:
     # Each run's cwd is its own run dir: a relative --workdir used to send its metrics path there, twice nested.
     result = run_cli("record", str(toy_card), "--runs", "2", "--no-write", "--no-doctor", "--workdir", "rel",

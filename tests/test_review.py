@@ -7,6 +7,8 @@ import json
 import math
 from pathlib import Path
 
+import pytest
+
 from detaudit.data.compare import SeriesData
 from detaudit.standards.formats import load_any, render_as
 from detaudit.render.review import change_line, review_lines
@@ -46,6 +48,7 @@ def test_signed_zero_and_type_are_changes() -> None:
     assert change.differing == 2 and change.kind == "signed-zero" and change.max_abs == 0.0
 
 
+@pytest.mark.slow
 def test_cli_standard_diff_and_show(tmp_path: Path) -> None:
     old, new = tmp_path / "old.json", tmp_path / "new.json"
     old.write_text(render_as(OLD, "detaudit"))

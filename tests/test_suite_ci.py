@@ -15,6 +15,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
 from lxml import etree
 from markdown_it import MarkdownIt
 
@@ -41,6 +42,7 @@ def cards_dir(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_plan_lists_suite_and_checks_the_budget(tmp_path: Path) -> None:
     folder = cards_dir(tmp_path)
     ok = run_cli("plan", "--cards", str(folder), "--suite", "toy", "--budget", "200")
@@ -57,6 +59,7 @@ def test_plan_lists_suite_and_checks_the_budget(tmp_path: Path) -> None:
     assert none.code == 2 and "no card in suite 'nope' (suites here: other, toy)" in none.err
 
 
+@pytest.mark.slow
 def test_verify_suite_one_table_one_exit_code_junit_and_summary(tmp_path: Path) -> None:
     folder = cards_dir(tmp_path)
     assert run_cli("record", str(folder / "a.toml"), "--runs", "2").code == 0
@@ -85,6 +88,7 @@ def test_verify_suite_one_table_one_exit_code_junit_and_summary(tmp_path: Path) 
     assert bad.code == 2 and "--suite verifies the suite's cards" in bad.err
 
 
+@pytest.mark.slow
 def test_single_verify_junit_has_a_case_per_series(tmp_path: Path) -> None:
     card = write_card(tmp_path / "toy.toml")
     assert run_cli("record", str(card), "--runs", "2").code == 0
@@ -99,6 +103,7 @@ def test_single_verify_junit_has_a_case_per_series(tmp_path: Path) -> None:
     assert all("step 0" in c.find("failure").text for c in failing if c.get("name").startswith("rollout"))
 
 
+@pytest.mark.slow
 def test_record_junit_and_summary_name_disagreeing_series(tmp_path: Path) -> None:
     card = write_card(tmp_path / "toy.toml")
     junit, summary = tmp_path / "r.xml", tmp_path / "s.md"
@@ -122,6 +127,7 @@ def metrics_and_standard(tmp_path: Path, names: list[str], differ: str | None = 
     return metrics, standard
 
 
+@pytest.mark.slow
 def test_reports_on_bad_input_hold_one_error_case(tmp_path: Path) -> None:
     summary, junit = tmp_path / "summary.md", tmp_path / "junit.xml"
     env = {"GITHUB_STEP_SUMMARY": str(summary)}
@@ -145,6 +151,7 @@ def test_reports_on_bad_input_hold_one_error_case(tmp_path: Path) -> None:
         assert summary.read_text().count("**ERROR**") == (2 if "--update" in args else 3)
 
 
+@pytest.mark.slow
 def test_interrupted_verify_writes_its_reports(tmp_path: Path) -> None:
     card = write_card(tmp_path / "toy.toml")
     assert run_cli("record", str(card), "--runs", "2").code == 0
@@ -183,6 +190,7 @@ def test_unwritable_step_summary_is_a_warning_and_the_verdict_stands(tmp_path: P
         assert valid_junit(junit).find("testsuite").get("failures") == "0"
 
 
+@pytest.mark.slow
 def test_names_xml_cannot_carry_are_escaped_and_reported(tmp_path: Path) -> None:
     metrics, standard = metrics_and_standard(tmp_path, ["train\x1bloss", "ok\x00"], differ="train\x1bloss")
     junit = tmp_path / "junit.xml"
@@ -233,6 +241,7 @@ def approximate_suite(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_approximate_pass_is_a_pass_marked_approximate_everywhere(tmp_path: Path) -> None:
     folder = approximate_suite(tmp_path)
     junit, summary = tmp_path / "junit.xml", tmp_path / "summary.md"
@@ -254,6 +263,7 @@ def test_approximate_pass_is_a_pass_marked_approximate_everywhere(tmp_path: Path
                for c in cases)
 
 
+@pytest.mark.slow
 def test_not_verified_on_a_new_runner_class_says_how_to_go_on(tmp_path: Path) -> None:
     """The first run on a runner class without a standard: the reports name the way forward."""
     card = write_card(tmp_path / "toy.toml")

@@ -12,7 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO
+
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 IN_PROCESS = '''
 def test_starts_ray_here():

@@ -10,15 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli, write_card
+from conftest import TRACE_RECIPE, run_cli, run_traced, trace_card, write_card
 
 from detaudit.trace import DIR_ENV, KEEP_ENV, MODE_ENV, trace_env
 from detaudit.trace.compare import compare_traces, seed_collisions, unseeded_uses
 from detaudit.trace.files import read_trace
 from detaudit.render.trace import comparison_lines
-
-TRACE_RECIPE = REPO / "tests" / "recipes" / "trace_recipe.py"
-
 
 def recipe_line(text: str) -> int:
     """The line of TRACE_RECIPE that contains ``text`` (so tests do not hard-code numbers)."""
@@ -26,31 +23,6 @@ def recipe_line(text: str) -> int:
         if text in line:
             return number
     raise AssertionError(text)
-
-
-def trace_card(tmp_path: Path, *args: str, name: str = "tracetoy") -> Path:
-    path = tmp_path / f"{name}.toml"
-    command = json.dumps(["{python}", str(TRACE_RECIPE), *args])
-    path.write_text(f'name = "{name}"\ncommand = {command}\ntimeout_s = 600\nrunner = ["cpu", "test"]\n'
-                    f'standards_dir = "{tmp_path / "standards"}"\n')
-    return path
-
-
-def run_traced(tmp_path: Path, source: str, mode: str = "rng", keep: int | None = None,
-               extra_env: dict[str, str] | None = None, name: str = "t") -> tuple[Path, str]:
-    """Run ``source`` as a script with tracing on, the way a traced run starts it."""
-    (tmp_path / name).mkdir()
-    script = tmp_path / name / "t.py"  # one script name: call sites are comparable across runs
-    script.write_text(source)
-    trace_dir = tmp_path / name / "trace"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DETAUDIT_TRACE")}
-    env["PYTHONPATH"] = str(REPO)
-    env = trace_env(mode, trace_dir, env, keep)
-    env.update(extra_env or {})
-    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path / name)
-    assert proc.returncode == 0, proc.stderr
-    return trace_dir, proc.stdout
 
 
 LEDGER_SCRIPT = """
@@ -77,6 +49,7 @@ random.uniform(0, 1); np.random.uniform()
 """
 
 
+@pytest.mark.slow
 def test_ledger_records_torch_numpy_random_with_sites_and_seeding(tmp_path: Path) -> None:
     trace_dir, out = run_traced(tmp_path, LEDGER_SCRIPT)
     assert out.strip() == "False"  # tracing never initialises CUDA
@@ -104,6 +77,7 @@ def test_ledger_records_torch_numpy_random_with_sites_and_seeding(tmp_path: Path
     assert uses["torch.cpu"].first.op == "torch.randperm" and uses["numpy"].count == 1
 
 
+@pytest.mark.slow
 def test_two_unseeded_processes_differ_from_their_first_draw(tmp_path: Path) -> None:
     source = "import torch\ntorch.zeros(1)\ntorch.randperm(4)\n"
     a, _ = run_traced(tmp_path, source, name="a")
@@ -119,6 +93,7 @@ def test_two_unseeded_processes_differ_from_their_first_draw(tmp_path: Path) -> 
     assert compare_traces(read_trace(c), read_trace(d)).identical
 
 
+@pytest.mark.slow
 def test_bounded_size_keeps_k_records_per_site_then_a_hash_chain(tmp_path: Path) -> None:
     source = ("import os, torch\ntorch.manual_seed(1)\n"
               "for i in range(100):\n"
@@ -137,6 +112,7 @@ def test_bounded_size_keeps_k_records_per_site_then_a_hash_chain(tmp_path: Path)
     assert "the draws after the first kept ones differ" in comparison_lines(cmp)[0]
 
 
+@pytest.mark.slow
 def test_tracing_is_off_by_default(tmp_path: Path) -> None:
     card = write_card(tmp_path / "toy.toml")
     result = run_cli("record", str(card), "--runs", "2", "--workdir", str(tmp_path / "runs"))
@@ -149,6 +125,7 @@ def test_tracing_is_off_by_default(tmp_path: Path) -> None:
     assert probe.stdout.split() == ["None", "None", "False"], probe.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_multiprocessing_children_are_traced_and_collisions_warned(tmp_path: Path, method: str) -> None:
     card = trace_card(tmp_path, "--mp", method, "--mp-same-seed")
@@ -168,6 +145,8 @@ def test_multiprocessing_children_are_traced_and_collisions_warned(tmp_path: Pat
     assert ranked.code == 0 and json.loads(ranked.out)["collisions"] == []
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_ray_hidden_draw_scan_rng_cannot_see_is_named_by_record_trace(tmp_path: Path) -> None:
     line = recipe_line("return sampler(n)")
     scan = run_cli("scan-rng", str(TRACE_RECIPE), "--format", "json", "--no-cache")
@@ -193,6 +172,8 @@ def test_ray_hidden_draw_scan_rng_cannot_see_is_named_by_record_trace(tmp_path: 
     assert task and task[0].label == "numpy_task" and task[0].draws[0].seeded is not None
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_ray_seeded_replicas_collide_and_seeded_hidden_actor_is_clean(tmp_path: Path) -> None:
     """... and an actor killed inside a task (after it drew) leaves a ledger without an end."""
     card = trace_card(tmp_path, "--ray", "--seed-hidden", "--replicas", "2", "--kill-mid-task")
@@ -208,6 +189,7 @@ def test_ray_seeded_replicas_collide_and_seeded_hidden_actor_is_clean(tmp_path: 
     assert f"trace incomplete: pid {sleeper.pid} Sleeper (Ray actor)" in " ".join(result.out.split())
 
 
+@pytest.mark.slow
 def test_modules_save_and_against_name_the_first_differing_module(tmp_path: Path) -> None:
     card = trace_card(tmp_path)
     saved = tmp_path / "machine-a"
@@ -240,6 +222,7 @@ def test_modules_save_and_against_name_the_first_differing_module(tmp_path: Path
                                  "kept: set DETAUDIT_TRACE_KEEP higher to name the call)")
 
 
+@pytest.mark.slow
 def test_bad_trace_input_is_one_line_exit_2(tmp_path: Path) -> None:
     card = trace_card(tmp_path)
     empty = tmp_path / "empty"
@@ -264,6 +247,7 @@ def test_bad_trace_input_is_one_line_exit_2(tmp_path: Path) -> None:
     assert result.code == 2 and "--trace traces a run: give a CARD, not --metrics" in result.err
 
 
+@pytest.mark.slow
 def test_record_and_verify_trace_a_seeded_recipe(tmp_path: Path) -> None:
     card = trace_card(tmp_path, "--mp", "fork")
     record = run_cli("record", str(card), "--runs", "2", "--trace", "--workdir", str(tmp_path / "runs"))
@@ -277,6 +261,7 @@ def test_record_and_verify_trace_a_seeded_recipe(tmp_path: Path) -> None:
     assert (tmp_path / "verify" / "run1" / "trace").is_dir()  # kept for the trace
 
 
+@pytest.mark.slow
 def test_tracing_keeps_the_default_device_of_a_device_context(tmp_path: Path) -> None:
     """`with torch.device(d):` must still place traced factories on d (a GPU run once built PickScore's
     `torch.randn` parameters on the CPU under the tracer; "meta" shows it on a machine without CUDA)."""
@@ -306,6 +291,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_dataloader_workers_are_traced_as_such_and_seeded_apart(tmp_path: Path, method: str) -> None:
     """DataLoader workers are named by worker id (they seed before they publish it), and their
@@ -343,13 +329,12 @@ with open(os.environ["DETAUDIT_METRICS_JSONL"], "w") as fh:
 """
 
 
+@pytest.mark.slow
 def test_record_and_verify_json_carry_the_trace_report(tmp_path: Path) -> None:
     """`--json` on record and verify: the diff or failing series, and next to them the trace report."""
     script = tmp_path / "shuffle.py"
     script.write_text(SHUFFLE_RECIPE)
-    card = tmp_path / "shuffle.toml"
-    card.write_text(f'name = "shuffle"\ncommand = ["{{python}}", "{script}"]\ntimeout_s = 120\n'
-                    f'runner = ["cpu", "test"]\nstandards_dir = "{tmp_path / "standards"}"\n')
+    card = write_card(tmp_path / "shuffle.toml", name="shuffle", recipe=script, timeout_s=120)
     unseeded = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--trace", "--json",
                        "--workdir", str(tmp_path / "w1"))
     assert unseeded.code == 1, unseeded.text
@@ -382,6 +367,7 @@ def test_record_and_verify_json_carry_the_trace_report(tmp_path: Path) -> None:
     assert run_cli("verify", "--suite", "cpu", "--json").code == 2
 
 
+@pytest.mark.slow
 def test_a_folder_where_the_standards_trace_goes_stops_record_before_it_writes(tmp_path: Path) -> None:
     card = trace_card(tmp_path)
     out = tmp_path / "standards" / "toy.json"
@@ -395,6 +381,7 @@ def test_a_folder_where_the_standards_trace_goes_stops_record_before_it_writes(t
     assert not out.exists() and (in_the_way / "notes.txt").read_text() == "mine\n"
 
 
+@pytest.mark.slow
 def test_a_standard_carries_a_trace_and_a_failing_verify_names_the_module(tmp_path: Path) -> None:
     """record --trace keeps run 1's trace next to the standard; verify then traces its run and,
     when the bits differ, names the first module whose inputs match and outputs differ."""

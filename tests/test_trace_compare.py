@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from test_trace import run_traced
+import pytest
+from conftest import run_traced
 
 from detaudit.render.trace import comparison_json, comparison_lines
 from detaudit.trace.compare import compare_traces
 from detaudit.trace.files import read_trace
+
+pytestmark = pytest.mark.slow  # each test traces real torch (or Ray) processes
 
 TWO_PROCESSES = """import os, torch
 torch.manual_seed(0)

@@ -12,8 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import run_cli
-from test_trace import run_traced
+import pytest
+from conftest import run_cli, run_traced, write_card
 
 from detaudit.errors import InputError, UsageError
 from detaudit.render.trace import comparison_lines, runs_trace_lines
@@ -232,6 +232,7 @@ if os.environ.get("HIDE") == "mp-spawn" and __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_a_python_child_the_tracer_could_not_enter_is_named_as_not_traced(tmp_path: Path) -> None:
     clean, _ = run_traced(tmp_path, CHILDREN, name="clean")
     run = read_trace(clean)
@@ -260,6 +261,7 @@ def test_a_python_child_the_tracer_could_not_enter_is_named_as_not_traced(tmp_pa
 SEEDED_MODEL = "import torch\ntorch.manual_seed(0)\ntorch.nn.Linear(2, 2)(torch.ones(2))\n"
 
 
+@pytest.mark.slow
 def test_traces_of_different_modes_or_cards_are_never_identical(tmp_path: Path) -> None:
     rng, _ = run_traced(tmp_path, SEEDED_MODEL, name="rng")
     modules, _ = run_traced(tmp_path, SEEDED_MODEL, mode="modules", name="modules")
@@ -315,10 +317,7 @@ with open(os.environ["DETAUDIT_METRICS_JSONL"], "w") as fh:
 def quick_card(tmp_path: Path) -> Path:
     script = tmp_path / "quick.py"
     script.write_text(QUICK_RECIPE)
-    card = tmp_path / "quick.toml"
-    card.write_text(f'name = "quick"\ncommand = ["{{python}}", "{script}"]\ntimeout_s = 120\n'
-                    f'runner = ["cpu", "test"]\nstandards_dir = "{tmp_path / "standards"}"\n')
-    return card
+    return write_card(tmp_path / "quick.toml", name="quick", recipe=script, timeout_s=120)
 
 
 def _saved(tmp_path: Path, name: str, ledger: bytes) -> Path:
@@ -369,6 +368,7 @@ def test_a_corrupt_saved_trace_is_a_one_line_error(tmp_path: Path) -> None:
         raise AssertionError("/dev/zero read")
 
 
+@pytest.mark.slow
 def test_corrupt_saved_traces_through_the_cli_trace_and_a_plain_verify(tmp_path: Path) -> None:
     card = quick_card(tmp_path)
     bad = _saved(tmp_path, "bad", START + b'{"type":"end","pid":1,"seq":1e999}\n')
@@ -394,6 +394,7 @@ def test_corrupt_saved_traces_through_the_cli_trace_and_a_plain_verify(tmp_path:
         f"detaudit: error: {carried / 'trace' / 'main.1.jsonl'}: not a regular file; not a detaudit trace")
 
 
+@pytest.mark.slow
 def test_save_onto_a_symlink_is_a_one_line_error_and_writes_nothing(tmp_path: Path) -> None:
     card = quick_card(tmp_path)
     target = tmp_path / "target"
@@ -408,6 +409,7 @@ def test_save_onto_a_symlink_is_a_one_line_error_and_writes_nothing(tmp_path: Pa
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".link")] == []
 
 
+@pytest.mark.slow
 def test_against_a_trace_of_another_card_is_refused_before_the_run(tmp_path: Path) -> None:
     card = quick_card(tmp_path)
     other = _saved(tmp_path, "other", START + b'{"type":"end","pid":1,"seq":1}\n')
@@ -419,6 +421,7 @@ def test_against_a_trace_of_another_card_is_refused_before_the_run(tmp_path: Pat
     assert not (tmp_path / "w").exists()
 
 
+@pytest.mark.slow
 def test_a_trace_with_a_process_the_tracer_could_not_enter_exits_1(tmp_path: Path) -> None:
     script = tmp_path / "untraced_child.py"
     script.write_text("import os, subprocess, sys\n"
@@ -467,6 +470,7 @@ def test_what_the_flows_ask_of_a_saved_trace_before_they_run(tmp_path: Path) -> 
     check_save_destination(tmp_path / "new")
 
 
+@pytest.mark.slow
 def test_modules_against_an_rng_trace_through_the_cli_is_incomplete(tmp_path: Path) -> None:
     """`trace --modules --against` a trace saved in rng mode, and `verify --trace=modules` on a
     standard that carries an rng trace: never "identical"."""

@@ -41,6 +41,7 @@ def loss_run(tmp_path: Path, name: str) -> Path:
                                                             "grad_norm": 1.5}) for s, v in lines])
 
 
+@pytest.mark.slow
 def test_exclude_leaves_series_out_and_the_report_lists_them(tmp_path: Path) -> None:
     run = megatron_run(tmp_path, wall_clock=0.123)
     assert run_cli("verify", "--metrics", str(run), "--standard", str(MEGATRON)).code == 1
@@ -82,6 +83,7 @@ def test_rename_from_the_card_maps_a_runs_series_to_the_standards(tmp_path: Path
     assert name == "loss" and divergence.step == 3  # the standard's name and step
 
 
+@pytest.mark.slow
 def test_the_text_report_lists_renames_and_the_runs_series_the_standard_lacks(tmp_path: Path) -> None:
     run = loss_run(tmp_path, "loss_metrics/global_avg_loss")
     failed = run_cli("verify", "--metrics", str(run), "--standard", str(LOSSES))
