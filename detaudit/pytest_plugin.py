@@ -289,7 +289,7 @@ class DetauditChecker:
                                         excluded={"series": run.excluded})
         if not new.series:
             _fail(f"detaudit: {metrics} has no series to record in {self._shown(standard)}")
-        text = render_as(new, new.format, target=standard)
+        text = render_as(new, new.format, target=standard, previous=old)  # the replaced file's byte layout kept
         if old is not None and standard.read_text(encoding="utf-8") == text:
             self._event("unchanged", standard, change)
             return

@@ -27,7 +27,14 @@ def failing(facts: dict, gpus: int = 2) -> dict[str, str]:
 
 def test_each_row_fails_with_a_fix() -> None:
     assert failing(GOOD) == {}
-    assert "PYTHONHASHSEED" in failing({**GOOD, "hash_randomization": 1})
+    assert "PYTHONHASHSEED" in failing({**GOOD, "hash_randomization": 1, "env": {**GOOD["env"], "PYTHONHASHSEED": "random"}})
+    # A fixed nonzero seed is deterministic too (CPython still reports randomization on for it).
+    assert "PYTHONHASHSEED" not in failing({**GOOD, "hash_randomization": 1, "env": {**GOOD["env"], "PYTHONHASHSEED": "123"}})
+    for bad in ("", "random", "-1", "4294967296", None):
+        env = {k: v for k, v in GOOD["env"].items() if k != "PYTHONHASHSEED"}
+        if bad is not None:
+            env["PYTHONHASHSEED"] = bad
+        assert "PYTHONHASHSEED" in failing({**GOOD, "hash_randomization": 1, "env": env}), bad
     assert "CUBLAS_WORKSPACE_CONFIG" in failing({**GOOD, "env": {**GOOD["env"], "CUBLAS_WORKSPACE_CONFIG": None}})
     assert "NCCL_ALGO" in failing({**GOOD, "env": {**GOOD["env"], "NCCL_ALGO": None}})
     assert "NCCL_ALGO" not in failing({**GOOD, "env": {**GOOD["env"], "NCCL_ALGO": None}}, gpus=1)
@@ -56,7 +63,7 @@ def test_real_probe_reaches_the_ray_worker_and_catches_an_unseeded_one(tmp_path:
 def test_cli_doctor_and_record_preflight(tmp_path: Path) -> None:
     bare = write_card(tmp_path / "bare.toml", name="bare")
     result = run_cli("doctor", str(bare), "--no-ray")
-    assert result.code == 1 and "PYTHONHASHSEED" in result.out and "set PYTHONHASHSEED" in result.out
+    assert result.code == 1 and "PYTHONHASHSEED" in result.out and "add PYTHONHASHSEED" in result.out
     fixed = write_card(tmp_path / "fixed.toml", name="fixed", extra='[env]\nPYTHONHASHSEED = "0"\n')
     ok = run_cli("doctor", str(fixed), "--no-ray", "--json")
     assert ok.code == 0 and all(r["ok"] for r in json.loads(ok.out))

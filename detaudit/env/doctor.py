@@ -40,6 +40,12 @@ def _row(process: str, check: str, ok: bool, value: str, fix: str) -> Row:
     return Row(process, check, ok, value, "" if ok else fix)
 
 
+def fixed_hash_seed(value: str | None) -> bool:
+    """Whether PYTHONHASHSEED fixes str hashing: an integer 0..4294967295 (CPython's range), not
+    "random", empty or unset."""
+    return value is not None and value.strip().isdigit() and int(value) <= 4294967295
+
+
 def evaluate(process: str, f: dict[str, Any], *, seed: int, gpus_per_run: int, at_start: bool,
              env_rows: bool = True) -> list[Row]:
     """The rows of one process from its probe facts (``doctor_probe.facts``).
@@ -52,10 +58,16 @@ def evaluate(process: str, f: dict[str, Any], *, seed: int, gpus_per_run: int, a
     cuda = bool(f.get("cuda_available"))
     if not env_rows:
         return _code_rows(process, f, seed, cuda)
-    hashed = f.get("hash_randomization") == 0
+    # A fixed seed other than 0 is as deterministic as 0, though CPython still reports hash
+    # randomization on for it; the probe reads the variables the process started with.
+    fixed = fixed_hash_seed(env.get("PYTHONHASHSEED"))
+    hashed = f.get("hash_randomization") == 0 or fixed
+    state = "off" if f.get("hash_randomization") == 0 else "seeded" if fixed else "on"
     rows.append(_row(process, "PYTHONHASHSEED", hashed,
-                     f"hash randomization {'off' if hashed else 'on'} (PYTHONHASHSEED={env.get('PYTHONHASHSEED')})",
-                     "set PYTHONHASHSEED = \"0\" in the card's env: it only works when set before the interpreter starts"))
+                     f"hash randomization {state} (PYTHONHASHSEED={env.get('PYTHONHASHSEED')})",
+                     "add PYTHONHASHSEED = \"0\" to the card's [env] table (any fixed integer works); setting it "
+                     "from inside the program (os.environ) is too late: str hashing is fixed when the interpreter "
+                     "starts"))
     cublas = env.get("CUBLAS_WORKSPACE_CONFIG")
     rows.append(_row(process, "CUBLAS_WORKSPACE_CONFIG", cublas in CUBLAS_OK or not cuda,
                      str(cublas) if cuda else f"{cublas} (n/a: no CUDA device)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any
 
@@ -16,13 +17,31 @@ from detaudit.run.spec import RunState, RunStatus
 PREFIX = "\\[detaudit]"  # "[detaudit]", escaped for rich markup
 
 
+# C0 controls but tab and newline, DEL, C1 controls: a series name or path from someone else's file
+# holding ESC would otherwise drive the reader's terminal (colours, cursor moves, a cleared screen).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """``text`` with control characters shown as escapes (``train\x1bloss`` -> ``train\\x1bloss``)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+class SafeConsole(Console):
+    """A rich console that never writes a control character it was given in a string."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Any:  # every str rich prints, table cells included
+        return super().render_str(visible(text), **kwargs)
+
+
 def console(stderr: bool = False) -> Console:
     """A console on stdout or stderr. Off a terminal (CI logs, pipes) nothing is hard-wrapped: a
-    line stays one line and tables take the width they need (grep and diff see whole lines)."""
+    line stays one line and tables take the width they need (grep and diff see whole lines).
+    Control characters in what it prints are shown as escapes."""
     stream = sys.stderr if stderr else sys.stdout
     if stream.isatty():
-        return Console(stderr=stderr, highlight=False)
-    return Console(stderr=stderr, highlight=False, width=100_000, soft_wrap=True)
+        return SafeConsole(stderr=stderr, highlight=False)
+    return SafeConsole(stderr=stderr, highlight=False, width=100_000, soft_wrap=True)
 
 
 class RunDisplay:
