@@ -392,6 +392,7 @@ def test_pages_name_no_host_and_fetch_nothing(tmp_path: Path) -> None:
         == ["https:", "<img src='x.png'>", "<a href='https://example.org'>", "<img>"]
 
 
+@pytest.mark.slow
 def test_same_inputs_give_a_byte_identical_page(tmp_path: Path) -> None:
     a, b, c = tmp_path / "a.html", tmp_path / "b.html", tmp_path / "c.html"
     for page in (a, b):
@@ -429,6 +430,7 @@ def test_a_plot_depends_only_on_its_own_data() -> None:
     assert after == alone
 
 
+@pytest.mark.slow
 def test_a_long_pair_is_drawn_downsampled_and_marks_the_exact_first_step(tmp_path: Path) -> None:
     from detaudit.render.html.page import chart_data
 

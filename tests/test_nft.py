@@ -75,6 +75,7 @@ def test_ema() -> None:
     assert nft.ema_decay(10, slope=0.1, max_decay=0.9) == pytest.approx(0.9)
 
 
+@pytest.mark.slow
 def test_flops_formula_matches_torch_flop_counter() -> None:
     from torch.utils.flop_counter import FlopCounterMode
 
