@@ -92,6 +92,7 @@ def _overriding_card(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow  # record and verify probe the environment (torch in a child Python)
 def test_record_and_verify_refuse_a_machine_that_cannot_honour_the_profile(tmp_path: Path) -> None:
     from conftest import run_cli
 

@@ -14,6 +14,8 @@ from conftest import REPO, run_cli
 from recipes.diffusion_nft.models import build_pickscore
 from recipes.diffusion_nft.reward import PickScore, clip_pixels, to_pil
 
+pytestmark = pytest.mark.recipe  # torch, transformers
+
 CARD = REPO / "recipes" / "sd3_pickscore_nft_portable.toml"
 STANDARD = REPO / "standards" / "sd3_pickscore_nft_portable.cpu-x86_64-portable-v1.json"
 
@@ -25,6 +27,7 @@ def _images(n: int, height: int, width: int, seed: int = 0) -> torch.Tensor:
     return smooth.round().clamp(0, 255).to(torch.uint8)
 
 
+@pytest.mark.slow  # seconds: transformers' CLIP processor
 @pytest.mark.parametrize("shape", [(32, 32), (48, 40), (64, 64), (40, 72)])
 def test_torch_preprocessing_is_the_clip_processors_up_to_a_level_or_two(shape: tuple[int, int]) -> None:
     processor, _ = build_pickscore("tiny", 0)
@@ -63,6 +66,7 @@ def test_pickscore_uses_the_preprocessing_it_is_given() -> None:
     assert torch.allclose(by_torch, by_processor, atol=1e-2)  # ...by a resampler's rounding
 
 
+@pytest.mark.slow  # probes the environment in the recipe's interpreter
 def test_the_portable_card_runs_the_torch_path_under_its_profile() -> None:
     card = tomllib.loads(CARD.read_text())
     assert card["portable"] == "x86_64-v1" and "runner" not in card
