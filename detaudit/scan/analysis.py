@@ -320,14 +320,23 @@ class Program:
 
     def candidates(self, argument: str = "", attr: str = "", root: str | None = None) -> list[str]:
         """Functions and classes that dotted-path strings of the tree name, for a loader whose argument
-        names ``argument`` ('=pkg.mod.fn': that string only; an attribute: the strings assigned to it,
-        else every string assigned to none). ``attr``: the strings name modules, ``attr`` is taken from each."""
+        names ``argument`` ('=pkg.mod.fn': that string only; '[pkg.mod.TABLE': the dotted strings of
+        that dict; an attribute: the strings assigned to it; else, or when the dict holds none, every
+        string assigned to none). ``attr``: the strings name modules, ``attr`` is taken from each."""
         key = (argument, attr, root)
         cached = self._candidates.get(key)
         if cached is not None:
             return cached
+        texts: set[str] = set()
         if argument.startswith("="):
             texts = {argument[1:]}
+        elif argument.startswith("["):  # MODULES[key]: the dotted strings of that dict, when the tree shows them
+            owner, _, table = argument[1:].rpartition(".")
+            module = self._module(owner, root, True)
+            if module is not None:
+                texts = set(self.modules[module].get("string_tables", {}).get(table, ()))
+            if not texts:
+                texts = self.strings.get("", set())
         else:
             texts = self.strings.get(argument, set()) if argument else set()
             if not texts:

@@ -31,7 +31,7 @@ from detaudit.scan.rules import (
     seed_families,
 )
 
-FACTS_VERSION = 8
+FACTS_VERSION = 9
 MODULE_BODY = "<module>"
 MAIN_BLOCK = "<main>"
 _BUILTINS = frozenset({"id", "hash"})
@@ -739,6 +739,15 @@ class FileFacts:
                          for t in self._targets(item, _Ctx(MODULE_BODY, None, ()), 4)]
                 if names:
                     tables[name] = names
+        # module-level dicts of dotted-path strings: NAME -> the strings (a loader's argument
+        # ``import_module(MODULES[key])`` picks one of them)
+        string_tables = {}
+        for (scope, name), values in self.values.items():
+            if scope == MODULE_BODY:
+                texts = sorted({t for v in values if isinstance(v, ast.Dict) for item in v.values
+                                if isinstance(item, ast.Constant) and (t := _dotted_string(item.value)) is not None})
+                if texts:
+                    string_tables[name] = texts
         return {
             "version": FACTS_VERSION,
             "module": self.module,
@@ -753,6 +762,7 @@ class FileFacts:
             "suppress": suppress,
             "strings": strings,
             "tables": tables,
+            "string_tables": string_tables,
             "binds": self._bind_facts(),
             "names": sorted(self.names),
             "imported": sorted(self.imported),
@@ -783,8 +793,26 @@ class FileFacts:
             _, resolved = self.call_name(call, ctx) if not isinstance(call.func, ast.Call) else (None, None)
             if resolved is None:
                 continue
-            binds.append([key, resolved, self._source_of(call), _argument_name(call)])
+            binds.append([key, resolved, self._source_of(call), self._loader_argument(call, ctx)])
         return binds
+
+    def _loader_argument(self, call: ast.Call, ctx: _Ctx) -> str:
+        """What a loader call's first argument names (see _argument_name), or, for a lookup in a
+        dict (``MODULES[key]``, ``MODULES.get(key)``) of this module or one it imports,
+        ``[pkg.mod.MODULES``: the loader gets one of that dict's values."""
+        arg = call.args[0] if call.args else None
+        table = arg.value if isinstance(arg, ast.Subscript) and not (
+            isinstance(arg.slice, ast.Constant) and isinstance(arg.slice.value, str)) else (
+            arg.func.value if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute)
+            and arg.func.attr == "get" else None)
+        if table is not None:
+            qualified = self.resolve(dotted(table), ctx)
+            if qualified is None and isinstance(table, ast.Name) and (MODULE_BODY, table.id) in self.values \
+                    and (ctx.function, table.id) not in self.values:
+                qualified = f"{self.module}.{table.id}"
+            if qualified is not None:
+                return "[" + qualified
+        return _argument_name(call)
 
     def _built_name(self, node: ast.expr, ctx: _Ctx) -> str:
         """A regex of the attribute names ``getattr(x, node)`` can look up, when the code builds the
