@@ -17,6 +17,7 @@ import ast
 import re
 from typing import Any, Callable, NamedTuple
 
+from detaudit.scan import conditions as C
 from detaudit.scan import entries as E
 from detaudit.scan.impact import impact
 from detaudit.scan.rules import (
@@ -26,12 +27,13 @@ from detaudit.scan.rules import (
     RULES_BY_CALLEE,
     RULES_BY_METHOD,
     SEED_CALLS,
+    SEED_FLAGS,
     CallSite,
     Rule,
     seed_families,
 )
 
-FACTS_VERSION = 9
+FACTS_VERSION = 10
 MODULE_BODY = "<module>"
 MAIN_BLOCK = "<main>"
 _BUILTINS = frozenset({"id", "hash"})
@@ -104,6 +106,7 @@ class FileFacts:
         self.module = module
         name = name or module
         self.params: dict[str, set[str]] = {}
+        self._positional: dict[str, list[str]] = {}  # function -> its positional parameters
         self.bound: set[str] = set()
         self.package = name if is_package else name.rpartition(".")[0]
         self.is_test_module = E.is_test_module(name)
@@ -351,6 +354,7 @@ class FileFacts:
             self.functions[qual]["none_params"] = none_params
         arguments = [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
         self.params[qual] = set(arguments)
+        self._positional[qual] = [a.arg for a in (*node.args.posonlyargs, *node.args.args)]
         uses = [a for a in arguments if a not in ("self", "cls")]
         for dec in node.decorator_list:
             self.exprs(dec, ctx)
@@ -660,10 +664,20 @@ class FileFacts:
                         shared = self._shared_guards[id(ctx)] = (ctx, self._guard_texts(ctx))
                     function.setdefault("guarded_calls", []).append([index, shared[1], call.lineno])
                 families: tuple[str, ...] = ()
+                flag: C.Expr | None = None
                 if resolved in SEED_CALLS:
                     site = self._site(call, resolved, attr, ctx, function)
                     families = seed_families(site)
-                    function["seeds"].extend(f for f in families if f not in function["seeds"])
+                    given = site.argument(SEED_FLAGS[resolved]) if resolved in SEED_FLAGS else None
+                    if given is not None:
+                        flag = self._condition(given, ctx)
+                        if C.known(flag) and C.false_for(flag, {}):
+                            families = ()  # enable(seed, seed_rngs=False)
+                    if families:
+                        function["seeds"].extend(f for f in families if f not in function["seeds"])
+                        function.setdefault("seed_at", {})[index] = list(families)
+                if ctx.function != MODULE_BODY:
+                    self._seed_condition(call, ctx, function, index, flag)
                 made.setdefault(ctx.function, []).append((ctx.block, index, families))
                 if resolved in ("importlib.import_module", "getattr") or resolved in BUILTIN_LOADERS \
                         or resolved in CALLING_LOADERS:
@@ -845,6 +859,55 @@ class FileFacts:
             text += " ..."
         return text if len(text) <= 120 else text[:117] + "..."
 
+    def _condition(self, node: ast.expr, ctx: _Ctx) -> C.Expr:
+        """``node`` as a condition over the parameters of the function it is in (see conditions)."""
+        params = self.params.get(ctx.function, ())
+        values = self.values
+        function = ctx.function
+
+        def is_param(name: str) -> bool:  # a parameter the function never reassigns
+            return name in params and (function, name) not in values
+
+        def value_of(name: str) -> ast.expr | None:  # a local assigned once
+            assigned = values.get((function, name))
+            return assigned[0] if assigned is not None and len(assigned) == 1 else None
+
+        return C.encode(node, is_param, value_of)
+
+    def _seed_condition(self, call: ast.Call, ctx: _Ctx, function: dict[str, Any], index: int,
+                        flag: C.Expr | None) -> None:
+        """What seeding through the ``index``-th call depends on: the `if` conditions around it and
+        a seeding flag it passes (as conditions over the function's parameters: "seed_conds"), and
+        the constants and parameter-derived values it passes on ("call_args": position or keyword
+        -> condition), so that a caller's constants reach the callee's conditions."""
+        parts = [e if taken else ["not", e] for e, taken in
+                 ((self._condition(test, ctx), taken) for test, taken in ctx.guards)]
+        if flag is not None:
+            parts.append(flag)
+        forwards = False
+        if parts:
+            condition = parts[0] if len(parts) == 1 else ["and", *parts]
+            if C.uses_param(condition):
+                function.setdefault("seed_conds", {})[index] = condition
+                forwards = True
+        passed: dict[int | str, C.Expr] = {}
+        for position, arg in enumerate(call.args):
+            if type(arg) in _CONDITION_NODES:
+                expr = self._condition(arg, ctx)
+                if expr[0] == "c" or C.uses_param(expr):
+                    passed[position] = expr
+        for keyword in call.keywords:
+            if keyword.arg and type(keyword.value) in _CONDITION_NODES:
+                expr = self._condition(keyword.value, ctx)
+                if expr[0] == "c" or C.uses_param(expr):
+                    passed[keyword.arg] = expr
+        if passed:
+            function.setdefault("call_args", {})[index] = passed
+            forwards = forwards or any(C.uses_param(e) for e in passed.values())
+        if forwards and "params" not in function:
+            params = self._positional.get(ctx.function, [])
+            function["params"] = params[1:] if function.get("cls") and params[:1] in (["self"], ["cls"]) else params
+
     def _guard_texts(self, ctx: _Ctx) -> list[str]:
         """The `if` conditions around code, as source text ("not (...)" for an else branch)."""
         guards = []
@@ -928,6 +991,10 @@ def _option_attr(call: ast.Call, keyword: str) -> str:
         if long:
             return long[0].lstrip("-").replace("-", "_")
     return keyword
+
+
+# Argument expressions that can be a constant or come from a parameter (see conditions.encode).
+_CONDITION_NODES = frozenset({ast.Constant, ast.Name, ast.UnaryOp, ast.BoolOp, ast.Compare})
 
 
 def _argument_name(call: ast.Call) -> str:
