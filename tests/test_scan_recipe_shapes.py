@@ -295,3 +295,26 @@ def test_a_constant_carried_through_a_forwarding_call_reaches_the_condition(root
     edit(root / "solo/worker.py", "setup(seed, False)", "setup(seed, True)")
     finding = by_code(".")["return torch.rand(n)"]
     assert [(p["entry"], p["seeded"]) for p in finding.processes] == [("Worker (Ray actor)", True)]
+
+
+def test_a_parameter_the_function_reassigns_is_unknown(root: Path) -> None:
+    """`seed_rngs` is recomputed before the `if`: the False a caller passes is not what it tests."""
+    write_project(root, OWN_HELPER)
+    edit(root / "solo/worker.py", 'seed_all(seed, role != "sampler")', "seed_all(seed, False)")
+    edit(root / "solo/base.py", "def seed_all(seed, seed_rngs=True):\n",
+         "def seed_all(seed, seed_rngs=True):\n    if not seed_rngs:\n        seed_rngs = seed is not None\n")
+    finding = by_code(".")["return torch.rand(n)"]
+    assert [(p["entry"], p["seeded"]) for p in finding.processes] == [("Worker (Ray actor)", True)]
+
+
+def test_a_seed_right_before_the_draw_is_judged_with_its_arguments(root: Path) -> None:
+    """The draw's own function calls the helper first: its constants decide that seeding too."""
+    write_project(root, OWN_HELPER)
+    edit(root / "solo/worker.py", "                return torch.rand(n)",
+         "                seed_all(n, False)\n                return torch.rand(n)")
+    edit(root / "solo/worker.py", 'seed_all(seed, role != "sampler")', "seed_all(seed, False)")
+    finding = by_code(".")["return torch.rand(n)"]
+    assert finding.severity == "error"
+    edit(root / "solo/worker.py", "seed_all(n, False)", "seed_all(n, True)")
+    finding = by_code(".")["return torch.rand(n)"]
+    assert finding.severity == "warning" and "seeds the torch RNG before it" in finding.note
