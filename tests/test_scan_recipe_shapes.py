@@ -310,8 +310,7 @@ def test_a_parameter_the_function_reassigns_is_unknown(root: Path) -> None:
 def test_a_seed_right_before_the_draw_is_judged_with_its_arguments(root: Path) -> None:
     """The draw's own function calls the helper first: its constants decide that seeding too."""
     write_project(root, OWN_HELPER)
-    edit(root / "solo/worker.py", "                return torch.rand(n)",
-         "                seed_all(n, False)\n                return torch.rand(n)")
+    edit(root / "solo/worker.py", "        return torch.rand(n)", "        seed_all(n, False)\n        return torch.rand(n)")
     edit(root / "solo/worker.py", 'seed_all(seed, role != "sampler")', "seed_all(seed, False)")
     finding = by_code(".")["return torch.rand(n)"]
     assert finding.severity == "error"

@@ -107,6 +107,8 @@ class FileFacts:
         name = name or module
         self.params: dict[str, set[str]] = {}
         self._positional: dict[str, list[str]] = {}  # function -> its positional parameters
+        self._readers: dict[str, tuple[Callable[[str], bool], Callable[[str], ast.expr | None]]] = {}  # see _condition
+        self._guard_conditions: dict[int, C.Expr] = {}  # id(ctx) -> its `if` conditions (see _seed_condition)
         self.bound: set[str] = set()
         self.package = name if is_package else name.rpartition(".")[0]
         self.is_test_module = E.is_test_module(name)
@@ -676,7 +678,7 @@ class FileFacts:
                     if families:
                         function["seeds"].extend(f for f in families if f not in function["seeds"])
                         function.setdefault("seed_at", {})[index] = list(families)
-                if ctx.function != MODULE_BODY:
+                if ctx.function != MODULE_BODY and not self._no_names:  # a test's seeding counts whole
                     self._seed_condition(call, ctx, function, index, flag)
                 made.setdefault(ctx.function, []).append((ctx.block, index, families))
                 if resolved in ("importlib.import_module", "getattr") or resolved in BUILTIN_LOADERS \
@@ -861,18 +863,21 @@ class FileFacts:
 
     def _condition(self, node: ast.expr, ctx: _Ctx) -> C.Expr:
         """``node`` as a condition over the parameters of the function it is in (see conditions)."""
-        params = self.params.get(ctx.function, ())
-        values = self.values
-        function = ctx.function
+        readers = self._readers.get(ctx.function)
+        if readers is None:
+            params = self.params.get(ctx.function, ())
+            values = self.values
+            function = ctx.function
 
-        def is_param(name: str) -> bool:  # a parameter the function never reassigns
-            return name in params and (function, name) not in values
+            def is_param(name: str) -> bool:  # a parameter the function never reassigns
+                return name in params and (function, name) not in values
 
-        def value_of(name: str) -> ast.expr | None:  # a local assigned once
-            assigned = values.get((function, name))
-            return assigned[0] if assigned is not None and len(assigned) == 1 else None
+            def value_of(name: str) -> ast.expr | None:  # a local assigned once
+                assigned = values.get((function, name))
+                return assigned[0] if assigned is not None and len(assigned) == 1 else None
 
-        return C.encode(node, is_param, value_of)
+            readers = self._readers[ctx.function] = (is_param, value_of)
+        return C.encode(node, *readers)
 
     def _seed_condition(self, call: ast.Call, ctx: _Ctx, function: dict[str, Any], index: int,
                         flag: C.Expr | None) -> None:
@@ -880,26 +885,31 @@ class FileFacts:
         a seeding flag it passes (as conditions over the function's parameters: "seed_conds"), and
         the constants and parameter-derived values it passes on ("call_args": position or keyword
         -> condition), so that a caller's constants reach the callee's conditions."""
-        parts = [e if taken else ["not", e] for e, taken in
-                 ((self._condition(test, ctx), taken) for test, taken in ctx.guards)]
+        if not (call.args or call.keywords or ctx.guards or flag):
+            return
+        condition: C.Expr | None = None
+        if ctx.guards:
+            known = self._guard_conditions.get(id(ctx))
+            if known is None:  # every call under one `if` shares its ctx (kept alive by _shared_guards)
+                parts = [e if taken else ["not", e] for e, taken in
+                         ((self._condition(test, ctx), taken) for test, taken in ctx.guards)]
+                known = self._guard_conditions[id(ctx)] = parts[0] if len(parts) == 1 else ["and", *parts]
+            condition = known
         if flag is not None:
-            parts.append(flag)
+            condition = flag if condition is None else ["and", condition, flag]
         forwards = False
-        if parts:
-            condition = parts[0] if len(parts) == 1 else ["and", *parts]
-            if C.uses_param(condition):
-                function.setdefault("seed_conds", {})[index] = condition
-                forwards = True
+        if condition is not None and C.uses_param(condition):
+            function.setdefault("seed_conds", {})[index] = condition
+            forwards = True
         passed: dict[int | str, C.Expr] = {}
         for position, arg in enumerate(call.args):
-            if type(arg) in _CONDITION_NODES:
-                expr = self._condition(arg, ctx)
-                if expr[0] == "c" or C.uses_param(expr):
-                    passed[position] = expr
+            expr = self._passed(arg, ctx)
+            if expr is not None:
+                passed[position] = expr
         for keyword in call.keywords:
-            if keyword.arg and type(keyword.value) in _CONDITION_NODES:
-                expr = self._condition(keyword.value, ctx)
-                if expr[0] == "c" or C.uses_param(expr):
+            if keyword.arg:
+                expr = self._passed(keyword.value, ctx)
+                if expr is not None:
                     passed[keyword.arg] = expr
         if passed:
             function.setdefault("call_args", {})[index] = passed
@@ -907,6 +917,25 @@ class FileFacts:
         if forwards and "params" not in function:
             params = self._positional.get(ctx.function, [])
             function["params"] = params[1:] if function.get("cls") and params[:1] in (["self"], ["cls"]) else params
+
+    def _passed(self, arg: ast.expr, ctx: _Ctx) -> C.Expr | None:
+        """An argument worth carrying into the callee: a flag-like constant (a bool, None, a short
+        string without spaces: a role, a mode) or a value that comes from the caller's parameters."""
+        kind = type(arg)
+        if kind is ast.Constant:
+            value = arg.value  # type: ignore[attr-defined]
+            if value is None or type(value) is bool or (type(value) is str and len(value) <= MAX_FLAG_STRING
+                                                         and " " not in value):
+                return ["c", value]
+            return None
+        if kind is ast.Name:  # the commonest argument: a parameter, or a local that may hold one
+            readers = self._readers.get(ctx.function)
+            if readers is not None and not readers[0](arg.id) and readers[1](arg.id) is None:  # type: ignore[attr-defined]
+                return None
+        elif kind not in _CONDITION_NODES:
+            return None
+        expr = self._condition(arg, ctx)
+        return expr if C.uses_param(expr) else None
 
     def _guard_texts(self, ctx: _Ctx) -> list[str]:
         """The `if` conditions around code, as source text ("not (...)" for an else branch)."""
@@ -994,7 +1023,8 @@ def _option_attr(call: ast.Call, keyword: str) -> str:
 
 
 # Argument expressions that can be a constant or come from a parameter (see conditions.encode).
-_CONDITION_NODES = frozenset({ast.Constant, ast.Name, ast.UnaryOp, ast.BoolOp, ast.Compare})
+_CONDITION_NODES = frozenset({ast.Name, ast.UnaryOp, ast.BoolOp, ast.Compare})
+MAX_FLAG_STRING = 64  # longer string arguments (messages, paths) are no flags: not carried
 
 
 def _argument_name(call: ast.Call) -> str:
