@@ -159,17 +159,16 @@ def test_the_project_itself_has_no_unseeded_draw() -> None:
     assert result.code == 0, result.text
     findings = json.loads(result.out)
     assert not [f for f in findings if f["severity"] == "error"]
-    # The one deliberate global draw (DiffusionNFT's per-sample shuffle) runs only in a seeded actor.
+    # The one deliberate global draw (DiffusionNFT's per-sample shuffle) runs only in a seeded actor,
+    # which loads the algorithm's module by a lookup in ALGORITHM_MODULES (algorithms/__init__.py).
     (shuffle,) = findings
-    assert shuffle["path"] == "recipes/diffusion_nft/nft.py" and shuffle["rule"] == "DA101"
+    assert shuffle["path"] == "recipes/diffusion_nft/algorithms/nft.py" and shuffle["rule"] == "DA101"
     assert shuffle["processes"] == [{"entry": "RolloutManager (Ray actor)", "kind": "ray-actor",
-                                     "target": "recipes.diffusion_nft.actors.RolloutManager", "seeded": True}]
-    # ...and only when the NFT loss is chosen: Flow-GRPO never reaches it (issue #14).
-    actors = (REPO / "recipes" / "diffusion_nft" / "actors.py").read_text().splitlines()
-    (line,) = [n for n, text in enumerate(actors, 1) if "nft.convert(" in text]
-    assert shuffle["reached_only_when"] == [{"condition": "algorithm == 'nft'", "line": line,
-                                             "caller": "recipes.diffusion_nft.actors.train_pairs",
-                                             "path": "recipes/diffusion_nft/actors.py"}]
+                                     "target": "recipes.diffusion_nft.actors.manager.RolloutManager", "seeded": True}]
+    (via,) = shuffle["via"]
+    assert via.startswith("reached via importlib.import_module(ALGORITHM_MODULES[config.job.algorithm])")
+    assert "recipes.diffusion_nft.algorithms.nft.train_data" in via
+    assert "recipes.diffusion_nft.algorithms.flow_grpo.train_data" in via
 
 
 def test_pre_commit_hook_is_declared() -> None:

@@ -20,6 +20,7 @@ import os
 from collections import deque
 from typing import Any, Callable
 
+from detaudit.scan import conditions as C
 from detaudit.scan.facts import LOCAL, MODULE_BODY, SUPER, TABLE
 from detaudit.scan.rules import BUILTIN_LOADERS, CALLING_LOADERS
 
@@ -28,6 +29,7 @@ _DRAWS = frozenset({_DRAW})
 _NO_MARK: frozenset[str] = frozenset()
 _MARKS = _DRAWS
 MAX_NAMESPACE_DEPTH = 4  # folders without __init__.py followed above a module's own name
+MAX_SEED_DEPTH = 32  # calls followed with their arguments (seeds_given) before falling back to seeds
 MAX_CANDIDATES_SHOWN = 4  # in text output; JSON and SARIF carry every candidate
 # Methods that library code calls on an object the tree builds (a DataLoader iterates a dataset,
 # `with` enters a context manager): building an instance reaches them.
@@ -99,6 +101,8 @@ class Program:
         for path, f in facts.items():
             self.add(path, f)
         self._summaries: dict[str, frozenset[str]] = {}  # see _summary
+        self._seeds_given: dict[tuple[str, tuple[tuple[str, Any], ...]], frozenset[str]] = {}  # see seeds_given
+        self._seeds_active: set[tuple[str, tuple[tuple[str, Any], ...]]] = set()
         self.test_modules: set[str] = set()  # modules of test code
         self._test_draws: dict[str, frozenset[str]] = {}  # see reaches_draw
         self._callees_within: dict[str, list[tuple[str, str]]] = {}
@@ -320,14 +324,23 @@ class Program:
 
     def candidates(self, argument: str = "", attr: str = "", root: str | None = None) -> list[str]:
         """Functions and classes that dotted-path strings of the tree name, for a loader whose argument
-        names ``argument`` ('=pkg.mod.fn': that string only; an attribute: the strings assigned to it,
-        else every string assigned to none). ``attr``: the strings name modules, ``attr`` is taken from each."""
+        names ``argument`` ('=pkg.mod.fn': that string only; '[pkg.mod.TABLE': the dotted strings of
+        that dict; an attribute: the strings assigned to it; else, or when the dict holds none, every
+        string assigned to none). ``attr``: the strings name modules, ``attr`` is taken from each."""
         key = (argument, attr, root)
         cached = self._candidates.get(key)
         if cached is not None:
             return cached
+        texts: set[str] = set()
         if argument.startswith("="):
             texts = {argument[1:]}
+        elif argument.startswith("["):  # MODULES[key]: the dotted strings of that dict, when the tree shows them
+            owner, _, table = argument[1:].rpartition(".")
+            module = self._module(owner, root, True)
+            if module is not None:
+                texts = set(self.modules[module].get("string_tables", {}).get(table, ()))
+            if not texts:
+                texts = self.strings.get("", set())
         else:
             texts = self.strings.get(argument, set()) if argument else set()
             if not texts:
@@ -592,6 +605,50 @@ class Program:
         """RNG families a call of ``function`` seeds, directly or through callees."""
         return self._summary(function) - _MARKS
 
+    def seeds_given(self, function: str, env: dict[str, Any] | None = None) -> frozenset[str]:
+        """RNG families a call of ``function`` seeds when its parameters have the values ``env``
+        gives (the others unknown): ``seeds`` less the seeding that a condition on the parameters
+        switches off for certain (``if seed_rngs:``, ``enable(seed, seed_rngs=not skip)``), with the
+        constants each call passes carried into its callee. A condition the scan cannot decide
+        keeps the seeding (as ``seeds`` does)."""
+        if not self.seeds(function):
+            return _NO_MARK
+        key = (function, tuple(sorted(env.items())) if env else ())
+        known = self._seeds_given.get(key)
+        if known is not None:
+            return known
+        if key in self._seeds_active or len(self._seeds_active) > MAX_SEED_DEPTH:
+            return self.seeds(function)  # a cycle, or a long chain: what it may seed
+        self._seeds_active.add(key)
+        families: set[str] = set()
+        for index in range(len(self.functions.get(function, {}).get("calls", ()))):
+            families |= self.call_seeds(function, index, env or {})
+        self._seeds_active.discard(key)
+        result = self._seeds_given[key] = frozenset(families)
+        return result
+
+    def call_seeds(self, function: str, index: int, env: dict[str, Any]) -> frozenset[str]:
+        """RNG families the ``index``-th call of ``function`` seeds, its parameters as ``env`` gives."""
+        info = self.functions[function]
+        condition = info.get("seed_conds", {}).get(index)
+        if condition is not None and C.false_for(condition, env):
+            return _NO_MARK
+        families = set(info.get("seed_at", {}).get(index, ()))
+        passed = info.get("call_args", {}).get(index, {})
+        for callee in self.call_targets(function, index):
+            if not self.seeds(callee):
+                continue
+            callee_env: dict[str, Any] = {}
+            if passed:
+                params = self.functions.get(callee, {}).get("params", ())
+                for where, expr in passed.items():
+                    name = where if isinstance(where, str) else params[where] if where < len(params) else None
+                    v = C.value(expr, env)
+                    if name is not None and v is not C.UNKNOWN:
+                        callee_env[name] = v
+            families |= self.seeds_given(callee, callee_env)
+        return frozenset(families)
+
     def reaches_draw(self, function: str, in_tests: bool = False) -> bool:
         """Whether a call of ``function`` can run a draw: one in a function it reaches, or import-time
         code of a module it reaches (``in_tests``: a draw in test code, reached through test code)."""
@@ -767,6 +824,5 @@ class Program:
         families = set(draw.get("seeded_here", ()))
         function = draw["function"]
         for index in draw.get("before", ()):
-            for callee in self.call_targets(function, index):
-                families |= self.seeds(callee)
+            families |= self.call_seeds(function, index, {})
         return families

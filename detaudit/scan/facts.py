@@ -17,6 +17,7 @@ import ast
 import re
 from typing import Any, Callable, NamedTuple
 
+from detaudit.scan import conditions as C
 from detaudit.scan import entries as E
 from detaudit.scan.impact import impact
 from detaudit.scan.rules import (
@@ -26,12 +27,13 @@ from detaudit.scan.rules import (
     RULES_BY_CALLEE,
     RULES_BY_METHOD,
     SEED_CALLS,
+    SEED_FLAGS,
     CallSite,
     Rule,
     seed_families,
 )
 
-FACTS_VERSION = 8
+FACTS_VERSION = 10
 MODULE_BODY = "<module>"
 MAIN_BLOCK = "<main>"
 _BUILTINS = frozenset({"id", "hash"})
@@ -104,6 +106,9 @@ class FileFacts:
         self.module = module
         name = name or module
         self.params: dict[str, set[str]] = {}
+        self._positional: dict[str, list[str]] = {}  # function -> its positional parameters
+        self._readers: dict[str, tuple[Callable[[str], bool], Callable[[str], ast.expr | None]]] = {}  # see _condition
+        self._guard_conditions: dict[int, C.Expr] = {}  # id(ctx) -> its `if` conditions (see _seed_condition)
         self.bound: set[str] = set()
         self.package = name if is_package else name.rpartition(".")[0]
         self.is_test_module = E.is_test_module(name)
@@ -351,6 +356,7 @@ class FileFacts:
             self.functions[qual]["none_params"] = none_params
         arguments = [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
         self.params[qual] = set(arguments)
+        self._positional[qual] = [a.arg for a in (*node.args.posonlyargs, *node.args.args)]
         uses = [a for a in arguments if a not in ("self", "cls")]
         for dec in node.decorator_list:
             self.exprs(dec, ctx)
@@ -660,10 +666,20 @@ class FileFacts:
                         shared = self._shared_guards[id(ctx)] = (ctx, self._guard_texts(ctx))
                     function.setdefault("guarded_calls", []).append([index, shared[1], call.lineno])
                 families: tuple[str, ...] = ()
+                flag: C.Expr | None = None
                 if resolved in SEED_CALLS:
                     site = self._site(call, resolved, attr, ctx, function)
                     families = seed_families(site)
-                    function["seeds"].extend(f for f in families if f not in function["seeds"])
+                    given = site.argument(SEED_FLAGS[resolved]) if resolved in SEED_FLAGS else None
+                    if given is not None:
+                        flag = self._condition(given, ctx)
+                        if C.known(flag) and C.false_for(flag, {}):
+                            families = ()  # enable(seed, seed_rngs=False)
+                    if families:
+                        function["seeds"].extend(f for f in families if f not in function["seeds"])
+                        function.setdefault("seed_at", {})[index] = list(families)
+                if ctx.function != MODULE_BODY and not self._no_names:  # a test's seeding counts whole
+                    self._seed_condition(call, ctx, function, index, flag)
                 made.setdefault(ctx.function, []).append((ctx.block, index, families))
                 if resolved in ("importlib.import_module", "getattr") or resolved in BUILTIN_LOADERS \
                         or resolved in CALLING_LOADERS:
@@ -739,6 +755,15 @@ class FileFacts:
                          for t in self._targets(item, _Ctx(MODULE_BODY, None, ()), 4)]
                 if names:
                     tables[name] = names
+        # module-level dicts of dotted-path strings: NAME -> the strings (a loader's argument
+        # ``import_module(MODULES[key])`` picks one of them)
+        string_tables = {}
+        for (scope, name), values in self.values.items():
+            if scope == MODULE_BODY:
+                texts = sorted({t for v in values if isinstance(v, ast.Dict) for item in v.values
+                                if isinstance(item, ast.Constant) and (t := _dotted_string(item.value)) is not None})
+                if texts:
+                    string_tables[name] = texts
         return {
             "version": FACTS_VERSION,
             "module": self.module,
@@ -753,6 +778,7 @@ class FileFacts:
             "suppress": suppress,
             "strings": strings,
             "tables": tables,
+            "string_tables": string_tables,
             "binds": self._bind_facts(),
             "names": sorted(self.names),
             "imported": sorted(self.imported),
@@ -783,8 +809,26 @@ class FileFacts:
             _, resolved = self.call_name(call, ctx) if not isinstance(call.func, ast.Call) else (None, None)
             if resolved is None:
                 continue
-            binds.append([key, resolved, self._source_of(call), _argument_name(call)])
+            binds.append([key, resolved, self._source_of(call), self._loader_argument(call, ctx)])
         return binds
+
+    def _loader_argument(self, call: ast.Call, ctx: _Ctx) -> str:
+        """What a loader call's first argument names (see _argument_name), or, for a lookup in a
+        dict (``MODULES[key]``, ``MODULES.get(key)``) of this module or one it imports,
+        ``[pkg.mod.MODULES``: the loader gets one of that dict's values."""
+        arg = call.args[0] if call.args else None
+        table = arg.value if isinstance(arg, ast.Subscript) and not (
+            isinstance(arg.slice, ast.Constant) and isinstance(arg.slice.value, str)) else (
+            arg.func.value if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute)
+            and arg.func.attr == "get" else None)
+        if table is not None:
+            qualified = self.resolve(dotted(table), ctx)
+            if qualified is None and isinstance(table, ast.Name) and (MODULE_BODY, table.id) in self.values \
+                    and (ctx.function, table.id) not in self.values:
+                qualified = f"{self.module}.{table.id}"
+            if qualified is not None:
+                return "[" + qualified
+        return _argument_name(call)
 
     def _built_name(self, node: ast.expr, ctx: _Ctx) -> str:
         """A regex of the attribute names ``getattr(x, node)`` can look up, when the code builds the
@@ -816,6 +860,82 @@ class FileFacts:
         if end is None:
             text += " ..."
         return text if len(text) <= 120 else text[:117] + "..."
+
+    def _condition(self, node: ast.expr, ctx: _Ctx) -> C.Expr:
+        """``node`` as a condition over the parameters of the function it is in (see conditions)."""
+        readers = self._readers.get(ctx.function)
+        if readers is None:
+            params = self.params.get(ctx.function, ())
+            values = self.values
+            function = ctx.function
+
+            def is_param(name: str) -> bool:  # a parameter the function never reassigns
+                return name in params and (function, name) not in values
+
+            def value_of(name: str) -> ast.expr | None:  # a local assigned once
+                assigned = values.get((function, name))
+                return assigned[0] if assigned is not None and len(assigned) == 1 else None
+
+            readers = self._readers[ctx.function] = (is_param, value_of)
+        return C.encode(node, *readers)
+
+    def _seed_condition(self, call: ast.Call, ctx: _Ctx, function: dict[str, Any], index: int,
+                        flag: C.Expr | None) -> None:
+        """What seeding through the ``index``-th call depends on: the `if` conditions around it and
+        a seeding flag it passes (as conditions over the function's parameters: "seed_conds"), and
+        the constants and parameter-derived values it passes on ("call_args": position or keyword
+        -> condition), so that a caller's constants reach the callee's conditions."""
+        if not (call.args or call.keywords or ctx.guards or flag):
+            return
+        condition: C.Expr | None = None
+        if ctx.guards:
+            known = self._guard_conditions.get(id(ctx))
+            if known is None:  # every call under one `if` shares its ctx (kept alive by _shared_guards)
+                parts = [e if taken else ["not", e] for e, taken in
+                         ((self._condition(test, ctx), taken) for test, taken in ctx.guards)]
+                known = self._guard_conditions[id(ctx)] = parts[0] if len(parts) == 1 else ["and", *parts]
+            condition = known
+        if flag is not None:
+            condition = flag if condition is None else ["and", condition, flag]
+        forwards = False
+        if condition is not None and C.uses_param(condition):
+            function.setdefault("seed_conds", {})[index] = condition
+            forwards = True
+        passed: dict[int | str, C.Expr] = {}
+        for position, arg in enumerate(call.args):
+            expr = self._passed(arg, ctx)
+            if expr is not None:
+                passed[position] = expr
+        for keyword in call.keywords:
+            if keyword.arg:
+                expr = self._passed(keyword.value, ctx)
+                if expr is not None:
+                    passed[keyword.arg] = expr
+        if passed:
+            function.setdefault("call_args", {})[index] = passed
+            forwards = forwards or any(C.uses_param(e) for e in passed.values())
+        if forwards and "params" not in function:
+            params = self._positional.get(ctx.function, [])
+            function["params"] = params[1:] if function.get("cls") and params[:1] in (["self"], ["cls"]) else params
+
+    def _passed(self, arg: ast.expr, ctx: _Ctx) -> C.Expr | None:
+        """An argument worth carrying into the callee: a flag-like constant (a bool, None, a short
+        string without spaces: a role, a mode) or a value that comes from the caller's parameters."""
+        kind = type(arg)
+        if kind is ast.Constant:
+            value = arg.value  # type: ignore[attr-defined]
+            if value is None or type(value) is bool or (type(value) is str and len(value) <= MAX_FLAG_STRING
+                                                         and " " not in value):
+                return ["c", value]
+            return None
+        if kind is ast.Name:  # the commonest argument: a parameter, or a local that may hold one
+            readers = self._readers.get(ctx.function)
+            if readers is not None and not readers[0](arg.id) and readers[1](arg.id) is None:  # type: ignore[attr-defined]
+                return None
+        elif kind not in _CONDITION_NODES:
+            return None
+        expr = self._condition(arg, ctx)
+        return expr if C.uses_param(expr) else None
 
     def _guard_texts(self, ctx: _Ctx) -> list[str]:
         """The `if` conditions around code, as source text ("not (...)" for an else branch)."""
@@ -900,6 +1020,11 @@ def _option_attr(call: ast.Call, keyword: str) -> str:
         if long:
             return long[0].lstrip("-").replace("-", "_")
     return keyword
+
+
+# Argument expressions that can be a constant or come from a parameter (see conditions.encode).
+_CONDITION_NODES = frozenset({ast.Name, ast.UnaryOp, ast.BoolOp, ast.Compare})
+MAX_FLAG_STRING = 64  # longer string arguments (messages, paths) are no flags: not carried
 
 
 def _argument_name(call: ast.Call) -> str:

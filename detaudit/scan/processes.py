@@ -115,7 +115,7 @@ def build_processes(program: Program, scripts: list[str], test_code: Callable[[s
         for hook in facts["hooks"]:
             target = program.canonical(hook, root=program.root(facts["module"]))
             if target is not None:
-                hook_families |= program.seeds(target)
+                hook_families |= program.seeds_given(target)
     processes: list[Process] = []
     entries = [(e, f["module"]) for f in list(program.modules.values()) for e in f["entries"]]
     entries += [({"kind": "script", "target": s, "line": 0}, "") for s in scripts]
@@ -136,22 +136,22 @@ def build_processes(program: Program, scripts: list[str], test_code: Callable[[s
                 kind = "ray-actor"
                 roots = actor_methods(program, target, naming)
                 init = program.lookup_attr(target, "__init__")
-                seeded = start_seeded | set(program.seeds(init) if init else ())
+                seeded = start_seeded | set(program.seeds_given(init) if init else ())
                 init_seeded = set(seeded)
                 for method in roots:  # e.g. init(self, args) that the driver calls first
-                    seeded |= program.seeds(method)
+                    seeded |= program.seeds_given(method)
                 early_roots = [init] if init else []
             else:
                 kind = "ray-task"
                 roots = [target]
-                seeded = start_seeded | set(program.seeds(target))
+                seeded = start_seeded | set(program.seeds_given(target))
         elif kind == "main":
             module_key = target.rsplit(".", 1)[0]
             shared = display_name(module_key) != module_key
             short = "__main__ of " + (rel(program.paths[module_key]) if shared and rel and module_key in program.paths
                                       else display_name(module_key))
             roots = [target]
-            seeded = set(program.seeds(target))
+            seeded = set(program.seeds_given(target))
         elif kind == "test":
             cls = entry.get("cls", "")
             short = f"{cls.rpartition('.')[2]}.{short}" if cls else short
@@ -161,7 +161,7 @@ def build_processes(program: Program, scripts: list[str], test_code: Callable[[s
             seeded = set()
             if tests_as_pipeline or any(program.reaches_draw(root, in_tests=True) for root in roots):
                 for root in roots:
-                    seeded |= program.seeds(root)
+                    seeded |= program.seeds_given(root)
             else:
                 seeded = None  # reaches no draw in test code: its seeding is never asked
         else:
@@ -171,7 +171,7 @@ def build_processes(program: Program, scripts: list[str], test_code: Callable[[s
                 roots = [program.lookup_attr(target, "__init__") or target] if target in program.classes else [target]
             seeded = set()
             for root in roots:
-                seeded |= program.seeds(root)
+                seeded |= program.seeds_given(root)
             if kind == "worker-init":
                 seeded.add("torch")  # DataLoader seeds each worker's torch RNG from its own base seed
                 start_seeded.add("torch")

@@ -198,7 +198,14 @@ SEED_CALLS: dict[str, tuple[str, ...]] = {
     "pytorch_lightning.seed_everything": FAMILIES,
     "lightning_fabric.utilities.seed.seed_everything": FAMILIES,
     "lightning.fabric.utilities.seed.seed_everything": FAMILIES,
+    # detaudit's own seeding API, for projects that seed through it (the scan need not hold detaudit)
+    "detaudit.env.determinism.seed_everything": FAMILIES,
+    "detaudit.env.determinism.enable": FAMILIES,
+    "detaudit.env.determinism.seed_python_and_numpy": ("numpy", "random"),
 }
+# Seeding calls that a flag switches off: callee -> the keyword (given False, the call seeds nothing;
+# computed from the caller's parameters, it seeds only where the caller's arguments make it true).
+SEED_FLAGS: dict[str, str] = {"detaudit.env.determinism.enable": "seed_rngs"}
 # Calls that reseed a global RNG from a value that differs per run (they take no seed).
 RESEED_FROM_ENTROPY = frozenset({"torch.seed", "torch.random.seed", "torch.cuda.seed", "torch.cuda.seed_all"})
 # Calls whose value differs per run or per process: no seed may come from them.
@@ -217,7 +224,9 @@ SEED_TAKERS = frozenset(SEED_CALLS) | frozenset({
 # Seeding calls that, given no seed (or None), seed from OS entropy.
 _SEED_FROM_NOTHING = frozenset(SEED_CALLS) - {"torch.manual_seed", "torch.random.manual_seed", "torch.cuda.manual_seed",
                                               "torch.cuda.manual_seed_all", "transformers.enable_full_determinism",
-                                              "transformers.trainer_utils.enable_full_determinism"}
+                                              "transformers.trainer_utils.enable_full_determinism",
+                                              "detaudit.env.determinism.seed_everything", "detaudit.env.determinism.enable",
+                                              "detaudit.env.determinism.seed_python_and_numpy"}
 
 
 def seed_families(site: CallSite) -> tuple[str, ...]:
