@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from detaudit.scan import conditions as C
 from detaudit.scan.facts import LOCAL, MODULE_BODY, SUPER, TABLE
@@ -317,7 +318,7 @@ class Program:
             return True
         target = self.canonical(name, root=root)
         info = self.functions.get(target) if target else None
-        if info is None or depth > 4:
+        if target is None or info is None or depth > 4:
             return False
         return info.get("loader", False) or any(self.is_loader(r, depth + 1, self.root(target))
                                                 for r in info.get("returns", ()) if r != target)
@@ -389,7 +390,7 @@ class Program:
         registry (``return REGISTRY[name]``): the registry's functions, and its classes' ``__init__``."""
         target = self.canonical(function, root=root)
         info = self.functions.get(target) if target else None
-        if not info or not info.get("yields"):
+        if target is None or not info or not info.get("yields"):
             return []
         out: list[str] = []
         for value in info["yields"]:
@@ -655,6 +656,7 @@ class Program:
         if not in_tests:
             return _DRAW in self._summary(function)
         self._summary_setup()
+        assert self._drawing is not None  # _summary_setup filled it
         drawing, at_import, tests, module_of = self._drawing, self._drawing_at_import, self.test_modules, self.module_of
 
         def own(name: str) -> frozenset[str]:

@@ -16,7 +16,8 @@ Forms: ``["c", value]`` (a constant: bool, str or None), ``["p", name]`` (a para
 from __future__ import annotations
 
 import ast
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 Expr = list[Any]
 UNKNOWN_EXPR: Expr = ["?"]

@@ -34,7 +34,7 @@ class ScanConfig:
     tests_as_pipeline: bool = False
 
     @classmethod
-    def load(cls, path: str | Path | None = None, start: Path | None = None) -> "ScanConfig":
+    def load(cls, path: str | Path | None = None, start: Path | None = None) -> ScanConfig:
         """``[tool.detaudit]`` (and ``[project.scripts]``) from pyproject.toml, searched upward."""
         if path is None:
             here = (start or Path.cwd()).resolve()

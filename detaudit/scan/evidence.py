@@ -21,8 +21,8 @@ process runs is judged with both answers (``findings``).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from detaudit.scan.analysis import Program, display_name
 from detaudit.scan.facts import MAIN_BLOCK, MODULE_BODY

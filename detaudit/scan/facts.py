@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from detaudit.scan import conditions as C
 from detaudit.scan import entries as E
@@ -159,7 +160,7 @@ class FileFacts:
         # "sites": (line, positional count, keywords) of each call in "calls", for generator=None guards
         self.functions.setdefault(qual, {"line": line, "calls": [], "sites": [], "seeds": [], "cls": cls})
 
-    def run(self, tree: ast.Module) -> "FileFacts":
+    def run(self, tree: ast.Module) -> FileFacts:
         for node in tree.body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 self.top_level.add(node.name)
@@ -441,7 +442,7 @@ class FileFacts:
         stmt = self._stmt
         names, own, every = self.names, self.top_level, self.star_import
         if self._no_names:
-            names, own, every = set(), frozenset(), False  # test code: what it names never counts
+            names, own, every = set(), set(), False  # test code: what it names never counts
         for sub in todo:  # the list grows while it is read: that is the queue
             kind = type(sub)
             # `kind is X` first (one cheap test per node), isinstance for the type checker only
@@ -472,12 +473,12 @@ class FileFacts:
                             names.add(text.replace(":", ".").rpartition(".")[2])  # "pkg.mod.fn"
                 continue
             elif kind is ast.Dict and isinstance(sub, ast.Dict):
-                for key, value in zip(sub.keys, sub.values):
+                for key, entry in zip(sub.keys, sub.values):
                     if isinstance(key, ast.Constant) and isinstance(key.value, str):
                         if key.value == "worker_process_setup_hook":
-                            self.hooks.append(value)
-                        elif isinstance(value, ast.Constant):
-                            text = _dotted_string(value.value)
+                            self.hooks.append(entry)
+                        elif isinstance(entry, ast.Constant):
+                            text = _dotted_string(entry.value)
                             if text is not None:
                                 self.string_attrs.setdefault(text, set()).add(key.value)
             for name in _CHILD_FIELDS.get(kind) or _child_fields(kind):
@@ -737,9 +738,9 @@ class FileFacts:
             if isinstance(value, ast.Constant) and isinstance(value.value, str):
                 hooks.append(value.value)
             else:
-                target = self.resolve(dotted(value), _Ctx(MODULE_BODY, None, ()))
-                if target:
-                    hooks.append(target)
+                hook = self.resolve(dotted(value), _Ctx(MODULE_BODY, None, ()))
+                if hook:
+                    hooks.append(hook)
         suppress: dict[int, list[str]] = {}
         for number, text in enumerate(self.lines, 1):
             if "detaudit" in text:
@@ -1054,8 +1055,8 @@ def _none_params(args: ast.arguments, is_method: bool) -> dict[str, int]:
     for i, (arg, default) in enumerate(zip(positional[len(positional) - len(defaults):], defaults)):
         if isinstance(default, ast.Constant) and default.value is None:
             out[arg.arg] = len(positional) - len(defaults) + i
-    for arg, default in zip(args.kwonlyargs, args.kw_defaults):
-        if isinstance(default, ast.Constant) and default.value is None:
+    for arg, kw_default in zip(args.kwonlyargs, args.kw_defaults):
+        if isinstance(kw_default, ast.Constant) and kw_default.value is None:
             out[arg.arg] = -1
     return out
 

@@ -13,8 +13,9 @@ and none imports its module, or nothing outside tests names its function (``unkn
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from detaudit.scan.analysis import Program, display_name
 from detaudit.scan.evidence import Naming, loaded_modules

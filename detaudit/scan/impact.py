@@ -14,7 +14,7 @@ or it is made in a function so named (``_bind_socket_in_range``); or it only bui
 from __future__ import annotations
 
 import ast
-from typing import Callable
+from collections.abc import Callable
 
 from detaudit.scan.rules import (
     PASS_THROUGH_CALLS,

@@ -11,8 +11,9 @@ every ``conftest.py`` above it, and those its parameters name).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from detaudit.scan.analysis import Program, display_name
 from detaudit.scan.entries import CLASS_SETUPS, KIND_LABEL, MODULE_SETUPS

@@ -10,8 +10,8 @@ the file walker dispatches on ``callees`` and ``methods`` and never names a rule
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 
 class CallSite:

@@ -11,16 +11,17 @@ import hashlib
 import os
 import pickle
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from detaudit.scan.analysis import Program
 from detaudit.scan.cache import FactsCache, ResultCache, result_key
 from detaudit.scan.config import ScanConfig
 from detaudit.scan.entries import is_conftest, is_test_module
-from detaudit.scan.facts import DOTTED_STRING, file_facts
 from detaudit.scan.evidence import Mentions, Naming
+from detaudit.scan.facts import DOTTED_STRING, file_facts
 from detaudit.scan.files import (
     MAX_CONFIG_BYTES,
     MAX_FILE_BYTES,
@@ -326,7 +327,7 @@ def _module_of(outcome: tuple[str, Any]) -> str | None:
 
 def _notes(program: Program, modules: dict[str, tuple[str, str, bool, str]], rel: Callable[[str], str]) -> list[str]:
     notes = []
-    for name, keys in sorted(program.shared.items()):
+    for name in sorted(program.shared):
         paths = sorted(rel(path) for path, module in modules.items() if module[1] == name)
         notes.append(f"module name {name} is shared by {len(paths)} files ({', '.join(paths)}): each keeps its "
                      f"findings; an import of {name} resolves to the one under the importing file's own root")
