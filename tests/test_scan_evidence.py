@@ -9,39 +9,13 @@ code other than tests names its function. Each test fails when its mechanism is 
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
 from conftest import run_cli
+from scan_tree import by_code, entries, root, write_project  # noqa: F401 (root: a fixture)
 
 from detaudit.scan import ScanConfig, scan
-
-
-def write_project(root: Path, files: dict[str, str]) -> None:
-    """The files, and a pyproject.toml that makes ``root`` a project's root (a whole-project scan)."""
-    files = {"pyproject.toml": '[project]\nname = "demo"\n', **files}
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip())
-
-
-@pytest.fixture
-def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    return tmp_path
-
-
-def by_code(*paths: str, **config) -> dict[str, object]:
-    """Findings keyed by the stripped code line (each tree's draw lines are unique)."""
-    result = scan(list(paths), ScanConfig(**config), use_cache=False)
-    return {f.code: f for f in result.findings}
-
-
-def entries(finding) -> dict[str, bool | None]:
-    return {p["entry"]: p["seeded"] for p in finding.processes}
 
 
 def edit(path: Path, old: str, new: str) -> None:

@@ -4,33 +4,14 @@ RandomSampler without a generator (DA106), each with the process that runs it.""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
 from conftest import run_cli
+from scan_tree import by_code, root, write_tree  # noqa: F401 (root: a fixture)
 
 from detaudit.scan import ScanConfig, scan
 from detaudit.scan.rules import RULE_BY_CODE
-
-
-def write_tree(root: Path, files: dict[str, str]) -> None:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip())
-
-
-@pytest.fixture
-def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    return tmp_path
-
-
-def by_code(*paths: str) -> dict[str, object]:
-    return {f.code: f for f in scan(list(paths), ScanConfig(), use_cache=False).findings}
-
 
 ROLLOUT = {
     "gen/__init__.py": "",

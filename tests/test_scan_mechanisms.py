@@ -7,38 +7,13 @@ mechanism it guards and fails when that mechanism is broken.
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
 from conftest import run_cli
+from scan_tree import by_code, entries, root, write_tree  # noqa: F401 (root: a fixture)
 
 from detaudit.scan import ScanConfig, scan
-
-
-def write_tree(root: Path, files: dict[str, str]) -> None:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip())
-
-
-@pytest.fixture
-def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    return tmp_path
-
-
-def by_code(*paths: str, **config) -> dict[str, object]:
-    """Findings keyed by the stripped code line (each test's lines are unique)."""
-    result = scan(list(paths), ScanConfig(**config), use_cache=False)
-    return {f.code: f for f in result.findings}
-
-
-def entries(finding) -> dict[str, bool | None]:
-    return {p["entry"]: p["seeded"] for p in finding.processes}
-
 
 # -- 1. a Ray actor created from a variable ------------------------------------------------------
 

@@ -9,32 +9,10 @@ written for this test; each test fails when its mechanism is broken by one line.
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
-
-from detaudit.scan import ScanConfig, scan
-
-
-def write_project(root: Path, files: dict[str, str]) -> None:
-    files = {"pyproject.toml": '[project]\nname = "demo"\n', **files}
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip())
-
-
-@pytest.fixture
-def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    return tmp_path
-
-
-def by_code(*paths: str, **config) -> dict[str, object]:
-    result = scan(list(paths), ScanConfig(**config), use_cache=False)
-    return {f.code: f for f in result.findings}
+from scan_tree import by_code, root, write_project  # noqa: F401 (root: a fixture)
 
 
 def edit(path: Path, old: str, new: str) -> None:

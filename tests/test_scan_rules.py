@@ -3,29 +3,15 @@
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
 from conftest import REPO, run_cli
+from scan_tree import root, write_tree  # noqa: F401 (root: a fixture)
 
 from detaudit.scan import ScanConfig, scan
 from detaudit.scan.output import rules_table
 from detaudit.scan.rules import RULE_LIST
-
-
-def write_tree(root: Path, files: dict[str, str]) -> None:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip())
-
-
-@pytest.fixture
-def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    return tmp_path
 
 
 def findings(*paths: str) -> dict[tuple[str, int], object]:

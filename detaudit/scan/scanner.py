@@ -283,16 +283,21 @@ def _mentions(facts: dict[str, dict[str, Any]], light: dict[str, tuple[str, tupl
             mentions.imported[module] = outcome[1]["imported"]
     texts: dict[str, bytes] = {}
 
+    def config_bytes(path: str) -> bytes:
+        """A config file's bytes, read once per scan (an unreadable one holds nothing)."""
+        data = texts.get(path)
+        if data is None:
+            try:
+                data = Path(path).read_bytes()
+            except OSError:
+                data = b""
+            texts[path] = data
+        return data
+
     def in_config(names: set[str]) -> set[str]:
         found: set[str] = set()
         for path, _, _ in configs:
-            data = texts.get(path)
-            if data is None:
-                try:
-                    data = Path(path).read_bytes()
-                except OSError:
-                    data = b""
-                texts[path] = data
+            data = config_bytes(path)
             for name in names - found:
                 word = name.encode()
                 if word in data and re.search(rb"(?<![A-Za-z0-9_])" + re.escape(word) + rb"(?![A-Za-z0-9_])", data):
@@ -302,14 +307,7 @@ def _mentions(facts: dict[str, dict[str, Any]], light: dict[str, tuple[str, tupl
     def dotted_in_config() -> set[str]:
         found: set[str] = set()
         for path, _, _ in configs:
-            data = texts.get(path)
-            if data is None:
-                try:
-                    data = Path(path).read_bytes()
-                except OSError:
-                    data = b""
-                texts[path] = data
-            found.update(m.decode("ascii") for m in _DOTTED_WORD.findall(data))
+            found.update(m.decode("ascii") for m in _DOTTED_WORD.findall(config_bytes(path)))
         return found
 
     mentions.in_config = in_config

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from detaudit.trace.files import (
     Chain,
@@ -69,19 +69,23 @@ class DrawDifference:
         return (base + (3 if d.library else 0), d.t)
 
 
-@dataclass
-class ModuleDifference:
-    """The first differing module call of a pair of processes.
+CallT = TypeVar("CallT", ModuleCall, OpCall)
+_KIND_ORDER = {"missing": 2, "after_kept": 3}  # "outputs": 0 with matching inputs, else 1
 
-    ``kind``: ``outputs`` (call ``a.n`` of module ``a.name`` gave different outputs), ``missing``
+
+@dataclass
+class _CallDifference(Generic[CallT]):
+    """The first differing call (of a module, or of a torch op) of a pair of processes.
+
+    ``kind``: ``outputs`` (call ``a.n`` of ``a.name`` gave different outputs), ``missing``
     (that call was made in one run only: ``a`` or ``b`` is it, the other None), ``after_kept``
     (only the hash chain of calls after the kept ones differs: ``a``/``b`` are the last kept
     calls, identical, so which later call differs, and whether its inputs matched, is unknown).
     """
 
     process: str
-    a: ModuleCall | None
-    b: ModuleCall | None
+    a: CallT | None
+    b: CallT | None
     kind: str = "outputs"
 
     @property
@@ -89,8 +93,10 @@ class ModuleDifference:
         return self.kind == "after_kept"
 
     @property
-    def call(self) -> ModuleCall:
-        return self.a if self.a is not None else self.b  # type: ignore[return-value]
+    def call(self) -> CallT:
+        call = self.a if self.a is not None else self.b
+        assert call is not None  # a difference always holds the call of at least one run
+        return call
 
     @property
     def inputs_match(self) -> bool:
@@ -98,31 +104,16 @@ class ModuleDifference:
 
     @property
     def rank(self) -> tuple[int, int]:
-        order = {"outputs": 0 if self.inputs_match else 1, "missing": 2, "after_kept": 3}[self.kind]
+        order = (0 if self.inputs_match else 1) if self.kind == "outputs" else _KIND_ORDER[self.kind]
         return (order, self.call.seq)
 
 
-@dataclass
-class OpDifference:
-    """The first differing torch op between modules (modules mode); kinds as ``ModuleDifference``."""
+class ModuleDifference(_CallDifference[ModuleCall]):
+    """The first differing module call of a pair of processes (kinds: ``_CallDifference``)."""
 
-    process: str
-    a: OpCall | None
-    b: OpCall | None
-    kind: str = "outputs"
 
-    @property
-    def call(self) -> OpCall:
-        return self.a if self.a is not None else self.b  # type: ignore[return-value]
-
-    @property
-    def inputs_match(self) -> bool:
-        return self.kind == "outputs" and self.a is not None and self.b is not None and self.a.inputs == self.b.inputs
-
-    @property
-    def rank(self) -> tuple[int, int]:
-        order = {"outputs": 0 if self.inputs_match else 1, "missing": 2, "after_kept": 3}[self.kind]
-        return (order, self.call.seq)
+class OpDifference(_CallDifference[OpCall]):
+    """The first differing torch op between modules (modules mode; kinds: ``_CallDifference``)."""
 
 
 @dataclass
