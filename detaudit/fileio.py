@@ -44,7 +44,7 @@ def write_atomic(path: str | Path, text: str, *, overwrite: bool, replace_flag: 
     tmp = None
     try:
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            fd, tmp = _temporary_beside(path, created)
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 os.fchmod(fh.fileno(), _new_file_mode(path))
                 fh.write(text)
@@ -68,6 +68,17 @@ def write_atomic(path: str | Path, text: str, *, overwrite: bool, replace_flag: 
             os.unlink(tmp)
 
 
+def _temporary_beside(path: Path, created: list[Path]) -> tuple[int, str]:
+    """A temporary file in ``path``'s folder. A concurrent writer that failed may have removed
+    the (then empty) folder between our ``make_parents`` and here: make it again, a few times."""
+    for _attempt in range(3):
+        try:
+            return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        except FileNotFoundError:
+            created.extend(make_parents(path))
+    return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+
+
 def make_parents(path: Path) -> list[Path]:
     """Create the missing parent dirs of ``path``; return those created (deepest last)."""
     missing = []
@@ -76,16 +87,25 @@ def make_parents(path: Path) -> list[Path]:
         missing.append(parent)
         parent = parent.parent
     missing.reverse()
+    created: list[Path] = []
     try:
         for folder in missing:
-            folder.mkdir()
+            try:
+                folder.mkdir()
+            except FileExistsError:
+                # Another writer (a pytest-xdist worker, a second record) made it between our
+                # check and our mkdir: a folder is what we wanted, and it is not ours to remove.
+                if not folder.is_dir():
+                    raise
+                continue
+            created.append(folder)
     except FileExistsError as exc:
-        remove_empty(missing)
+        remove_empty(created)
         raise InputError(path, f"cannot create {exc.filename}: a file is in the way") from None
     except OSError as exc:
-        remove_empty(missing)
+        remove_empty(created)
         raise os_error(path, exc, f"create {exc.filename or path.parent}") from None
-    return missing
+    return created
 
 
 def remove_empty(folders: list[Path]) -> None:

@@ -55,7 +55,7 @@ def standard_lock(path: str | Path) -> Iterator[Path]:
     lock = Path(str(path) + ".lock")
     created = make_parents(lock)
     try:
-        for _ in range(2):
+        for _ in range(4):
             try:
                 fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
@@ -70,6 +70,10 @@ def standard_lock(path: str | Path) -> Iterator[Path]:
                     pass
                 except OSError as exc:
                     raise os_error(lock, exc, "remove a stale lock") from None
+                continue
+            except FileNotFoundError:
+                # A concurrent writer that failed removed the then-empty folder: make it again.
+                created.extend(make_parents(lock))
                 continue
             except OSError as exc:
                 raise os_error(lock, exc, "create the lock") from None
