@@ -688,3 +688,44 @@ def test_a_name_bound_to_two_loaded_functions_reaches_both(root: Path) -> None:
     assert entries(draw) == {"Blender (Ray actor)": False}
     assert draw.via == ["reached via load_function(args.mixer_path): candidates "
                         + ", ".join(f"svc.mixers.mix_{c}" for c in "abcde")]
+
+
+# -- code that never runs: what follows a raise / return / break / continue in its block ----------
+
+DEAD_AFTER_RAISE = {
+    "sampler/__init__.py": "",
+    "sampler/main.py": """
+        import torch
+
+
+        def act(use_noise, steps):
+            if use_noise:
+                raise ValueError("noise sampling was removed")
+                noise = torch.randn(steps)
+            for step in range(steps):
+                if step > 1:
+                    break
+                    torch.rand(1)
+                continue
+                torch.randint(0, 2, (1,))
+            return torch.zeros(steps)
+            torch.rand(steps)
+
+
+        def other():
+            return torch.randperm(4)
+
+
+        if __name__ == "__main__":
+            act(False, 3)
+            print(other())
+        """,
+}
+
+
+def test_draws_after_a_block_ends_are_not_draws(root: Path) -> None:
+    write_tree(root, DEAD_AFTER_RAISE)
+    found = by_code(".")
+    # only the live draw: the four after raise / break / continue / return never run
+    assert sorted(found) == ["return torch.randperm(4)"]
+    assert found["return torch.randperm(4)"].severity == "error"

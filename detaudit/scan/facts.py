@@ -34,7 +34,9 @@ from detaudit.scan.rules import (
     seed_families,
 )
 
-FACTS_VERSION = 10
+FACTS_VERSION = 11
+# Statements after which the rest of their block never runs.
+_ENDS_BLOCK = frozenset({ast.Raise, ast.Return, ast.Break, ast.Continue})
 MODULE_BODY = "<module>"
 MAIN_BLOCK = "<main>"
 _BUILTINS = frozenset({"id", "hash"})
@@ -184,6 +186,10 @@ class FileFacts:
                 self._children(stmt, ctx)
             else:
                 handler(stmt, ctx)
+            if type(stmt) in _ENDS_BLOCK:
+                # What follows a raise/return/break/continue in the same block never runs: its
+                # draws are not draws (the dead `if use_diffusion: raise ...; torch.randn(...)`).
+                break
 
     def _block(self, ctx: _Ctx, guard: tuple[ast.expr, bool] | None = None) -> _Ctx:
         """``ctx`` inside a new body (that may not run), under ``guard`` when it is an ``if`` branch."""
