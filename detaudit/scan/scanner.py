@@ -236,6 +236,9 @@ def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: in
     result = ScanResult(findings, skipped, len(stats), len(program.modules),
                         [process_summary(p) for p in processes], hits, _notes(program, modules, rel))
     results.store(key, replace(result, cache_hits=len(stats)))
+    # The program and the loaders above refer to each other: cleared, the whole analysis is freed
+    # by reference counting instead of by one long cyclic collection after the scan.
+    program.__dict__.clear()
     return result
 
 
