@@ -119,6 +119,27 @@ def test_the_collector_is_off_during_a_scan_and_restored_after(corpus: Path, mon
         (gc.enable if was else gc.disable)()
 
 
+def test_a_scan_leaves_no_tree_and_no_analysis_for_the_collector(corpus: Path) -> None:
+    """With the collector off, what a scan built must be freed by reference counting: left in
+    cycles (a walker's handler table, the program and its loaders), every file's syntax tree lived
+    to the scan's end, and one long collection walked them after it."""
+    from detaudit.scan.analysis import Program
+
+    was = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        result = scan(["pkg"], ScanConfig(), use_cache=False, jobs=1)
+        alive = gc.get_objects()
+        trees = sum(isinstance(o, (ast.stmt, ast.expr)) for o in alive)  # not the shared ast.Load() etc.
+        programs = sum(isinstance(o, Program) for o in alive)
+        del alive
+        assert result.findings and (trees, programs) == (0, 0)
+    finally:
+        if was:
+            gc.enable()
+
+
 def write_tree(root: Path, files: dict[str, str]) -> None:
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
