@@ -384,14 +384,38 @@ def test_a_function_only_tests_name_is_a_warning(root: Path) -> None:
     assert by_code(".", unknown_process="error")["return torch.rand(3)"].severity == "error"
 
 
-@pytest.mark.parametrize(("path", "text"), [
-    ("conf/run.yaml", "hooks:\n  - only_tested\n"),  # a config file names it
-    ("app/extra.py", "NAMES = ['only_tested']\n"),  # a string names it
-    ("app/extra.py", "from app.steps import only_tested\n"),  # code imports it
-    ("app/extra.py", "from app import steps\n\n\ndef every():\n    return [getattr(steps, n) for n in dir(steps)]\n"),
-], ids=["config", "string", "import", "module-listed"])
-def test_a_function_named_outside_tests_stays_an_error(root: Path, path: str, text: str) -> None:
-    write_project(root, {**UNREACHED, path: text})
+# A lookup by a name taken from a value, on the function's module: what lets a string call it.
+LOOKUP = "from app import steps\n\n\ndef call(cfg):\n    return getattr(steps, cfg.hook)()\n"
+
+
+@pytest.mark.parametrize(("path", "text", "lookup"), [
+    ("conf/run.yaml", "hooks:\n  - only_tested\n", True),  # a config file names it, a lookup can take it
+    ("app/extra.py", "NAMES = ['only_tested']\n", True),  # a string names it, a lookup can take it
+    ("app/extra.py", "def go(group):\n    return group.run_all('only_tested')\n", False),  # a call is given it
+    ("app/extra.py", "from app.steps import only_tested\n", False),  # code imports it
+    ("app/extra.py", "from app import steps\n\n\ndef every():\n    return [getattr(steps, n) for n in dir(steps)]\n",
+     False),
+], ids=["config", "string", "call-argument", "import", "module-listed"])
+def test_a_function_named_outside_tests_stays_an_error(root: Path, path: str, text: str, lookup: bool) -> None:
+    write_project(root, {**UNREACHED, path: text, **({"app/dispatch.py": LOOKUP} if lookup else {})})
+    assert by_code(".")["return torch.rand(3)"].severity == "error"
+
+
+@pytest.mark.parametrize("lookup", [
+    None,  # nothing looks a name up at run time
+    "from app import deep\n\n\ndef call(cfg):\n    return getattr(deep, cfg.hook)()\n",  # another module
+    "import torch\n\n\ndef make(cfg):\n    return getattr(torch.optim, cfg.name)\n",  # a library's object
+], ids=["no-lookup", "other-module", "library"])
+def test_a_string_no_lookup_can_take_calls_nothing(root: Path, lookup: str | None) -> None:
+    """`config.prompt_fn = "imagenet_animals"`, compared and never looked up (flow_grpo's prompts)."""
+    files = {**UNREACHED, "conf/run.yaml": "hooks:\n  - only_tested\n",
+             "app/extra.py": "NAMES = ['only_tested']\n\n\ndef pick(cfg):\n    return cfg.hook == 'only_tested'\n"}
+    write_project(root, {**files, **({"app/dispatch.py": lookup} if lookup else {})})
+    only = by_code(".")["return torch.rand(3)"]
+    assert only.severity == "warning", only.note
+    # a lookup on an object the scan cannot place may be on app.steps: the strings count again
+    unknown = "def call(obj, cfg):\n    return getattr(obj, cfg.hook)()\n"
+    write_project(root, {**files, "app/dispatch.py": unknown})
     assert by_code(".")["return torch.rand(3)"].severity == "error"
 
 

@@ -7,10 +7,13 @@ Two questions, each answered from the whole scanned tree:
   transitively (imports inside functions too: the function may run).
 - **Can anything but tests call the function?** ``Naming``: code calls a function or method through
   its name. One that no non-test code of the tree names (as an attribute, a name it uses or
-  imports, or a string: ``getattr(actor, "m")``, ``group.run_all("m")``, ``"pkg.mod.fn"``), that no
-  config file of the tree names, and that no name the code builds at run time can match
-  (``getattr(x, f"w13_{k}")`` matches ``w13_*``; a name taken from ``dir(x)`` matches all), is called
-  by nothing but tests, as long as only a name can reach it: a module-level function or a method
+  imports, a string passed to a call: ``getattr(actor, "m")``, ``group.run_all("m")``, or a dotted
+  path ``"pkg.mod.fn"``), that no name the code builds at run time can match
+  (``getattr(x, f"w13_{k}")`` matches ``w13_*``; a name taken from ``dir(x)`` matches all), and that
+  no other string or config word names where a lookup by a run-time name could reach it
+  (``getattr(x, cfg.fn)`` on an unknown object, on its module or on its class: a string that is only
+  assigned or compared, ``config.prompt_fn = "imagenet_animals"``, calls nothing), is called by
+  nothing but tests, as long as only a name can reach it: a module-level function or a method
   of a class whose bases are all the tree's own, not decorated (a decorator may register it) and
   not a dunder (the language calls those).
 
@@ -37,7 +40,11 @@ class Mentions:
     """What the tree's non-test code mentions, gathered by the scanner from every file (those set
     aside by the prefilter too)."""
 
-    names: set[str] = field(default_factory=set)  # identifiers it uses: attributes, names, strings
+    names: set[str] = field(default_factory=set)  # identifiers it uses: attributes, names, strings passed to calls
+    string_names: set[str] = field(default_factory=set)  # identifier strings elsewhere (assigned, listed, compared)
+    # lookups by a name taken from a value: (module key of the file, what owns the attribute: a
+    # qualified name as written there or '' when unknown)
+    lookups: list[tuple[str, str]] = field(default_factory=list)
     # names it builds at run time: (module key of the file, what owns the attribute: a qualified name
     # as written there or '' when unknown, a regex of the names it can build)
     built: list[tuple[str, str, str]] = field(default_factory=list)
@@ -88,20 +95,47 @@ class Naming:
         self._in_config: dict[str, bool] = {}
         self._callable: dict[str, bool] = {}
         self._dotted: set[str] | None = None  # see dotted_names
+        self._lookups: list[tuple[str, str]] | None = None  # (kind, owner key) of each lookup: see looked_up
 
     def named(self, function: str) -> bool:
-        """Non-test code or a config file names ``function`` (its last name), or a name built at run
-        time can be it; a dunder always counts as named."""
+        """Non-test code names ``function`` (its last name: a use, an import, a string passed to a
+        call), or a name built at run time can be it, or a string or config word names it where a
+        lookup by a run-time name can reach it; a dunder always counts as named."""
         short = function.rpartition(".")[2]
         if is_dunder(short) or short in self.mentions.names:
             return True
         if any(regex.fullmatch(short) and self._owns(kind, owner, function) for kind, owner, regex in self._matchers()):
+            return True
+        if not self.looked_up(function):
+            return False  # a string alone calls nothing: `config.prompt_fn = "imagenet_animals"` compared, never looked up
+        if short in self.mentions.string_names:
             return True
         known = self._in_config.get(short)
         if known is None:
             found = self.mentions.in_config({short}) if self.mentions.in_config is not None else set()
             known = self._in_config[short] = short in found
         return known
+
+    def looked_up(self, function: str) -> bool:
+        """Some lookup by a name taken from a value (``getattr(x, cfg.fn)``, ``methodcaller(name)``)
+        can reach ``function``: its owner is unknown, or is the function's module or a class of its."""
+        if self._lookups is None:
+            program = self.program
+            owners: set[tuple[str, str]] = set()
+            for module, owner in self.mentions.lookups:
+                if not owner:
+                    owners.add(("", ""))
+                    continue
+                root = program.root_of.get(module)
+                cls = program.canonical(owner, root=root)
+                key = program.module_key(owner, root)
+                if cls in program.classes:
+                    owners.add(("class", cls))
+                elif key is not None:
+                    owners.add(("module", key))
+                # else a library's object (getattr(torch.optim, cfg.name)): none of the tree's functions
+            self._lookups = sorted(owners)
+        return any(self._owns(kind, owner, function) for kind, owner in self._lookups)
 
     def dotted_names(self) -> set[str]:
         """Every module a dotted string of the tree's code or config files names, or names a function

@@ -34,7 +34,7 @@ from detaudit.scan.rules import (
     seed_families,
 )
 
-FACTS_VERSION = 11
+FACTS_VERSION = 12
 # Statements after which the rest of their block never runs.
 _ENDS_BLOCK = frozenset({ast.Raise, ast.Return, ast.Break, ast.Continue})
 MODULE_BODY = "<module>"
@@ -131,8 +131,14 @@ class FileFacts:
         self.returns: list[tuple[ast.Call, _Ctx]] = []
         self.table_returns: list[tuple[ast.expr, _Ctx]] = []  # `return TABLE[key]`: (the subscript or .get call, ctx)
         # What the file's code mentions by name (attributes, its own top-level defs, imported names,
-        # identifier strings): a function or method no code names cannot be called by name.
+        # identifier strings passed to a call): a function or method no code names cannot be called by name.
         self.names: set[str] = set()
+        # Identifier strings anywhere else (assigned, listed, compared, `__all__`): they name a
+        # function only where a lookup by a run-time name can reach it (``lookups``).
+        self.string_names: set[str] = set()
+        # Owners of lookups by a name taken from a value (``getattr(x, cfg.fn)``): qualified as
+        # written here, '' when unknown. See evidence.Naming.
+        self.lookups: set[str] = set()
         self.imported: set[str] = set()  # modules its import statements name (with what may be attributes)
         self.star_import = False
         self._no_names = self.is_test_module or E.is_conftest(name)
@@ -446,9 +452,9 @@ class FileFacts:
         # names), but without its generators and without visiting leaves: ~3x faster.
         todo = [node]
         stmt = self._stmt
-        names, own, every = self.names, self.top_level, self.star_import
+        names, own, every, strings = self.names, self.top_level, self.star_import, self.string_names
         if self._no_names:
-            names, own, every = set(), set(), False  # test code: what it names never counts
+            names, own, every, strings = set(), set(), False, set()  # test code: what it names never counts
         for sub in todo:  # the list grows while it is read: that is the queue
             kind = type(sub)
             # `kind is X` first (one cheap test per node), isinstance for the type checker only
@@ -462,7 +468,13 @@ class FileFacts:
                     self.reflecting.add(ctx.function)
             elif kind is ast.Call and isinstance(sub, ast.Call):
                 self.calls.append((sub, ctx, stmt))
+                for arg in sub.args:  # the callee may look it up: getattr(actor, "m"), group.run_all("m")
+                    if type(arg) is ast.Constant and type(arg.value) is str and arg.value.isidentifier():
+                        names.add(arg.value)
                 for keyword in sub.keywords:
+                    if type(keyword.value) is ast.Constant and type(keyword.value.value) is str \
+                            and keyword.value.value.isidentifier():
+                        names.add(keyword.value.value)
                     if keyword.arg and isinstance(keyword.value, ast.Constant):
                         text = _dotted_string(keyword.value.value)
                         if text is not None:
@@ -471,7 +483,7 @@ class FileFacts:
                 value = sub.value
                 if type(value) is str:
                     if value.isidentifier():
-                        names.add(value)  # getattr(actor, "m"), group.run_all("m"), __all__
+                        strings.add(value)  # see string_names
                     else:
                         text = _dotted_string(value)
                         if text is not None:
@@ -645,11 +657,17 @@ class FileFacts:
                 resolved = None
                 if len(call.args) >= 2:
                     pattern = self._built_name(call.args[1], ctx)
-                    if pattern:
+                    if pattern or not isinstance(call.args[1], ast.Constant):
                         owner = dotted(call.args[0])
                         owner = f"{self.module}.{ctx.cls}" if owner in ("self", "cls") and ctx.cls else \
                             self.resolve(owner, ctx) or ""
-                        dynamic.append([owner, pattern])
+                        if pattern:
+                            dynamic.append([owner, pattern])
+                        elif not self._no_names:
+                            self.lookups.add(owner)
+            elif resolved in ("operator.methodcaller", "operator.attrgetter") and call.args \
+                    and not isinstance(call.args[0], ast.Constant) and not self._no_names:
+                self.lookups.add("")  # methodcaller(cfg.method)(obj): any object's attribute
             elif name == "globals" and "globals" not in self.imports:  # globals()[name]: any function here
                 dynamic.append([self.module, ".*"])
             elif resolved == "importlib.import_module" and call.args and isinstance(call.args[0], ast.Constant) \
@@ -790,6 +808,8 @@ class FileFacts:
             "names": sorted(self.names),
             "imported": sorted(self.imported),
             "dynamic": sorted(dynamic),
+            "string_names": sorted(self.string_names),
+            "lookups": sorted(self.lookups),
             "registrars": {f"{self.module}.{q}": table for q, table in sorted(self.registrars.items())},
         }
 

@@ -276,7 +276,9 @@ def _mentions(facts: dict[str, dict[str, Any]], light: dict[str, tuple[str, tupl
     def add(path: str, f: dict[str, Any]) -> None:
         if path not in in_tests:
             mentions.names.update(f["names"])
+            mentions.string_names.update(f["string_names"])
             mentions.built.extend((f["module"], owner, regex) for owner, regex in f["dynamic"])
+            mentions.lookups.extend((f["module"], owner) for owner in f["lookups"])
 
     for path, f in facts.items():
         add(path, f)
