@@ -207,7 +207,7 @@ def _steps_identical(sa: list[Any], sb: list[Any], lenient: bool) -> bool:
     if sa != sb:  # catches most differences at C speed (NaN steps fall through to the loop)
         if len(sa) != len(sb):
             return False
-        return all(_same_step(x, y, lenient) for x, y in zip(sa, sb))
+        return all(_same_step(x, y, lenient) for x, y in zip(sa, sb, strict=False))
     return lenient or list(map(type, sa)) == list(map(type, sb))
 
 
@@ -224,7 +224,7 @@ def _values_identical(va: array | list, vb: array | list) -> bool:
         return va.tobytes() == vb.tobytes()
     if len(va) != len(vb):
         return False
-    return all(same_value(x, y) for x, y in zip(va, vb))
+    return all(same_value(x, y) for x, y in zip(va, vb, strict=False))
 
 
 class SeriesData:

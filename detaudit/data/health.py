@@ -76,7 +76,7 @@ def curve_health(path: str | Path, metric: str, *, window: int = 20, buckets: in
         raise InputError(path, f"no series {metric!r} (series: {known}{', ...' if len(run.series) > 12 else ''})")
     series = run.series[metric]
     steps, values, skipped = [], [], 0
-    for step, value in zip(series.steps(run), series.values):
+    for step, value in zip(series.steps(run), series.values, strict=True):
         number = to_float(value) if type(value) in (int, float) else math.nan
         if math.isfinite(number):
             steps.append(step)

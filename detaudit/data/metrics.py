@@ -246,13 +246,13 @@ class _Shape:
         if self.single:
             self.columns[0].extend(rows)
         else:
-            for column, new in zip(self.columns, zip(*rows)):
+            for column, new in zip(self.columns, zip(*rows, strict=False), strict=False):
                 column.extend(new)
 
     def _check_containers(self, rows: list[Any]) -> None:
         first = len(self.lines) - len(rows)
         for i, row in enumerate(rows):
-            for key, value in zip(self.keys, (row,) if self.single else row):
+            for key, value in zip(self.keys, (row,) if self.single else row, strict=False):
                 if type(value) in (list, dict):
                     problem = _container_problem(value)
                     if problem is not None:
@@ -406,7 +406,7 @@ def _assemble(shapes: Iterable[_Shape], step_fields: dict[str, None]) -> dict[st
         if not shape.lines or not shape.keys:
             continue
         columns = shape.take_columns()
-        for position, (key, column) in enumerate(zip(shape.keys, columns)):
+        for position, (key, column) in enumerate(zip(shape.keys, columns, strict=False)):
             if key in step_fields:
                 continue  # a step key is never a series, also where a line carries it as a field
             parts.setdefault(key, []).append((shape.lines, column, shape.step_key, position))
@@ -418,7 +418,7 @@ def _assemble(shapes: Iterable[_Shape], step_fields: dict[str, None]) -> dict[st
         if len(chunks) == 1:
             lines, values = chunks[0][0], chunks[0][1]
         else:  # the key appears in lines of several shapes: merge by line index
-            merged = sorted((i, n, v) for n, c in enumerate(chunks) for i, v in zip(c[0], c[1]))
+            merged = sorted((i, n, v) for n, c in enumerate(chunks) for i, v in zip(c[0], c[1], strict=False))
             lines = [m[0] for m in merged]
             values = tuple(m[2] for m in merged)
         first_chunk = min(chunks, key=lambda c: c[0][0])

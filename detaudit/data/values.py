@@ -81,7 +81,7 @@ def first_difference(a: Any, b: Any) -> tuple[Any, Any] | None:
         elif tx is list:
             if len(x) != len(y):
                 return x, y
-            stack.extend(reversed(list(zip(x, y))))
+            stack.extend(reversed(list(zip(x, y, strict=False))))
         elif tx is dict:
             if x.keys() != y.keys():
                 return x, y

@@ -786,7 +786,7 @@ class Program:
         found = []
         for caller in sorted(self._calls_by_short_name.get(short, ())):
             info = self.functions[caller]  # the index holds only functions added with their module
-            for name, site in zip(info["calls"], info["sites"]):
+            for name, site in zip(info["calls"], info["sites"], strict=False):
                 if name.rpartition(".")[2] != short:
                     continue
                 if SUPER in name:

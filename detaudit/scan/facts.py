@@ -491,7 +491,7 @@ class FileFacts:
                             names.add(text.replace(":", ".").rpartition(".")[2])  # "pkg.mod.fn"
                 continue
             elif kind is ast.Dict and isinstance(sub, ast.Dict):
-                for key, entry in zip(sub.keys, sub.values):
+                for key, entry in zip(sub.keys, sub.values, strict=False):
                     if isinstance(key, ast.Constant) and isinstance(key.value, str):
                         if key.value == "worker_process_setup_hook":
                             self.hooks.append(entry)
@@ -1078,10 +1078,10 @@ def _none_params(args: ast.arguments, is_method: bool) -> dict[str, int]:
         positional = positional[1:]
     out: dict[str, int] = {}
     defaults = args.defaults
-    for i, (arg, default) in enumerate(zip(positional[len(positional) - len(defaults):], defaults)):
+    for i, (arg, default) in enumerate(zip(positional[len(positional) - len(defaults):], defaults, strict=False)):
         if isinstance(default, ast.Constant) and default.value is None:
             out[arg.arg] = len(positional) - len(defaults) + i
-    for arg, kw_default in zip(args.kwonlyargs, args.kw_defaults):
+    for arg, kw_default in zip(args.kwonlyargs, args.kw_defaults, strict=False):
         if isinstance(kw_default, ast.Constant) and kw_default.value is None:
             out[arg.arg] = -1
     return out

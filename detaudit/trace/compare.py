@@ -173,7 +173,7 @@ class Collision:
 
 def _prefix(a: list[Any], b: list[Any]) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1
@@ -217,7 +217,7 @@ def first_draw_difference(a: ProcessTrace, b: ProcessTrace, library: bool = Fals
     (``library``) those made inside library internals."""
     draws_a = [d for d in a.draws if d.library == library]
     draws_b = [d for d in b.draws if d.library == library]
-    for i, (x, y) in enumerate(zip(draws_a, draws_b)):
+    for i, (x, y) in enumerate(zip(draws_a, draws_b, strict=False)):
         if x.key == y.key:
             continue
         kind = "state" if (x.gen, x.op, x.site) == (y.gen, y.op, y.site) else "site"

@@ -65,7 +65,7 @@ def _aligned(xs: list[np.ndarray], ys: list[np.ndarray], digits: int) -> tuple[l
         return None
     grid = np.unique(np.concatenate(xs)) if xs else np.array([])
     columns = []
-    for x, y in zip(xs, ys):
+    for x, y in zip(xs, ys, strict=False):
         full = np.full(len(grid), np.nan)
         full[np.searchsorted(grid, x)] = y
         columns.append(_column(full, digits))
@@ -84,7 +84,7 @@ def chart_data(panel: Panel) -> dict[str, Any] | None:
         "first": panel.divergence.x if panel.divergence is not None else None,
         "firstText": f"first divergence: {panel.divergence.step_text} ({panel.divergence.kind})"
         if panel.divergence is not None else "",
-        "values": {"x": values[0], "curves": [{"label": c.label, "y": y} for c, y in zip(panel.curves, values[1])]},
+        "values": {"x": values[0], "curves": [{"label": c.label, "y": y} for c, y in zip(panel.curves, values[1], strict=False)]},
         "diff": None,
     }
     xs, ys, meta = [], [], []
@@ -97,7 +97,7 @@ def chart_data(panel: Panel) -> dict[str, Any] | None:
     if xs:
         diff = _aligned(xs, ys, 4)
         if diff is not None:
-            doc["diff"] = {"x": diff[0], "curves": [dict(m, y=y) for m, y in zip(meta, diff[1])]}
+            doc["diff"] = {"x": diff[0], "curves": [dict(m, y=y) for m, y in zip(meta, diff[1], strict=False)]}
     return doc
 
 

@@ -291,7 +291,7 @@ def draw_all(jobs: list[Job]) -> dict[str, str]:
                 and os.environ.get("DETAUDIT_JOBS") != "1" and hasattr(os, "fork"))
     if not parallel:
         svgs = _draw(jobs)
-        return {salt: svg for (_, salt, _), svg in zip(jobs, svgs)}
+        return {salt: svg for (_, salt, _), svg in zip(jobs, svgs, strict=False)}
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -304,6 +304,6 @@ def draw_all(jobs: list[Job]) -> dict[str, str]:
             other = future.result()
     finally:
         _SHARE.clear()
-    out = {salt: svg for (_, salt, _), svg in zip(mine, drawn)}
-    out.update({salt: svg for (_, salt, _), svg in zip(theirs, other)})
+    out = {salt: svg for (_, salt, _), svg in zip(mine, drawn, strict=False)}
+    out.update({salt: svg for (_, salt, _), svg in zip(theirs, other, strict=False)})
     return out

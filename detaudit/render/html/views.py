@@ -150,13 +150,13 @@ def _panel(name: str, step_key: str, state: str, sources: list[Source | None], f
            summary: str = "", run_labels: str = "") -> Panel:
     """A panel comparing ``sources`` (the reference first; None: the series is absent there)."""
     xs = [s.step_numbers() if s is not None else None for s in sources]
-    by_step = all(x is not None for s, x in zip(sources, xs) if s is not None)
+    by_step = all(x is not None for s, x in zip(sources, xs, strict=False) if s is not None)
     panel = Panel(name, step_key, state, step_key if by_step else "point index")
     if not by_step:
         panel.note = "steps are not all numbers: plotted against the point index"
-    data = [num.points(s.values, x if by_step else None) if s is not None else None for s, x in zip(sources, xs)]
+    data = [num.points(s.values, x if by_step else None) if s is not None else None for s, x in zip(sources, xs, strict=False)]
     around = first.index if first is not None else None
-    for source, pts in zip(sources, data):
+    for source, pts in zip(sources, data, strict=False):
         if source is None or pts is None:
             continue
         if not pts.numeric and not np.isfinite(pts.y).any():
@@ -184,7 +184,7 @@ def _panel(name: str, step_key: str, state: str, sources: list[Source | None], f
             summary=summary, runs=run_labels)
     ref_points, ref_source = data[0], sources[0]
     if ref_points is not None and ref_source is not None:
-        for source, pts in zip(sources[1:], data[1:]):
+        for source, pts in zip(sources[1:], data[1:], strict=False):
             if source is None or pts is None:
                 continue
             paired_x, ya, yb = num.paired(ref_points, pts, ref_source[1], source[1])
@@ -262,7 +262,7 @@ def _fill_from_report(page: Page, report: DiffReport, runs: list[MetricsRun] | N
                                             None, [], [(labels[i], format_value(v)) for i, v in enumerate(m.values)],
                                             first.abs_diff, first.rel_diff, first.ulps, summary, differ)))
             continue
-        sources = [_run_source(label, run, m.series, line_x) for label, run in zip(labels, runs)]
+        sources = [_run_source(label, run, m.series, line_x) for label, run in zip(labels, runs, strict=False)]
         page.differing.append(_panel(m.series, m.step_key, "missing" if m.kind == "missing" else "differs", sources,
                                      first, summary, differ))
     if report.root is not None:
@@ -292,7 +292,7 @@ def diff_page(report: DiffReport, runs: list[MetricsRun], *, title: str = "detau
     page = Page(title, "IDENTICAL" if ok else "DIFFER", ok,
                 f"{len(report.identical)} / {n} identical, {len(report.mismatched)} mismatched")
     page.facts = [(f"{label}{' (reference)' if i == 0 else ''}", path) for i, (label, path) in
-                  enumerate(zip(labels, report.runs))]
+                  enumerate(zip(labels, report.runs, strict=False))]
     page.facts.append(("compared series", str(n)))
     page.facts += _pattern_facts(report.exclude_patterns)
     if report.torn:

@@ -182,7 +182,7 @@ def _emit(value: Any, layout: JsonLayout, allow_nan: bool, level: int, out: list
 
 def first_changed_line(old: str, new: str) -> int:
     """The 1-based line where two texts first differ."""
-    for number, (a, b) in enumerate(zip(old.split("\n"), new.split("\n")), 1):
+    for number, (a, b) in enumerate(zip(old.split("\n"), new.split("\n"), strict=False), 1):
         if a != b:
             return number
     return min(old.count("\n"), new.count("\n")) + 1
@@ -247,6 +247,6 @@ def last_by_step(actual: SeriesData) -> dict[Any, tuple[int, Any]]:
     Frameworks that read a run into a dict by step (Megatron-LM, TorchTitan) keep the last one.
     """
     out: dict[Any, tuple[int, Any]] = {}
-    for index, (step, value) in enumerate(zip(actual.steps, actual.values)):
+    for index, (step, value) in enumerate(zip(actual.steps, actual.values, strict=True)):
         out[step] = (index, value)
     return out

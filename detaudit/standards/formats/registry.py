@@ -218,7 +218,7 @@ def _points_lost(source: Standard, back: Standard) -> list[str]:
         if got is None:
             lost.append(f"series {name!r}")
             continue
-        for i, (step, value) in enumerate(zip(data.steps, data.values)):
+        for i, (step, value) in enumerate(zip(data.steps, data.values, strict=True)):
             if i >= len(got) or not (same_value(step, got.steps[i]) and same_value(value, got.values[i])):
                 lost.append(f"series {name!r} exactly (step {format_value(step)}: {format_value(value)})")
                 break
@@ -269,7 +269,7 @@ def convert(standard: Standard, fmt: str, *, target: str | Path, series: str | N
     renamed = _one_series_renamed(source, back, format_of(fmt))
     if renamed:
         back = dataclasses.replace(back, series={name: SeriesData(name, data.step_key, data.steps, data.values)
-                                                 for name, data in zip(source.series, back.series.values())})
+                                                 for name, data in zip(source.series, back.series.values(), strict=False)})
     lost = _points_lost(source, back)
     more, behind = _fields_lost(source, back)
     lost += more
