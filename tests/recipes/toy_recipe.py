@@ -2,7 +2,8 @@
 
 Not a mock of anything we ship: it stands in for a user's training command. Flags:
   --unseeded       draw the "data" from an unseeded global RNG (the bug detaudit catches)
-  --reorder        sum the same numbers in a random order (a ~1e-16 ULP-kind difference)
+  --reorder        sum the same numbers in another order, one whose sum differs in its last bits
+                   (a ~1e-16 ULP-kind difference; chosen deterministically, so never by chance the same)
   --fail           exit 3 after writing some lines
   --fail-index I   the same, only in the run whose DETAUDIT_RUN_INDEX is I
   --sleep S        sleep S seconds before finishing (for timeouts and Ctrl-C)
@@ -14,6 +15,7 @@ Not a mock of anything we ship: it stands in for a user's training command. Flag
 """
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -41,6 +43,20 @@ if args.ignore_term:
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # inherited by the child below
 
+
+
+def reordered_sum(values: list[float]) -> float:
+    """The sum in the first order (reversed, then every permutation) whose bits differ from the
+    in-order sum. A random order was the same sum now and then (many orders round alike), and a
+    test that needs a difference then passed by chance."""
+    plain = sum(values)
+    for order in itertools.chain([range(len(values) - 1, -1, -1)], itertools.permutations(range(len(values)))):
+        total = sum(values[i] for i in order)
+        if total != plain:
+            return total
+    return plain
+
+
 path = os.devnull if args.no_metrics else os.environ["DETAUDIT_METRICS_JSONL"]
 started = time.time()
 rng = random.Random() if args.unseeded else random.Random(1234)
@@ -52,10 +68,7 @@ if args.spawn_child:
 with open(path, "w") as out:
     for step in range(args.steps):
         rewards = [rng.random() for _ in range(8)]
-        order = list(range(8))
-        if args.reorder:
-            random.Random().shuffle(order)
-        mean = sum(rewards[i] for i in order) / 8
+        mean = (reordered_sum(rewards) if args.reorder else sum(rewards)) / 8
         if args.only_perf:
             out.write(json.dumps({"step_key": "rollout/step", "rollout/step": step, "perf/rollout_time": time.time()}) + "\n")
             continue
