@@ -206,7 +206,9 @@ def test_parallel_runs_overlap_on_disjoint_gpu_sets(tmp_path: Path) -> None:
     card = write_card(tmp_path / "gpu.toml", extra="gpus_per_run = 1\n")
     runs = tmp_path / "runs"
     result = run_cli("record", str(card), "--runs", "3", "--parallel", "2", "--workdir", str(runs),
-                     "--", "--sleep", "1.5", env={"CUDA_VISIBLE_DEVICES": "4,5,6"})
+                     # 5 s, not 1.5: on a loaded 2-core CI machine a run's interpreter start alone can
+                     # take over a second, and the overlap below must not depend on it
+                     "--", "--sleep", "5", env={"CUDA_VISIBLE_DEVICES": "4,5,6"})
     assert result.code == 0, result.text
     info = [json.loads((runs / f"run{i}" / "info.json").read_text()) for i in (1, 2, 3)]
     assert {i["cuda"] for i in info} <= {"4", "5"}
