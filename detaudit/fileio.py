@@ -71,7 +71,7 @@ def write_atomic(path: str | Path, text: str, *, overwrite: bool, replace_flag: 
 def _temporary_beside(path: Path, created: list[Path]) -> tuple[int, str]:
     """A temporary file in ``path``'s folder. A concurrent writer that failed may have removed
     the (then empty) folder between our ``make_parents`` and here: make it again, a few times."""
-    for _attempt in range(3):
+    for _ in range(3):  # then once more, letting the error through
         try:
             return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         except FileNotFoundError:

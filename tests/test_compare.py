@@ -133,3 +133,12 @@ def test_cli_table_report_and_exit_codes(tmp_path: Path) -> None:
     assert excluded.code == 0 and "excluded (2)" in excluded.out
     included = run_cli("diff", "--include", "perf/*", str(a), str(a))
     assert included.code == 0
+
+
+def test_series_points_refuse_steps_and_values_of_two_lengths() -> None:
+    """A series' steps and values pair up one to one: a mismatch raises instead of truncating."""
+    from detaudit.data.compare import SeriesData
+
+    assert list(SeriesData("loss", "step", [1, 2], [0.5, 0.25]).points()) == [(1, 0.5), (2, 0.25)]
+    with pytest.raises(ValueError):
+        list(SeriesData("loss", "step", [1, 2, 3], [0.5, 0.25]).points())

@@ -392,10 +392,11 @@ LOOKUP = "from app import steps\n\n\ndef call(cfg):\n    return getattr(steps, c
     ("conf/run.yaml", "hooks:\n  - only_tested\n", True),  # a config file names it, a lookup can take it
     ("app/extra.py", "NAMES = ['only_tested']\n", True),  # a string names it, a lookup can take it
     ("app/extra.py", "def go(group):\n    return group.run_all('only_tested')\n", False),  # a call is given it
+    ("app/extra.py", "def go(group):\n    return group.run_all(method='only_tested')\n", False),  # as a keyword
     ("app/extra.py", "from app.steps import only_tested\n", False),  # code imports it
     ("app/extra.py", "from app import steps\n\n\ndef every():\n    return [getattr(steps, n) for n in dir(steps)]\n",
      False),
-], ids=["config", "string", "call-argument", "import", "module-listed"])
+], ids=["config", "string", "call-argument", "call-keyword", "import", "module-listed"])
 def test_a_function_named_outside_tests_stays_an_error(root: Path, path: str, text: str, lookup: bool) -> None:
     write_project(root, {**UNREACHED, path: text, **({"app/dispatch.py": LOOKUP} if lookup else {})})
     assert by_code(".")["return torch.rand(3)"].severity == "error"

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -256,6 +256,11 @@ class SeriesData:
 
     def __len__(self) -> int:
         return len(self.values)
+
+    def points(self) -> Iterator[tuple[Any, Any]]:
+        """(step, value) pairs; steps and values have one length by construction, and a mismatch
+        raises rather than truncating what is rendered or compared."""
+        return zip(self.steps, self.values, strict=True)
 
     @classmethod
     def from_run(cls, run: MetricsRun, series: Series, line_steps: LineSteps | None = None) -> SeriesData:

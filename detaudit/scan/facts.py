@@ -468,13 +468,12 @@ class FileFacts:
                     self.reflecting.add(ctx.function)
             elif kind is ast.Call and isinstance(sub, ast.Call):
                 self.calls.append((sub, ctx, stmt))
-                for arg in sub.args:  # the callee may look it up: getattr(actor, "m"), group.run_all("m")
+                # an identifier string passed to a call: the callee may look it up (getattr(actor, "m"),
+                # group.run_all("m"), group.run_all(method="m"))
+                for arg in [*sub.args, *(keyword.value for keyword in sub.keywords)]:
                     if type(arg) is ast.Constant and type(arg.value) is str and arg.value.isidentifier():
                         names.add(arg.value)
                 for keyword in sub.keywords:
-                    if type(keyword.value) is ast.Constant and type(keyword.value.value) is str \
-                            and keyword.value.value.isidentifier():
-                        names.add(keyword.value.value)
                     if keyword.arg and isinstance(keyword.value, ast.Constant):
                         text = _dotted_string(keyword.value.value)
                         if text is not None:

@@ -116,7 +116,7 @@ def _step_key(step: Any, lenient: bool) -> Any:
 def _keyed(data: SeriesData, lenient: bool) -> dict[tuple[Any, int], tuple[Any, Any]]:
     seen: dict[Any, int] = {}
     out: dict[tuple[Any, int], tuple[Any, Any]] = {}
-    for step, value in zip(data.steps, data.values, strict=True):
+    for step, value in data.points():
         key = _step_key(step, lenient)
         n = seen.get(key, 0)
         seen[key] = n + 1

@@ -247,6 +247,6 @@ def last_by_step(actual: SeriesData) -> dict[Any, tuple[int, Any]]:
     Frameworks that read a run into a dict by step (Megatron-LM, TorchTitan) keep the last one.
     """
     out: dict[Any, tuple[int, Any]] = {}
-    for index, (step, value) in enumerate(zip(actual.steps, actual.values, strict=True)):
+    for index, (step, value) in enumerate(actual.points()):
         out[step] = (index, value)
     return out

@@ -167,7 +167,7 @@ def series_document(series: dict[str, SeriesData]) -> dict[str, Any]:
     return {
         name: {
             "step_key": data.step_key,
-            "points": [[encode_value(s), encode_value(v)] for s, v in zip(data.steps, data.values, strict=True)],
+            "points": [[encode_value(s), encode_value(v)] for s, v in data.points()],
         }
         for name, data in sorted(series.items())
     }

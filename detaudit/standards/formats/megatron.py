@@ -173,9 +173,9 @@ def infer_interval(steps: list[int]) -> int:
 
 def _render_entry(name: str, data: SeriesData, info: dict[str, Any], target: str) -> dict[str, Any]:
     require_int_steps(target, NAME, data)
-    for step, value in zip(data.steps, data.values, strict=True):
+    for step, value in data.points():
         require_number(target, NAME, name, step, value, nonfinite=False)
-    cells: dict[int, Any] = dict(zip(data.steps, data.values, strict=True))
+    cells: dict[int, Any] = dict(data.points())
     for step in info.get("missing", []):
         if step in cells:
             raise InputError(target, f"series {name!r}: step {step} is both a value and \"nan\"")
@@ -266,7 +266,7 @@ def value_matches(golden: Any, run: Any) -> bool:
 
 
 def compare(expected: SeriesData, native: dict[str, Any], actual: SeriesData | None) -> PairDivergence | None:
-    cells: list[tuple[int, Any]] = sorted([*zip(expected.steps, expected.values, strict=True),
+    cells: list[tuple[int, Any]] = sorted([*expected.points(),
                                            *((s, MISSING) for s in native.get("missing", []))], key=lambda c: c[0])
     if actual is None:
         return PairDivergence(1, 0, "missing", cells[0][0] if cells else ABSENT,

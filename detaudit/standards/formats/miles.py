@@ -57,7 +57,7 @@ def render(standard: Standard, target: str) -> str:
     doc: dict[str, Any] = {}
     if standard.meta or layout_doc.get("meta", True):
         doc["meta"] = _sorted(standard.meta)
-    doc["metrics"] = {name: [[s, v] for s, v in zip(data.steps, data.values, strict=True)]
+    doc["metrics"] = {name: [[s, v] for s, v in data.points()]
                       for name, data in sorted(standard.series.items())}
     return dump_json(doc, layout, allow_nan=True)
 

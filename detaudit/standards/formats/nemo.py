@@ -62,9 +62,9 @@ def render(standard: Standard, target: str) -> str:
     doc: dict[str, Any] = {}
     for name, data in sorted(standard.series.items()):
         require_int_steps(target, NAME, data)
-        for step, value in zip(data.steps, data.values, strict=True):
+        for step, value in data.points():
             require_number(target, NAME, name, step, value, nonfinite=True)
-        doc[name] = {str(s): v for s, v in zip(data.steps, data.values, strict=True)}
+        doc[name] = {str(s): v for s, v in data.points()}
     return dump_json(doc, layout, allow_nan=True)
 
 

@@ -218,7 +218,7 @@ def _points_lost(source: Standard, back: Standard) -> list[str]:
         if got is None:
             lost.append(f"series {name!r}")
             continue
-        for i, (step, value) in enumerate(zip(data.steps, data.values, strict=True)):
+        for i, (step, value) in enumerate(data.points()):
             if i >= len(got) or not (same_value(step, got.steps[i]) and same_value(value, got.values[i])):
                 lost.append(f"series {name!r} exactly (step {format_value(step)}: {format_value(value)})")
                 break

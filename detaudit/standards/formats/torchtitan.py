@@ -100,7 +100,7 @@ def render(standard: Standard, target: str) -> str:
     layout = standard.layout if standard.native.get("format") == NAME else {}
     spellings = layout.get("spellings", {})
     lines = []
-    for step, value in zip(data.steps, data.values, strict=True):
+    for step, value in data.points():
         require_number(target, NAME, data.name, step, value, nonfinite=True)
         if type(value) is not float:
             raise InputError(target, f"{NAME} holds floats only (its reader uses float()): series {data.name!r} step "
@@ -115,7 +115,7 @@ def compare(expected: SeriesData, native: dict[str, Any], actual: SeriesData | N
         return PairDivergence(1, 0, "missing", expected.steps[0] if len(expected) else ABSENT,
                               expected.values[0] if len(expected) else ABSENT, ABSENT, len_a=len(expected))
     run = last_by_step(actual)
-    for index, (step, value) in enumerate(zip(expected.steps, expected.values, strict=True)):
+    for index, (step, value) in enumerate(expected.points()):
         hit = run.get(step)
         if hit is None:
             return PairDivergence(1, index, "steps", step, value, ABSENT, step, ABSENT, len(expected), len(run))
