@@ -9,6 +9,7 @@ code other than tests names its function. Each test fails when its mechanism is 
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -461,3 +462,66 @@ def test_cli_unknown_process_choices(root: Path) -> None:
     assert [f["severity"] for f in json.loads(default.out)] == ["warning"]
     strict = run_cli("scan-rng", ".", "--no-cache", "--unknown-process", "error", cwd=root)
     assert strict.code == 1 and "error DA101" in strict.out
+
+
+# -- a helper only dead functions call is dead too (flow_grpo's prompts.from_file) ------------------
+
+PROMPTS = {
+    "app/__init__.py": "",
+    "app/prompts.py": """
+        import random
+
+
+        def from_file(path):
+            return random.choice(open(path).read().split())
+
+
+        def animals():
+            return from_file("animals.txt")
+
+
+        def colours():
+            return from_file("colours.txt")
+        """,
+    "app/config.py": "PROMPT_FN = 'animals'\n",
+    "train.py": """
+        from app import config, prompts
+
+        if __name__ == "__main__":
+            print(config.PROMPT_FN, prompts.__name__)
+        """,
+}
+
+
+def test_a_helper_only_dead_functions_call_is_a_warning(root: Path) -> None:
+    write_project(root, PROMPTS)
+    helper = by_code(".")["return random.choice(open(path).read().split())"]
+    assert helper.severity == "warning", helper.note
+    assert helper.note == ("no known process: only animals, colours of its own module use from_file, and nothing "
+                           "outside tests can call them; only a call by name can run it")
+
+
+@pytest.mark.parametrize(("path", "text"), [
+    ("app/prompts.py", "\n\nDEFAULT = colours()\n"),  # module-level code calls a caller: it runs on import
+    ("app/use.py", "from app.prompts import animals\n\n\ndef go():\n    return animals()\n"),  # another module names it
+    ("app/prompts.py", "\n\nclass Table:\n    pick = staticmethod(animals)\n"),  # a class body names it
+    ("app/prompts.py", "\n\ndef everything():\n    return animals()\n\n\nALL = [everything]\n"),  # live through a chain
+], ids=["module-level", "imported", "class-body", "chain"])
+def test_a_helper_a_live_caller_uses_stays_an_error(root: Path, path: str, text: str) -> None:
+    files = dict(PROMPTS)
+    files[path] = (textwrap.dedent(files[path]) if path in files else "") + text
+    write_project(root, files)
+    helper = by_code(".")["return random.choice(open(path).read().split())"]
+    assert helper.severity == "error", helper.note
+
+
+def test_calls_among_dead_functions_alone_keep_them_dead(root: Path) -> None:
+    """from_file and animals call each other; nothing else calls either."""
+    files = dict(PROMPTS)
+    files["app/prompts.py"] += """
+        def again(path):
+            return animals() if path else from_file(path)
+        """
+    files["app/prompts.py"] = files["app/prompts.py"].replace('return from_file("animals.txt")', 'return again("animals.txt")')
+    write_project(root, files)
+    assert by_code(".")["return random.choice(open(path).read().split())"].severity == "warning"

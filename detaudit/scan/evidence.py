@@ -12,7 +12,9 @@ Two questions, each answered from the whole scanned tree:
   (``getattr(x, f"w13_{k}")`` matches ``w13_*``; a name taken from ``dir(x)`` matches all), and that
   no other string or config word names where a lookup by a run-time name could reach it
   (``getattr(x, cfg.fn)`` on an unknown object, on its module or on its class: a string that is only
-  assigned or compared, ``config.prompt_fn = "imagenet_animals"``, calls nothing), is called by
+  assigned or compared, ``config.prompt_fn = "imagenet_animals"``, calls nothing), and that no code
+  of its own module that can run uses by bare name (a helper only dead functions call is dead
+  too: flow_grpo's ``from_file``, called only by prompt functions nothing names), is called by
   nothing but tests, as long as only a name can reach it: a module-level function or a method
   of a class whose bases are all the tree's own, not decorated (a decorator may register it) and
   not a dunder (the language calls those).
@@ -42,6 +44,8 @@ class Mentions:
 
     names: set[str] = field(default_factory=set)  # identifiers it uses: attributes, names, strings passed to calls
     string_names: set[str] = field(default_factory=set)  # identifier strings elsewhere (assigned, listed, compared)
+    # bare-name uses of a file's own top-level defs: (module key, name) -> qualnames of the code using it
+    local_uses: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     # lookups by a name taken from a value: (module key of the file, what owns the attribute: a
     # qualified name as written there or '' when unknown)
     lookups: list[tuple[str, str]] = field(default_factory=list)
@@ -104,6 +108,14 @@ class Naming:
         short = function.rpartition(".")[2]
         if is_dunder(short) or short in self.mentions.names:
             return True
+        if self._used_locally(function, {function}):
+            return True  # called from code of its own module that can run
+        return self.named_otherwise(function)
+
+    def named_otherwise(self, function: str) -> bool:
+        """A name built at run time can be ``function``, or a string or config word names it where a
+        lookup by a run-time name can reach it."""
+        short = function.rpartition(".")[2]
         if any(regex.fullmatch(short) and self._owns(kind, owner, function) for kind, owner, regex in self._matchers()):
             return True
         if not self.looked_up(function):
@@ -115,6 +127,29 @@ class Naming:
             found = self.mentions.in_config({short}) if self.mentions.in_config is not None else set()
             known = self._in_config[short] = short in found
         return known
+
+    def _live(self, code: str, active: set[str]) -> bool:
+        """Code (a function's qualname, a class or module body) can run: module-level code, a class
+        body, a nested function, or a function something other than a dead function names. ``active``:
+        the functions whose liveness is being decided (a cycle of calls among them alone is dead)."""
+        program = self.program
+        if code in active:
+            return False
+        if code not in program.functions or code in program.classes or code.endswith((MODULE_BODY, MAIN_BLOCK)):
+            return True
+        if not self.only_by_name(code):
+            return True
+        short = code.rpartition(".")[2]
+        if short in self.mentions.names or self.named_otherwise(code):
+            return True
+        return self._used_locally(code, active | {code})
+
+    def _used_locally(self, function: str, active: set[str]) -> bool:
+        """A top-level def of its module is used by bare name from code of that module that can run."""
+        module = self.program.module_of.get(function, "")
+        short = function.rpartition(".")[2]
+        users = self.mentions.local_uses.get((module, short)) if function == f"{module}.{short}" else None
+        return bool(users) and any(self._live(user, active) for user in sorted(users or ()))
 
     def looked_up(self, function: str) -> bool:
         """Some lookup by a name taken from a value (``getattr(x, cfg.fn)``, ``methodcaller(name)``)
@@ -228,4 +263,11 @@ class Naming:
         return bool(cls) and (owner in program.mro(cls) or cls in program.mro(owner))
 
     def reason(self, function: str) -> str:
-        return f"nothing outside tests names {display_name(function).rpartition('.')[2]}, which only a call by that name can run"
+        short = display_name(function).rpartition(".")[2]
+        module = self.program.module_of.get(function, "")
+        users = sorted(self.mentions.local_uses.get((module, short), ()))
+        if users:
+            shown = ", ".join(u.rpartition(".")[2] for u in users[:3]) + (f" and {len(users) - 3} more" if len(users) > 3 else "")
+            return (f"only {shown} of its own module use {short}, and nothing outside tests can call them; "
+                    f"only a call by name can run it")
+        return f"nothing outside tests names {short}, which only a call by that name can run"

@@ -34,7 +34,7 @@ from detaudit.scan.rules import (
     seed_families,
 )
 
-FACTS_VERSION = 12
+FACTS_VERSION = 13
 # Statements after which the rest of their block never runs.
 _ENDS_BLOCK = frozenset({ast.Raise, ast.Return, ast.Break, ast.Continue})
 MODULE_BODY = "<module>"
@@ -44,7 +44,8 @@ _BUILTINS = frozenset({"id", "hash"})
 # the walks skip them.
 _LEAF_FIELDS = frozenset({"ctx", "op", "ops", "id", "arg", "attr", "kind", "conversion", "type_comment", "level",
                           "module", "is_async", "simple", "names", "name", "asname"})
-_CHILD_FIELDS: dict[type[ast.AST], tuple[str, ...]] = {}  # node type -> its other fields, in _fields order
+# node type -> its other fields, in _fields order; None (a Dict's `**x` key, a missing kw default) has none
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {type(None): ()}
 
 
 def _child_fields(kind: type[ast.AST]) -> tuple[str, ...]:
@@ -136,6 +137,10 @@ class FileFacts:
         # Identifier strings anywhere else (assigned, listed, compared, `__all__`): they name a
         # function only where a lookup by a run-time name can reach it (``lookups``).
         self.string_names: set[str] = set()
+        # Uses of the file's own top-level defs by a bare name (a call from a sibling function):
+        # name -> the local qualnames of the code using it. Such a def is reachable only when one
+        # of them is (evidence.Naming.named), so they are kept apart from ``names``.
+        self.local_uses: dict[str, set[str]] = {}
         # Owners of lookups by a name taken from a value (``getattr(x, cfg.fn)``): qualified as
         # written here, '' when unknown. See evidence.Naming.
         self.lookups: set[str] = set()
@@ -362,6 +367,8 @@ class FileFacts:
             qual = f"{ctx.function}.{node.name}"
         cls = ctx.cls if in_class else None
         self._function(qual, cls, node.lineno)
+        if ctx.function == MAIN_BLOCK:
+            self.functions[qual]["in_main"] = True  # defined by the `__main__` block (outside.py)
         if cls is not None:
             self.classes[cls]["methods"].append(qual)
         none_params = _none_params(node.args, cls is not None)
@@ -439,6 +446,8 @@ class FileFacts:
             self.classes[qual]["decorators"] = decorators
         if self.is_test_module and qual == node.name and E.is_test_class(node.name, [b for b in bases if b]):
             self._test_classes.add(qual)
+        if ctx.function == MAIN_BLOCK:
+            self.classes[qual]["in_main"] = True
         self._function(qual, None, node.lineno)  # the class body runs at import time
         for dec in node.decorator_list:
             self.exprs(dec, ctx)
@@ -453,14 +462,21 @@ class FileFacts:
         todo = [node]
         stmt = self._stmt
         names, own, every, strings = self.names, self.top_level, self.star_import, self.string_names
+        uses = self.local_uses
         if self._no_names:
             names, own, every, strings = set(), set(), False, set()  # test code: what it names never counts
         for sub in todo:  # the list grows while it is read: that is the queue
             kind = type(sub)
             # `kind is X` first (one cheap test per node), isinstance for the type checker only
             if kind is ast.Name and isinstance(sub, ast.Name):
-                if every or sub.id in own:  # a use of one of its own top-level defs
+                if every:  # a star import: every bare name may be one of another module's defs
                     names.add(sub.id)
+                elif sub.id in own:  # a use of one of its own top-level defs
+                    known = uses.get(sub.id)
+                    if known is None:
+                        uses[sub.id] = {ctx.function}
+                    else:
+                        known.add(ctx.function)
                 continue
             if kind is ast.Attribute and isinstance(sub, ast.Attribute):
                 names.add(sub.attr)
@@ -470,14 +486,18 @@ class FileFacts:
                 self.calls.append((sub, ctx, stmt))
                 # an identifier string passed to a call: the callee may look it up (getattr(actor, "m"),
                 # group.run_all("m"), group.run_all(method="m"))
-                for arg in [*sub.args, *(keyword.value for keyword in sub.keywords)]:
+                for arg in sub.args:
                     if type(arg) is ast.Constant and type(arg.value) is str and arg.value.isidentifier():
                         names.add(arg.value)
                 for keyword in sub.keywords:
-                    if keyword.arg and isinstance(keyword.value, ast.Constant):
-                        text = _dotted_string(keyword.value.value)
-                        if text is not None:
-                            self.string_attrs.setdefault(text, set()).add(_option_attr(sub, keyword.arg))
+                    given = keyword.value
+                    if type(given) is ast.Constant and isinstance(given, ast.Constant):
+                        if type(given.value) is str and given.value.isidentifier():
+                            names.add(given.value)
+                        if keyword.arg:
+                            text = _dotted_string(given.value)
+                            if text is not None:
+                                self.string_attrs.setdefault(text, set()).add(_option_attr(sub, keyword.arg))
             elif kind is ast.Constant and isinstance(sub, ast.Constant):
                 value = sub.value
                 if type(value) is str:
@@ -498,12 +518,13 @@ class FileFacts:
                             text = _dotted_string(entry.value)
                             if text is not None:
                                 self.string_attrs.setdefault(text, set()).add(key.value)
-            for name in _CHILD_FIELDS.get(kind) or _child_fields(kind):
+            fields = _CHILD_FIELDS.get(kind)
+            for name in fields if fields is not None else _child_fields(kind):
                 child = getattr(sub, name, None)
-                if isinstance(child, ast.AST):
+                if type(child) is list:
+                    todo.extend(child)  # expressions, or None: visited as a node without fields
+                elif child is not None:
                     todo.append(child)
-                elif type(child) is list:
-                    todo.extend(item for item in child if isinstance(item, ast.AST))
 
     # -- resolution -----------------------------------------------------------------------
 
@@ -808,6 +829,7 @@ class FileFacts:
             "imported": sorted(self.imported),
             "dynamic": sorted(dynamic),
             "string_names": sorted(self.string_names),
+            "local_uses": {name: sorted(users) for name, users in sorted(self.local_uses.items())},
             "lookups": sorted(self.lookups),
             "registrars": {f"{self.module}.{q}": table for q, table in sorted(self.registrars.items())},
         }

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from detaudit.errors import InputError
 from detaudit.scan.config import ScanConfig
+from detaudit.scan.outside import LAUNCH_NAMES, LAUNCH_SUFFIXES
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 # Config files that may name a function or method for the code to call (a Hydra `_target_`, a method
@@ -26,10 +27,12 @@ class Skipped:
     reason: str
 
 
-def collect_files(paths: list[str | Path], config: ScanConfig,
-                  config_files: list[Path] | None = None) -> tuple[list[Path], list[Skipped]]:
+def collect_files(paths: list[str | Path], config: ScanConfig, config_files: list[Path] | None = None,
+                  launch_files: list[Path] | None = None) -> tuple[list[Path], list[Skipped]]:
     """Python files under ``paths`` and the folders that could not be read; the config files
-    (``CONFIG_SUFFIXES``) found below the named folders are appended to ``config_files``.
+    (``CONFIG_SUFFIXES``) found below the named folders are appended to ``config_files``, the docs
+    and build files that may launch a script (``outside.LAUNCH_SUFFIXES``, ``outside.LAUNCH_NAMES``)
+    to ``launch_files``.
 
     No symlink loops; tool folders and ``exclude`` globs are left out below the named paths.
     A path named here is scanned even when ``exclude`` matches it, unless ``config.force_exclude``.
@@ -72,6 +75,10 @@ def collect_files(paths: list[str | Path], config: ScanConfig,
                     file = Path(real, name)
                     if not config.excluded(file, globs, resolved=True):
                         config_files.append(file)
+                elif launch_files is not None and (name.endswith(LAUNCH_SUFFIXES) or name in LAUNCH_NAMES):
+                    file = Path(real, name)
+                    if not config.excluded(file, globs, resolved=True):
+                        launch_files.append(file)
             if globs:
                 dirs[:] = [d for d in dirs if not config.excluded(Path(folder) / d, globs)]
     return list(dict.fromkeys(files)), skipped

@@ -157,9 +157,18 @@ def _finding(program: Program, mine: list[Process], draw: dict[str, Any], path: 
     pipeline = [p for p in mine if tests_as_pipeline or not p.is_test]
     tests = [p for p in mine if p.is_test and not tests_as_pipeline]
     test_code = not tests_as_pipeline and in_tests
+    # Code of a self-test block or stand-alone tool (outside.py) that only such processes run: judged as test code.
+    holder = program.module_of.get(function)
+    tool_code = bool(tests) and not pipeline and not test_code and all(
+        p.outside and program.module_of.get(p.target) == holder for p in tests)
+    if tool_code:
+        test_code = True
     local = program.seeded_before(draw) if family else set()
     seeded = {p.name: p.seeded_at(function, family) or family in local for p in mine} if family else {}
     only_tests = "runs only in tests, which are not the pipeline (--tests-as-pipeline: an error)"
+    if tool_code:
+        only_tests = (f"runs only outside the pipeline: {'; '.join(sorted({p.outside for p in tests}))} "
+                      f"(--tests-as-pipeline: an error)")
     if not family:
         severity, note = "error", "nondeterministic in any process"
         if not pipeline and test_code:

@@ -18,6 +18,7 @@ from typing import Any
 from detaudit.scan.analysis import Program, display_name
 from detaudit.scan.entries import CLASS_SETUPS, KIND_LABEL, MODULE_SETUPS
 from detaudit.scan.evidence import Naming
+from detaudit.scan.outside import Outside
 
 
 @dataclass
@@ -34,6 +35,7 @@ class Process:
     callers_in: dict[str, list[str]] | None = None  # function -> its callers within this process (built on demand)
     entry_guards: dict[str, list[tuple[str, str, int]]] = field(default_factory=dict)  # see entry_guards()
     is_test: bool = False  # a pytest test, or a process started from test code (a test script's __main__)
+    outside: str = ""  # why an entry outside test code is not the pipeline's (outside.py), judged like a test
 
     def seeded_at(self, function: str, family: str) -> bool:
         early = self.early.get(function)
@@ -99,11 +101,12 @@ class _Fixtures:
 
 def build_processes(program: Program, scripts: list[str], test_code: Callable[[str], bool] | None = None,
                     rel: Callable[[str], str] | None = None, tests_as_pipeline: bool = False,
-                    naming: Naming | None = None) -> list[Process]:
+                    naming: Naming | None = None, outside: Outside | None = None) -> list[Process]:
     """Every process of the tree; ``test_code(path)``: the file is test code (its processes are tests);
     ``rel(path)``: a path as shown (names a `__main__` whose module name several files share);
     ``naming``: what the tree's non-test code names (a Ray actor's entry methods are those named;
-    None: every method).
+    None: every method); ``outside``: which ``__main__`` blocks are self-tests or stand-alone tools
+    (their processes, and those started inside them, are judged like tests; None: none is).
 
     Unless ``tests_as_pipeline``, a pytest test is followed through test code only: what it runs
     there is what its findings need (draws in tests); the pipeline code it calls is judged by the
@@ -180,9 +183,15 @@ def build_processes(program: Program, scripts: list[str], test_code: Callable[[s
             continue
         seen.add((kind, target))
         name = short if kind == "main" else f"{short} ({KIND_LABEL[kind]})"
-        path = program.paths.get(program.module_of.get(target, ""), "")
-        process = Process(name, kind, target, seeded, roots,
-                          is_test=kind == "test" or bool(path and test_code is not None and test_code(path)))
+        holder = program.module_of.get(target, "")
+        path = program.paths.get(holder, "")
+        in_tests = kind == "test" or bool(path and test_code is not None and test_code(path))
+        why_outside = ""
+        if outside is not None and not in_tests and (kind == "main" or program.functions.get(target, {}).get("in_main")
+                                                     or program.classes.get(target, {}).get("in_main")):
+            why_outside = outside.reason(target.rsplit(".", 1)[0] if kind == "main" else holder)
+        process = Process(name, kind, target, seeded, roots, is_test=in_tests or bool(why_outside),
+                          outside=why_outside)
         if kind == "test" and not tests_as_pipeline:
             if seeded is not None:
                 process.reach, process.via = program.reach(roots, within=program.test_modules)
@@ -257,4 +266,7 @@ def _entry_guards(program: Program, process: Process, function: str, active: set
 def process_summary(process: Process) -> dict[str, Any]:
     """``seeded`` is None for a test that runs no draw in test code (its seeding is not worked out)."""
     seeded = None if process.seeded is None else sorted(process.seeded)
-    return {"entry": process.name, "kind": process.kind, "seeded": seeded}
+    summary: dict[str, Any] = {"entry": process.name, "kind": process.kind, "seeded": seeded}
+    if process.outside:
+        summary["outside_pipeline"] = process.outside
+    return summary

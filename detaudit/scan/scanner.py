@@ -32,6 +32,7 @@ from detaudit.scan.files import (
     test_files,
 )
 from detaudit.scan.findings import Finding, findings_for
+from detaudit.scan.outside import Outside
 from detaudit.scan.processes import build_processes, process_summary
 
 # A file needs parsing only if its text could hold a draw, a seed, an entry point or a loader.
@@ -136,7 +137,8 @@ def scan(paths: list[str | Path], config: ScanConfig | None = None, *, use_cache
 
 def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: int | None) -> ScanResult:
     found_configs: list[Path] = []
-    files, skipped = collect_files(paths, config, found_configs)
+    found_launchers: list[Path] = []
+    files, skipped = collect_files(paths, config, found_configs, found_launchers)
     stats: dict[str, os.stat_result] = {}
     for file in files:
         path = str(file) if file.is_absolute() else os.path.realpath(file)
@@ -147,11 +149,12 @@ def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: in
     modules = module_keys(list(stats))  # path -> (module key, dotted name, is package, root)
     in_tests = test_files(list(stats), paths)
     configs = _config_files(found_configs, paths)
+    launchers = configs + _config_files(found_launchers, paths)
     whole = whole_projects(paths)
     results = ResultCache(use_cache)
     key = result_key(config, [str(p) for p in paths], os.getcwd(), skipped,
                      [(path, st.st_size, st.st_mtime_ns, *modules[path]) for path, st in stats.items()]
-                     + [("config", *c) for c in configs] + [("whole projects", whole)])
+                     + [("config", *c) for c in launchers] + [("whole projects", whole)])
     known = results.lookup(key)
     if isinstance(known, ScanResult):  # no file, setting or folder changed since this very scan ran
         return known
@@ -227,7 +230,10 @@ def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: in
     def rel(path: str) -> str:
         return path[len(cwd):] if path.startswith(cwd) else os.path.relpath(path, cwd)
 
-    processes = build_processes(program, scripts, in_tests.__contains__, rel, config.tests_as_pipeline, naming)
+    # Which __main__ blocks are self-tests or stand-alone tools: a whole project's launch files tell.
+    outside = Outside(program, TextFiles(launchers).words, mentions.imported, rel) if whole else None
+    processes = build_processes(program, scripts, in_tests.__contains__, rel, config.tests_as_pipeline, naming,
+                                outside)
 
     findings = [f for f in findings_for(program, processes, rel, config.unknown_process, config.tests_as_pipeline,
                                         in_tests.__contains__, naming, mentions.imported) if config.wants(f.rule)]
@@ -277,6 +283,9 @@ def _mentions(facts: dict[str, dict[str, Any]], light: dict[str, tuple[str, tupl
         if path not in in_tests:
             mentions.names.update(f["names"])
             mentions.string_names.update(f["string_names"])
+            module = f["module"]
+            for name, users in f["local_uses"].items():
+                mentions.local_uses.setdefault((module, name), set()).update(f"{module}.{u}" for u in users)
             mentions.built.extend((f["module"], owner, regex) for owner, regex in f["dynamic"])
             mentions.lookups.extend((f["module"], owner) for owner in f["lookups"])
 
@@ -286,38 +295,52 @@ def _mentions(facts: dict[str, dict[str, Any]], light: dict[str, tuple[str, tupl
         if outcome[0] == "facts":
             add(path, outcome[1])
             mentions.imported[module] = outcome[1]["imported"]
-    texts: dict[str, bytes] = {}
-
-    def config_bytes(path: str) -> bytes:
-        """A config file's bytes, read once per scan (an unreadable one holds nothing)."""
-        data = texts.get(path)
-        if data is None:
-            try:
-                data = Path(path).read_bytes()
-            except OSError:
-                data = b""
-            texts[path] = data
-        return data
-
-    def in_config(names: set[str]) -> set[str]:
-        found: set[str] = set()
-        for path, _, _ in configs:
-            data = config_bytes(path)
-            for name in names - found:
-                word = name.encode()
-                if word in data and re.search(rb"(?<![A-Za-z0-9_])" + re.escape(word) + rb"(?![A-Za-z0-9_])", data):
-                    found.add(name)
-        return found
-
-    def dotted_in_config() -> set[str]:
-        found: set[str] = set()
-        for path, _, _ in configs:
-            found.update(m.decode("ascii") for m in _DOTTED_WORD.findall(config_bytes(path)))
-        return found
-
-    mentions.in_config = in_config
-    mentions.dotted_in_config = dotted_in_config
+    texts = TextFiles(configs)
+    mentions.in_config = texts.words
+    mentions.dotted_in_config = texts.dotted_words
     return mentions
+
+
+_WORD_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+def _holds_word(data: bytes, word: bytes) -> bool:
+    """``word`` occurs in ``data`` with no letter, digit or underscore right before or after it."""
+    start = data.find(word)
+    while start >= 0:
+        end = start + len(word)
+        if (start == 0 or data[start - 1] not in _WORD_BYTES) and (end == len(data) or data[end] not in _WORD_BYTES):
+            return True
+        start = data.find(word, start + 1)
+    return False
+
+
+class TextFiles:
+    """Config, launch or docs files searched for words, read once per scan into one text (an
+    unreadable file holds nothing): one substring search per word, whatever the number of files."""
+
+    def __init__(self, files: list[tuple[str, int, int]]) -> None:
+        self.files = [path for path, _, _ in files]
+        self._text: bytes | None = None
+
+    def text(self) -> bytes:
+        if self._text is None:
+            parts = []
+            for path in self.files:
+                try:
+                    parts.append(Path(path).read_bytes())
+                except OSError:
+                    continue
+            self._text = b"\n".join(parts)  # a newline between files: no word runs across two
+        return self._text
+
+    def words(self, names: set[str]) -> set[str]:
+        """Which of ``names`` a file holds as a whole word (``rewards.py`` in ``python x/rewards.py``)."""
+        data = self.text()
+        return {name for name in names if _holds_word(data, name.encode())}
+
+    def dotted_words(self) -> set[str]:
+        return {m.decode("ascii") for m in _DOTTED_WORD.findall(self.text())}
 
 
 def _module_of(outcome: tuple[str, Any]) -> str | None:

@@ -1,0 +1,151 @@
+"""scan-rng: `__main__` blocks outside the pipeline (issue #23): a module's self-test block and a
+stand-alone tool are judged like tests, unless a launch file of the tree names the script.
+
+Shapes seen in flow_grpo: ``flow_grpo/rewards.py`` (imported by the training scripts) ends in a demo
+``__main__`` that builds a scorer unseeded; ``dataset/merge_genevaltask.py`` (imports json and
+random only) built a committed data file. Each test fails when its mechanism is broken.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from scan_tree import by_code, entries, root, write_project  # noqa: F401 (root: a fixture)
+
+from detaudit.scan import ScanConfig, scan
+
+SELF_TEST = {
+    "lab/__init__.py": "",
+    "lab/scorer.py": """
+        import torch
+
+
+        class Scorer(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.drop = torch.nn.Dropout(0.2)
+
+
+        def build():
+            return Scorer()
+
+
+        if __name__ == "__main__":
+            print(build()(torch.randn(4)))
+        """,
+    "scripts/train.py": """
+        import torch
+
+        from lab.scorer import build
+
+
+        def main():
+            torch.manual_seed(0)
+            build()
+
+
+        if __name__ == "__main__":
+            main()
+        """,
+}
+
+TOOL = {
+    "data/merge.py": """
+        import json
+        import random
+
+
+        def sample(rows, k):
+            return random.sample(rows, k)
+
+
+        if __name__ == "__main__":
+            rows = json.load(open("rows.json"))
+            json.dump(sample(rows, 10), open("picked.json", "w"))
+        """,
+}
+
+
+def test_a_self_test_block_of_an_imported_module_is_not_the_pipeline(root: Path) -> None:
+    write_project(root, SELF_TEST)
+    found = by_code(".")
+    demo = found["print(build()(torch.randn(4)))"]
+    assert demo.severity == "warning", demo.note
+    assert "the self-test block of lab/scorer.py, which scripts/train.py imports; no launch file names scorer.py" \
+        in demo.note
+    assert "(--tests-as-pipeline: an error)" in demo.note
+    drop = found["self.drop = torch.nn.Dropout(0.2)"]
+    # the training script seeds; the demo's own unseeded run of Scorer is not the pipeline
+    assert drop.severity == "warning", drop.note
+    assert entries(drop) == {"__main__ of lab.scorer": False, "__main__ of train": True}
+    summary = {p["entry"]: p for p in scan(["."], ScanConfig(), use_cache=False).processes}
+    assert summary["__main__ of lab.scorer"]["outside_pipeline"].startswith("the self-test block of lab/scorer.py")
+    assert "outside_pipeline" not in summary["__main__ of train"]
+    strict = by_code(".", tests_as_pipeline=True)
+    assert strict["print(build()(torch.randn(4)))"].severity == "error"
+    assert strict["self.drop = torch.nn.Dropout(0.2)"].severity == "error"
+
+
+@pytest.mark.parametrize(("path", "text"), [
+    ("README.md", "Score a folder: `python lab/scorer.py images/`\n"),
+    ("launch/score.sh", "python -m lab.scorer --images images/\n"),
+    ("Makefile", "score:\n\tpython lab/scorer.py\n"),
+], ids=["readme-path", "shell-module", "makefile"])
+def test_a_self_test_block_a_launch_file_names_is_the_pipeline(root: Path, path: str, text: str) -> None:
+    write_project(root, {**SELF_TEST, path: text})
+    found = by_code(".")
+    assert found["print(build()(torch.randn(4)))"].severity == "error"
+    assert found["self.drop = torch.nn.Dropout(0.2)"].severity == "error"
+
+
+def test_a_main_nothing_imports_stays_the_pipeline(root: Path) -> None:
+    """Only tests import the module: its `__main__` is an entry like any script's."""
+    files = {**SELF_TEST, "tests/test_scorer.py": "from lab.scorer import build\n\n\ndef test_build():\n    build()\n"}
+    files["scripts/train.py"] = "import torch\n\nif __name__ == '__main__':\n    torch.manual_seed(0)\n"
+    write_project(root, files)
+    assert by_code(".")["print(build()(torch.randn(4)))"].severity == "error"
+
+
+def test_a_stand_alone_tool_is_not_the_pipeline(root: Path) -> None:
+    write_project(root, {**SELF_TEST, **TOOL})
+    picked = by_code(".")["return random.sample(rows, k)"]
+    assert picked.severity == "warning", picked.note
+    assert "a stand-alone tool: data/merge.py imports no module of the tree and no framework" in picked.note
+    assert by_code(".", tests_as_pipeline=True)["return random.sample(rows, k)"].severity == "error"
+
+
+@pytest.mark.parametrize(("old", "new", "extra"), [
+    ("import json\n", "import json\n        import numpy\n", {}),  # a framework: it may be the pipeline
+    ("import json\n", "import json\n        from lab import scorer\n", {}),  # runs the tree's code
+    ("import json\n", "import json\n", {"run.sh": "python data/merge.py && python scripts/train.py\n"}),
+], ids=["framework", "tree-import", "launched"])
+def test_a_script_that_can_be_the_pipeline_stays_an_entry(root: Path, old: str, new: str,
+                                                          extra: dict[str, str]) -> None:
+    tool = {"data/merge.py": TOOL["data/merge.py"].replace(old, new, 1)}
+    write_project(root, {**SELF_TEST, **tool, **extra})
+    assert by_code(".")["return random.sample(rows, k)"].severity == "error"
+
+
+def test_a_package_main_module_is_always_an_entry(root: Path) -> None:
+    """`python -m lab` runs lab/__main__.py, which no launch file need name."""
+    write_project(root, {**SELF_TEST, "lab/__main__.py": "import random\n\nvalue = random.random()\n",
+                         "lab/cli.py": "import lab.__main__\n"})
+    assert by_code(".")["value = random.random()"].severity == "error"
+
+
+def test_a_ray_task_defined_in_a_self_test_block_shares_its_verdict(root: Path) -> None:
+    files = dict(SELF_TEST)
+    files["lab/scorer.py"] += """
+            import ray
+
+            @ray.remote
+            def probe(i):
+                return torch.rand(2)
+
+            ray.get([probe.remote(i) for i in range(2)])
+        """
+    write_project(root, files)
+    probe = by_code(".")["return torch.rand(2)"]
+    assert probe.severity == "warning", probe.note
+    assert entries(probe) == {"probe (Ray task)": False}
