@@ -32,7 +32,9 @@ SEVERITY_RANK = {"warning": 1, "error": 2, "never": 3}
                    "error: always (strict); warning: never (library trees).")
 @click.option("--force-exclude", is_flag=True, help="Apply [tool.detaudit] exclude to the PATHs named here too.")
 @click.option("--tests-as-pipeline", is_flag=True,
-              help="Judge pytest tests as pipeline processes: an unseeded draw only a test runs is an error (default: a warning).")
+              help="Judge pytest tests, and __main__ blocks outside the pipeline (a module's self-test block, a "
+                   "stand-alone tool), as pipeline processes: an unseeded draw only they run is an error (default: a "
+                   "warning).")
 @click.option("--explain", metavar="RULE", help="Print what RULE finds, why it breaks reproducibility, and the fix.")
 @handle_errors
 def scan_rng(paths: tuple[Path, ...], fmt: str, fail_on: str, baseline: Path | None, write_baseline: Path | None,
