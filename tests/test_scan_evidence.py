@@ -525,3 +525,35 @@ def test_calls_among_dead_functions_alone_keep_them_dead(root: Path) -> None:
     files["app/prompts.py"] = files["app/prompts.py"].replace('return from_file("animals.txt")', 'return again("animals.txt")')
     write_project(root, files)
     assert by_code(".")["return random.choice(open(path).read().split())"].severity == "warning"
+
+
+@pytest.mark.parametrize(("path", "text"), [
+    ("conf/prompts.yaml", "prompt:\n  _target_: app.prompts.animals\n"),  # Hydra: hydra.utils.call(cfg.prompt)
+    ("pyproject.toml", '[project]\nname = "demo"\n[project.entry-points."demo.prompts"]\nanimals = "app.prompts:animals"\n'),
+    ("app/pick.py", "from app import prompts\n\n\ndef pick(name):\n    return prompts.__dict__[name]()\n"),
+    ("app/prompts.py", "\n\nimport sys\nimport inspect\n\nALL = inspect.getmembers(sys.modules[__name__])\n"),
+    ("app/prompts.py", "\n\nALL = vars()\n"),
+], ids=["hydra-target", "entry-point", "module-dict", "getmembers", "vars"])
+def test_a_caller_reached_by_a_dotted_path_or_a_listing_stays_live(root: Path, path: str, text: str) -> None:
+    files = dict(PROMPTS)
+    files[path] = (textwrap.dedent(files[path]) + text) if path in files and path.endswith(".py") else text
+    write_project(root, files)
+    helper = by_code(".")["return random.choice(open(path).read().split())"]
+    assert helper.severity == "error", helper.note
+
+
+def test_a_long_chain_of_dead_helpers_is_judged_without_recursion(root: Path) -> None:
+    chain = ["import random\n"]
+    chain += [f"\n\ndef f{i}():\n    return f{i + 1}()\n" for i in range(600)]
+    chain.append("\n\ndef f600():\n    return random.random()\n")
+    write_project(root, {"app/__init__.py": "", "app/chain.py": "".join(chain),
+                         "train.py": "import app.chain\n\nif __name__ == '__main__':\n    print(app.chain.__name__)\n"})
+    found = by_code(".")["return random.random()"]
+    assert found.severity == "warning" and "only f599 of its own module use f600" in found.note, found.note
+
+
+def test_listing_an_object_the_scan_cannot_place_names_nothing(root: Path) -> None:
+    """`vars(args)` lists a namespace, not the tree's code (NeMo-RL's test-only actor methods stayed
+    entries when it counted)."""
+    write_project(root, {**UNREACHED, "app/cli.py": "def dump(args):\n    return sorted(vars(args)), args.__dict__\n"})
+    assert by_code(".")["return torch.rand(3)"].severity == "warning"

@@ -48,6 +48,7 @@ SELF_TEST = {
         if __name__ == "__main__":
             main()
         """,
+    "README.md": "Train: `accelerate launch scripts/train.py`\n",
 }
 
 TOOL = {
@@ -72,8 +73,8 @@ def test_a_self_test_block_of_an_imported_module_is_not_the_pipeline(root: Path)
     found = by_code(".")
     demo = found["print(build()(torch.randn(4)))"]
     assert demo.severity == "warning", demo.note
-    assert "the self-test block of lab/scorer.py, which scripts/train.py imports; no launch file names scorer.py" \
-        in demo.note
+    assert "the self-test block of lab/scorer.py, a module the launched entries (__main__ of train) load; " \
+           "nothing launches it" in demo.note
     assert "(--tests-as-pipeline: an error)" in demo.note
     drop = found["self.drop = torch.nn.Dropout(0.2)"]
     # the training script seeds; the demo's own unseeded run of Scorer is not the pipeline
@@ -111,7 +112,8 @@ def test_a_stand_alone_tool_is_not_the_pipeline(root: Path) -> None:
     write_project(root, {**SELF_TEST, **TOOL})
     picked = by_code(".")["return random.sample(rows, k)"]
     assert picked.severity == "warning", picked.note
-    assert "a stand-alone tool: data/merge.py imports no module of the tree and no framework" in picked.note
+    assert "a stand-alone tool: data/merge.py imports only the standard library and data libraries, nothing of " \
+           "the tree, and nothing launches it" in picked.note
     assert by_code(".", tests_as_pipeline=True)["return random.sample(rows, k)"].severity == "error"
 
 
@@ -149,3 +151,65 @@ def test_a_ray_task_defined_in_a_self_test_block_shares_its_verdict(root: Path) 
     probe = by_code(".")["return torch.rand(2)"]
     assert probe.severity == "warning", probe.note
     assert entries(probe) == {"probe (Ray task)": False}
+
+
+def test_without_a_launched_entry_nothing_is_a_self_test(root: Path) -> None:
+    """Only a launched entry's loading shows that a module is the pipeline's library: with no launch
+    file naming any script, each `__main__` stays an entry (the training script may be launched
+    from outside the tree)."""
+    files = {k: v for k, v in SELF_TEST.items() if k != "README.md"}
+    write_project(root, files)
+    assert by_code(".")["print(build()(torch.randn(4)))"].severity == "error"
+
+
+# A real entry that another, launched entry imports: the launch of the first lives elsewhere.
+TRAIN_AND_EVAL = {
+    "pkg/__init__.py": "",
+    "pkg/train.py": """
+        import torch
+
+
+        def build_model():
+            return torch.nn.Linear(2, 2)
+
+
+        if __name__ == "__main__":
+            batch = torch.randn(8, 2)
+            build_model()(batch)
+        """,
+    "pkg/eval.py": """
+        import torch
+
+        from pkg.train import build_model
+
+        if __name__ == "__main__":
+            torch.manual_seed(0)
+            build_model()
+        """,
+    "README.md": "Evaluate: `python -m pkg.eval`\n",
+}
+
+
+@pytest.mark.parametrize(("path", "text"), [
+    ("jobs/train.slurm", "srun python pkg/train.py\n"),  # a batch script
+    ("jobs/commands.txt", "python pkg/train.py --lr 1e-4\n"),  # plain notes
+    ("launch.py", "import subprocess\n\nsubprocess.run(['python', 'pkg/train.py'], check=True)\n"),  # a launcher
+    ("launch.py", "import runpy\n\nrunpy.run_module('pkg.train', run_name='__main__')\n"),  # runpy
+    ("submit.py", "def go(client):\n    client.submit_job(entrypoint='python pkg/train.py')\n"),  # a Ray job
+], ids=["slurm", "txt", "subprocess", "runpy", "ray-job"])
+def test_an_entry_launched_anywhere_in_the_tree_stays_an_entry(root: Path, path: str, text: str) -> None:
+    write_project(root, {**TRAIN_AND_EVAL, path: text})
+    assert by_code(".")["batch = torch.randn(8, 2)"].severity == "error"
+
+
+@pytest.mark.parametrize("imports", [
+    "import mlx.core as mx", "import paddle", "import stable_baselines3", "import torch_xla", "import tinygrad",
+    "torch = __import__('torch')", "import importlib", "from pkg import data", "import trace",
+], ids=["mlx", "paddle", "sb3", "torch_xla", "tinygrad", "dunder-import", "importlib", "tree", "tree-stdlib-name"])
+def test_a_script_that_may_train_is_no_tool(root: Path, imports: str) -> None:
+    """Only the standard library and data libraries make a stand-alone tool: any other import keeps
+    the script an entry (the list of training frameworks is never complete)."""
+    script = f"import random\n{imports}\n\nif __name__ == '__main__':\n    order = list(range(9))\n    random.shuffle(order)\n"
+    write_project(root, {"pkg/__init__.py": "", "pkg/data.py": "ROWS = []\n", "train_one.py": script,
+                         "trace.py": "import torch\n\nMODEL = torch.nn.Linear(2, 2)\n"})  # the tree's, named like the stdlib's
+    assert by_code(".")["random.shuffle(order)"].severity == "error"

@@ -46,6 +46,7 @@ class Mentions:
     string_names: set[str] = field(default_factory=set)  # identifier strings elsewhere (assigned, listed, compared)
     # bare-name uses of a file's own top-level defs: (module key, name) -> qualnames of the code using it
     local_uses: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    script_strings: set[str] = field(default_factory=set)  # strings naming a .py file ("python pkg/train.py")
     # lookups by a name taken from a value: (module key of the file, what owns the attribute: a
     # qualified name as written there or '' when unknown)
     lookups: list[tuple[str, str]] = field(default_factory=list)
@@ -100,16 +101,17 @@ class Naming:
         self._callable: dict[str, bool] = {}
         self._dotted: set[str] | None = None  # see dotted_names
         self._lookups: list[tuple[str, str]] | None = None  # (kind, owner key) of each lookup: see looked_up
+        self._live_uses: dict[str, set[str]] = {}  # module -> its defs live code of it uses (_module_live_uses)
+        self._uses_by_module: dict[str, list[tuple[str, set[str]]]] | None = None
 
     def named(self, function: str) -> bool:
         """Non-test code names ``function`` (its last name: a use, an import, a string passed to a
-        call), or a name built at run time can be it, or a string or config word names it where a
-        lookup by a run-time name can reach it; a dunder always counts as named."""
+        call, a dotted path in code or config), or a name built at run time can be it, or a string
+        or config word names it where a lookup by a run-time name can reach it; a dunder always
+        counts as named."""
         short = function.rpartition(".")[2]
-        if is_dunder(short) or short in self.mentions.names:
+        if is_dunder(short) or short in self.mentions.names or self._used_by_live_code(function):
             return True
-        if self._used_locally(function, {function}):
-            return True  # called from code of its own module that can run
         return self.named_otherwise(function)
 
     def named_otherwise(self, function: str) -> bool:
@@ -118,6 +120,11 @@ class Naming:
         short = function.rpartition(".")[2]
         if any(regex.fullmatch(short) and self._owns(kind, owner, function) for kind, owner, regex in self._matchers()):
             return True
+        program = self.program
+        module = program.module_of.get(function, "")
+        if function.startswith(f"{module}.") and \
+                f"{program.dotted_name(module)}{function[len(module):]}" in self.dotted_names():
+            return True  # a dotted path in code or config (Hydra `_target_`, an entry point) names it
         if not self.looked_up(function):
             return False  # a string alone calls nothing: `config.prompt_fn = "imagenet_animals"` compared, never looked up
         if short in self.mentions.string_names:
@@ -128,28 +135,49 @@ class Naming:
             known = self._in_config[short] = short in found
         return known
 
-    def _live(self, code: str, active: set[str]) -> bool:
-        """Code (a function's qualname, a class or module body) can run: module-level code, a class
-        body, a nested function, or a function something other than a dead function names. ``active``:
-        the functions whose liveness is being decided (a cycle of calls among them alone is dead)."""
-        program = self.program
-        if code in active:
+    def _used_by_live_code(self, function: str) -> bool:
+        """A top-level def that code of its own module that can run uses by bare name."""
+        module = self.program.module_of.get(function, "")
+        if function != f"{module}.{function.rpartition('.')[2]}":
             return False
+        live = self._live_uses.get(module)
+        if live is None:
+            live = self._live_uses[module] = self._module_live_uses(module)
+        return function in live
+
+    def _module_live_uses(self, module: str) -> set[str]:
+        """The top-level defs of ``module`` that live code of the module uses by bare name: one
+        pass over its uses (a fixpoint: a def that live code uses is live, and so is what it uses;
+        calls among dead functions alone keep them dead)."""
+        if self._uses_by_module is None:
+            self._uses_by_module = {}
+            for (owner, name), users in self.mentions.local_uses.items():
+                self._uses_by_module.setdefault(owner, []).append((name, users))
+        uses_of: dict[str, list[str]] = {}  # code -> the module's defs it uses
+        for name, users in self._uses_by_module.get(module, ()):
+            for user in users:
+                uses_of.setdefault(user, []).append(f"{module}.{name}")
+        todo = [user for user in sorted(uses_of) if self._runs_anyway(user)]
+        seen = set(todo)
+        live: set[str] = set()
+        while todo:
+            for used in uses_of.get(todo.pop(), ()):
+                live.add(used)
+                if used not in seen:
+                    seen.add(used)
+                    todo.append(used)
+        return live
+
+    def _runs_anyway(self, code: str) -> bool:
+        """Code can run whatever its module's own uses say: module-level code, a class body, a
+        nested function, or a function named by more than a bare name of its module."""
+        program = self.program
         if code not in program.functions or code in program.classes or code.endswith((MODULE_BODY, MAIN_BLOCK)):
             return True
         if not self.only_by_name(code):
             return True
         short = code.rpartition(".")[2]
-        if short in self.mentions.names or self.named_otherwise(code):
-            return True
-        return self._used_locally(code, active | {code})
-
-    def _used_locally(self, function: str, active: set[str]) -> bool:
-        """A top-level def of its module is used by bare name from code of that module that can run."""
-        module = self.program.module_of.get(function, "")
-        short = function.rpartition(".")[2]
-        users = self.mentions.local_uses.get((module, short)) if function == f"{module}.{short}" else None
-        return bool(users) and any(self._live(user, active) for user in sorted(users or ()))
+        return is_dunder(short) or short in self.mentions.names or self.named_otherwise(code)
 
     def looked_up(self, function: str) -> bool:
         """Some lookup by a name taken from a value (``getattr(x, cfg.fn)``, ``methodcaller(name)``)

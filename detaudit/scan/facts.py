@@ -34,7 +34,7 @@ from detaudit.scan.rules import (
     seed_families,
 )
 
-FACTS_VERSION = 13
+FACTS_VERSION = 15
 # Statements after which the rest of their block never runs.
 _ENDS_BLOCK = frozenset({ast.Raise, ast.Return, ast.Break, ast.Continue})
 MODULE_BODY = "<module>"
@@ -57,6 +57,7 @@ def _child_fields(kind: type[ast.AST]) -> tuple[str, ...]:
 
 # A string literal that names a module attribute by dotted path ("pkg.mod.fn" or "pkg.mod:fn").
 DOTTED_STRING = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?::[A-Za-z_][A-Za-z0-9_.]*)?")
+MAX_SCRIPT_STRING = 500  # longer strings naming a .py file are text, not a command line
 LOCAL = ".<local>."  # key part of a function-local name: "mod.f.<local>.fn"
 TABLE = ".<table>"  # "mod.LOSSES.<table>": a call of an entry of the dict mod.LOSSES
 SUPER = ".<super>."  # "mod.Cls.<super>.m": super().m() inside Cls
@@ -141,6 +142,7 @@ class FileFacts:
         # name -> the local qualnames of the code using it. Such a def is reachable only when one
         # of them is (evidence.Naming.named), so they are kept apart from ``names``.
         self.local_uses: dict[str, set[str]] = {}
+        self.script_strings: set[str] = set()  # strings naming a .py file: a launcher's command line
         # Owners of lookups by a name taken from a value (``getattr(x, cfg.fn)``): qualified as
         # written here, '' when unknown. See evidence.Naming.
         self.lookups: set[str] = set()
@@ -148,6 +150,9 @@ class FileFacts:
         self.star_import = False
         self._no_names = self.is_test_module or E.is_conftest(name)
         self.reflecting: set[str] = set()  # functions that list an object's attributes (dir, vars, __dict__)
+        # objects whose attributes are listed and so can be taken without a name (x.__dict__,
+        # vars(x), inspect.getmembers(x)): (the object, or None for the module itself, its ctx)
+        self._listed: list[tuple[ast.expr | None, _Ctx]] = []
         self.registrars: dict[str, str] = {}  # top-level function -> module-level dict it stores a parameter in
         self._test_classes: set[str] = set()
         # A file outside any package that does work at its top level is a script: `python x.py`
@@ -462,9 +467,9 @@ class FileFacts:
         todo = [node]
         stmt = self._stmt
         names, own, every, strings = self.names, self.top_level, self.star_import, self.string_names
-        uses = self.local_uses
-        if self._no_names:
-            names, own, every, strings = set(), set(), False, set()  # test code: what it names never counts
+        uses, scripts = self.local_uses, self.script_strings
+        if self._no_names:  # test code: what it names never counts
+            names, own, every, strings, scripts = set(), set(), False, set(), set()
         for sub in todo:  # the list grows while it is read: that is the queue
             kind = type(sub)
             # `kind is X` first (one cheap test per node), isinstance for the type checker only
@@ -482,6 +487,7 @@ class FileFacts:
                 names.add(sub.attr)
                 if sub.attr == "__dict__":
                     self.reflecting.add(ctx.function)
+                    self._listed.append((sub.value, ctx))  # x.__dict__[name]: any attribute of x
             elif kind is ast.Call and isinstance(sub, ast.Call):
                 self.calls.append((sub, ctx, stmt))
                 # an identifier string passed to a call: the callee may look it up (getattr(actor, "m"),
@@ -508,6 +514,8 @@ class FileFacts:
                         if text is not None:
                             self.strings.add(text)
                             names.add(text.replace(":", ".").rpartition(".")[2])  # "pkg.mod.fn"
+                        elif ".py" in value and len(value) <= MAX_SCRIPT_STRING:
+                            scripts.add(value)  # "python pkg/train.py": a launch (outside.py)
                 continue
             elif kind is ast.Dict and isinstance(sub, ast.Dict):
                 for key, entry in zip(sub.keys, sub.values, strict=False):
@@ -669,6 +677,12 @@ class FileFacts:
             if (isinstance(func, ast.Name) and func.id in ("dir", "vars", "getmembers") and func.id not in self.imports) \
                     or (isinstance(func, ast.Attribute) and func.attr == "getmembers"):
                 self.reflecting.add(ctx.function)
+                if not (isinstance(func, ast.Name) and func.id == "dir"):  # dir() gives names only: see _built_name
+                    self._listed.append((call.args[0] if call.args else None, ctx))
+        for listed, ctx in self._listed:  # what is listed can be called: every attribute of it counts as named
+            holder = self._listed_owner(listed, ctx)
+            if holder is not None and not self._no_names:
+                dynamic.append([holder, ".*"])
         for call, ctx, stmt in self.calls:
             name, resolved = self.call_name(call, ctx)
             function = self.functions[ctx.function]
@@ -830,6 +844,7 @@ class FileFacts:
             "dynamic": sorted(dynamic),
             "string_names": sorted(self.string_names),
             "local_uses": {name: sorted(users) for name, users in sorted(self.local_uses.items())},
+            "script_strings": sorted(self.script_strings),
             "lookups": sorted(self.lookups),
             "registrars": {f"{self.module}.{q}": table for q, table in sorted(self.registrars.items())},
         }
@@ -877,6 +892,21 @@ class FileFacts:
             if qualified is not None:
                 return "[" + qualified
         return _argument_name(call)
+
+    def _listed_owner(self, listed: ast.expr | None, ctx: _Ctx) -> str | None:
+        """What a listing of attributes (``vars(x)``, ``x.__dict__``, ``getmembers(x)``) can reach, as
+        a qualified module or class ('' any module: ``sys.modules[name]``), or None: locals, or an
+        object the file cannot place (``vars(args)``: a namespace, not code of the tree)."""
+        if listed is None:
+            return self.module if ctx.function in (MODULE_BODY, MAIN_BLOCK) else None
+        if isinstance(listed, ast.Subscript) and dotted(listed.value) == "sys.modules" and \
+                self.resolve("sys", ctx) == "sys":
+            index = listed.slice
+            return self.module if isinstance(index, ast.Name) and index.id == "__name__" else ""
+        written = dotted(listed)
+        if written in ("self", "cls") and ctx.cls:
+            return f"{self.module}.{ctx.cls}"
+        return self.resolve(written, ctx)
 
     def _built_name(self, node: ast.expr, ctx: _Ctx) -> str:
         """A regex of the attribute names ``getattr(x, node)`` can look up, when the code builds the

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from detaudit.errors import InputError
 from detaudit.scan.config import ScanConfig
-from detaudit.scan.outside import LAUNCH_NAMES, LAUNCH_SUFFIXES
+from detaudit.scan.outside import is_launch_file
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 # Config files that may name a function or method for the code to call (a Hydra `_target_`, a method
@@ -31,8 +31,7 @@ def collect_files(paths: list[str | Path], config: ScanConfig, config_files: lis
                   launch_files: list[Path] | None = None) -> tuple[list[Path], list[Skipped]]:
     """Python files under ``paths`` and the folders that could not be read; the config files
     (``CONFIG_SUFFIXES``) found below the named folders are appended to ``config_files``, the docs
-    and build files that may launch a script (``outside.LAUNCH_SUFFIXES``, ``outside.LAUNCH_NAMES``)
-    to ``launch_files``.
+    and build files that may launch a script (``outside.is_launch_file``) to ``launch_files``.
 
     No symlink loops; tool folders and ``exclude`` globs are left out below the named paths.
     A path named here is scanned even when ``exclude`` matches it, unless ``config.force_exclude``.
@@ -75,7 +74,7 @@ def collect_files(paths: list[str | Path], config: ScanConfig, config_files: lis
                     file = Path(real, name)
                     if not config.excluded(file, globs, resolved=True):
                         config_files.append(file)
-                elif launch_files is not None and (name.endswith(LAUNCH_SUFFIXES) or name in LAUNCH_NAMES):
+                elif launch_files is not None and is_launch_file(name, os.path.join(real, name)):
                     file = Path(real, name)
                     if not config.excluded(file, globs, resolved=True):
                         launch_files.append(file)

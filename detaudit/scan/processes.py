@@ -183,15 +183,9 @@ def build_processes(program: Program, scripts: list[str], test_code: Callable[[s
             continue
         seen.add((kind, target))
         name = short if kind == "main" else f"{short} ({KIND_LABEL[kind]})"
-        holder = program.module_of.get(target, "")
-        path = program.paths.get(holder, "")
-        in_tests = kind == "test" or bool(path and test_code is not None and test_code(path))
-        why_outside = ""
-        if outside is not None and not in_tests and (kind == "main" or program.functions.get(target, {}).get("in_main")
-                                                     or program.classes.get(target, {}).get("in_main")):
-            why_outside = outside.reason(target.rsplit(".", 1)[0] if kind == "main" else holder)
-        process = Process(name, kind, target, seeded, roots, is_test=in_tests or bool(why_outside),
-                          outside=why_outside)
+        path = program.paths.get(program.module_of.get(target, ""), "")
+        process = Process(name, kind, target, seeded, roots,
+                          is_test=kind == "test" or bool(path and test_code is not None and test_code(path)))
         if kind == "test" and not tests_as_pipeline:
             if seeded is not None:
                 process.reach, process.via = program.reach(roots, within=program.test_modules)
@@ -207,6 +201,8 @@ def build_processes(program: Program, scripts: list[str], test_code: Callable[[s
             process.reach.add(body)
             process.early[body] = start_seeded  # import-time code runs before any seed call
         processes.append(process)
+    if outside is not None:
+        outside.judge(processes)
     return processes
 
 

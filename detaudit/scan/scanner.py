@@ -230,8 +230,12 @@ def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: in
     def rel(path: str) -> str:
         return path[len(cwd):] if path.startswith(cwd) else os.path.relpath(path, cwd)
 
-    # Which __main__ blocks are self-tests or stand-alone tools: a whole project's launch files tell.
-    outside = Outside(program, TextFiles(launchers).words, mentions.imported, rel) if whole else None
+    # Which __main__ blocks are self-tests or stand-alone tools: the launch files and the strings of
+    # the code (a launcher's command line, a module path given to runpy) tell, in a whole project.
+    code_text = "\n".join(sorted(mentions.script_strings | mentions.string_names
+                                  | {t for strings in program.strings.values() for t in strings}))
+    outside = Outside(program, TextFiles(launchers, code_text.encode()).words, mentions.imported, rel) \
+        if whole else None
     processes = build_processes(program, scripts, in_tests.__contains__, rel, config.tests_as_pipeline, naming,
                                 outside)
 
@@ -283,6 +287,7 @@ def _mentions(facts: dict[str, dict[str, Any]], light: dict[str, tuple[str, tupl
         if path not in in_tests:
             mentions.names.update(f["names"])
             mentions.string_names.update(f["string_names"])
+            mentions.script_strings.update(f["script_strings"])
             module = f["module"]
             for name, users in f["local_uses"].items():
                 mentions.local_uses.setdefault((module, name), set()).update(f"{module}.{u}" for u in users)
@@ -319,8 +324,9 @@ class TextFiles:
     """Config, launch or docs files searched for words, read once per scan into one text (an
     unreadable file holds nothing): one substring search per word, whatever the number of files."""
 
-    def __init__(self, files: list[tuple[str, int, int]]) -> None:
+    def __init__(self, files: list[tuple[str, int, int]], extra: bytes = b"") -> None:
         self.files = [path for path, _, _ in files]
+        self.extra = extra  # more text to search with the files' (strings of the code)
         self._text: bytes | None = None
 
     def text(self) -> bytes:
@@ -331,7 +337,7 @@ class TextFiles:
                     parts.append(Path(path).read_bytes())
                 except OSError:
                     continue
-            self._text = b"\n".join(parts)  # a newline between files: no word runs across two
+            self._text = b"\n".join([*parts, self.extra])  # a newline between files: no word runs across two
         return self._text
 
     def words(self, names: set[str]) -> set[str]:
