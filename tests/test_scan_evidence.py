@@ -557,3 +557,39 @@ def test_listing_an_object_the_scan_cannot_place_names_nothing(root: Path) -> No
     entries when it counted)."""
     write_project(root, {**UNREACHED, "app/cli.py": "def dump(args):\n    return sorted(vars(args)), args.__dict__\n"})
     assert by_code(".")["return torch.rand(3)"].severity == "warning"
+
+
+def test_a_helper_a_method_uses_stays_live(root: Path) -> None:
+    """A plain class handed to a library (an env a vector wrapper steps) has methods no code of the
+    tree names: the helpers they use stay errors."""
+    files = dict(PROMPTS)
+    files["app/prompts.py"] += """
+
+        class GridEnv:
+            def reset(self):
+                return from_file("start.txt")
+        """
+    files["app/config.py"] = "import gymnasium\n\nfrom app.prompts import GridEnv\n\nENVS = gymnasium.vector.SyncVectorEnv([lambda: GridEnv()])\n"
+    write_project(root, files)
+    assert by_code(".")["return random.choice(open(path).read().split())"].severity == "error"
+
+
+def test_a_method_of_a_decorated_class_is_not_only_called_by_name(root: Path) -> None:
+    files = dict(PROMPTS)
+    files["app/prompts.py"] += """
+
+        REGISTRY = {}
+
+
+        def register(cls):
+            REGISTRY[cls.__name__] = cls
+            return cls
+
+
+        @register
+        class Curriculum:
+            def on_epoch_start(self, epoch):
+                return random.random()
+        """
+    write_project(root, files)
+    assert by_code(".")["return random.random()"].severity == "error"

@@ -113,7 +113,7 @@ def test_a_stand_alone_tool_is_not_the_pipeline(root: Path) -> None:
     picked = by_code(".")["return random.sample(rows, k)"]
     assert picked.severity == "warning", picked.note
     assert "a stand-alone tool: data/merge.py imports only the standard library and data libraries, nothing of " \
-           "the tree, and nothing launches it" in picked.note
+           "the tree, starts no program, and nothing launches it" in picked.note
     assert by_code(".", tests_as_pipeline=True)["return random.sample(rows, k)"].severity == "error"
 
 
@@ -196,7 +196,8 @@ TRAIN_AND_EVAL = {
     ("launch.py", "import subprocess\n\nsubprocess.run(['python', 'pkg/train.py'], check=True)\n"),  # a launcher
     ("launch.py", "import runpy\n\nrunpy.run_module('pkg.train', run_name='__main__')\n"),  # runpy
     ("submit.py", "def go(client):\n    client.submit_job(entrypoint='python pkg/train.py')\n"),  # a Ray job
-], ids=["slurm", "txt", "subprocess", "runpy", "ray-job"])
+    ("setup.py", "from setuptools import setup\n\nsetup(entry_points={'console_scripts': ['x-train = pkg.train:main']})\n"),
+], ids=["slurm", "txt", "subprocess", "runpy", "ray-job", "console-script"])
 def test_an_entry_launched_anywhere_in_the_tree_stays_an_entry(root: Path, path: str, text: str) -> None:
     write_project(root, {**TRAIN_AND_EVAL, path: text})
     assert by_code(".")["batch = torch.randn(8, 2)"].severity == "error"
@@ -213,3 +214,37 @@ def test_a_script_that_may_train_is_no_tool(root: Path, imports: str) -> None:
     write_project(root, {"pkg/__init__.py": "", "pkg/data.py": "ROWS = []\n", "train_one.py": script,
                          "trace.py": "import torch\n\nMODEL = torch.nn.Linear(2, 2)\n"})  # the tree's, named like the stdlib's
     assert by_code(".")["random.shuffle(order)"].severity == "error"
+
+
+@pytest.mark.parametrize(("path", "text"), [
+    ("noxfile.py", "def train(session):\n    session.run('python', '-m', 'train')\n"),  # a module flag in code
+    ("launch.py", "import subprocess\nimport sys\n\nsubprocess.run([sys.executable, '-m', 'train'])\n"),
+    ("go.py", "import runpy\n\nrunpy.run_module('train', run_name='__main__')\n"),
+    ("job.yaml", "command:\n  - python\n  - -m\n  - train\n"),  # k8s: one item a line
+    ("run.sh", "torchrun --nproc_per_node 8 --module \\\n    train\n"),
+    ("Makefile", "train:\n\tpython $(SCRIPT).py\n"),  # a script built from a variable
+    ("deploy/train.Dockerfile", "CMD [\"python\", \"train.py\"]\n"),  # any text file is read
+], ids=["nox-m", "subprocess-list-m", "runpy-top", "k8s-m", "torchrun-module", "make-variable", "dockerfile-suffix"])
+def test_a_top_level_entry_launched_by_module_or_template_stays_an_entry(root: Path, path: str, text: str) -> None:
+    files = {"train.py": TRAIN_AND_EVAL["pkg/train.py"], "evaluate.py": TRAIN_AND_EVAL["pkg/eval.py"].replace(
+        "from pkg.train import", "from train import"), "README.md": "Evaluate: `python evaluate.py`\n", path: text}
+    write_project(root, files)
+    assert by_code(".")["batch = torch.randn(8, 2)"].severity == "error"
+    # without the launch the same layout is a self-test: the case above is what keeps it an entry
+    write_project(root, {k: v for k, v in files.items() if k != path})
+    (root / path).unlink()
+    assert by_code(".")["batch = torch.randn(8, 2)"].severity == "warning"
+
+
+def test_a_launch_file_that_is_a_fifo_or_a_device_is_skipped(root: Path) -> None:
+    import os
+    write_project(root, SELF_TEST)
+    os.mkfifo(root / "NOTES.txt")
+    (root / "zero.txt").symlink_to("/dev/zero")
+    assert by_code(".")["print(build()(torch.randn(4)))"].severity == "warning"
+
+
+def test_without_a_launched_entry_nothing_is_a_tool(root: Path) -> None:
+    """A stdlib-only script in a tree that launches nothing may be the whole pipeline (tabular RL)."""
+    write_project(root, TOOL)
+    assert by_code(".")["return random.sample(rows, k)"].severity == "error"

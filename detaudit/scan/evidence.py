@@ -170,12 +170,12 @@ class Naming:
 
     def _runs_anyway(self, code: str) -> bool:
         """Code can run whatever its module's own uses say: module-level code, a class body, a
-        nested function, or a function named by more than a bare name of its module."""
+        method, a nested function, or a function named by more than a bare name of its module."""
         program = self.program
         if code not in program.functions or code in program.classes or code.endswith((MODULE_BODY, MAIN_BLOCK)):
             return True
-        if not self.only_by_name(code):
-            return True
+        if program.functions[code].get("cls") is not None or not self.only_by_name(code):
+            return True  # a method: its object may reach code outside the tree (an env a library steps)
         short = code.rpartition(".")[2]
         return is_dunder(short) or short in self.mentions.names or self.named_otherwise(code)
 
@@ -216,7 +216,8 @@ class Naming:
 
     def only_by_name(self, function: str) -> bool:
         """Only a call through its own name can run ``function``: a module-level function or a
-        method of a top-level class whose bases are all the tree's own, neither decorated."""
+        method of a top-level class whose bases are all the tree's own, neither decorated (nor the
+        class)."""
         program = self.program
         info = program.functions.get(function)
         module = program.module_of.get(function)
@@ -228,7 +229,10 @@ class Naming:
         cls = info.get("cls")
         if cls is None:
             return function == f"{module}.{short}"  # not a function nested in another
-        return "." not in cls and self.plain_class(f"{module}.{cls}") and not self.handed_over(f"{module}.{cls}")
+        klass = f"{module}.{cls}"
+        if any(d != "ray.remote" for d in program.classes.get(klass, {}).get("decorators", ())):
+            return False  # a class decorator may register the class (a Ray actor's methods are judged by name)
+        return "." not in cls and self.plain_class(klass) and not self.handed_over(klass)
 
     def handed_over(self, cls: str) -> bool:
         """A dotted path of the tree's code or config files names ``cls`` or a class it inherits from

@@ -34,7 +34,7 @@ from detaudit.scan.rules import (
     seed_families,
 )
 
-FACTS_VERSION = 15
+FACTS_VERSION = 16
 # Statements after which the rest of their block never runs.
 _ENDS_BLOCK = frozenset({ast.Raise, ast.Return, ast.Break, ast.Continue})
 MODULE_BODY = "<module>"
@@ -48,6 +48,17 @@ _LEAF_FIELDS = frozenset({"ctx", "op", "ops", "id", "arg", "attr", "kind", "conv
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {type(None): ()}
 
 
+def _module_flags(items: list[ast.expr]) -> list[str]:
+    """"-m NAME" for each constant "-m" (or "--module") followed by a constant module name: a
+    command line that runs a module (``["python", "-m", "train"]``)."""
+    out = []
+    for flag, name in zip(items, items[1:], strict=False):
+        if type(flag) is ast.Constant and flag.value in ("-m", "--module") and type(name) is ast.Constant \
+                and type(name.value) is str and name.value.replace(".", "_").isidentifier():
+            out.append(f"-m {name.value}")
+    return out
+
+
 def _child_fields(kind: type[ast.AST]) -> tuple[str, ...]:
     fields = _CHILD_FIELDS.get(kind)
     if fields is None:
@@ -57,6 +68,7 @@ def _child_fields(kind: type[ast.AST]) -> tuple[str, ...]:
 
 # A string literal that names a module attribute by dotted path ("pkg.mod.fn" or "pkg.mod:fn").
 DOTTED_STRING = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?::[A-Za-z_][A-Za-z0-9_.]*)?")
+_CONSOLE_SCRIPT = re.compile(r"\s*[A-Za-z0-9_.-]+\s*=\s*([A-Za-z_][A-Za-z0-9_.]*)\s*:\s*[A-Za-z_][A-Za-z0-9_.]*\s*(?:\[.*\])?\s*")
 MAX_SCRIPT_STRING = 500  # longer strings naming a .py file are text, not a command line
 LOCAL = ".<local>."  # key part of a function-local name: "mod.f.<local>.fn"
 TABLE = ".<table>"  # "mod.LOSSES.<table>": a call of an entry of the dict mod.LOSSES
@@ -495,6 +507,10 @@ class FileFacts:
                 for arg in sub.args:
                     if type(arg) is ast.Constant and type(arg.value) is str and arg.value.isidentifier():
                         names.add(arg.value)
+                if sub.args and isinstance(sub.func, ast.Attribute) and sub.func.attr == "run_module":
+                    scripts.update(_module_flags([ast.Constant("-m"), sub.args[0]]))  # runpy.run_module("train")
+                else:
+                    scripts.update(_module_flags(sub.args))  # session.run("python", "-m", "train")
                 for keyword in sub.keywords:
                     given = keyword.value
                     if type(given) is ast.Constant and isinstance(given, ast.Constant):
@@ -516,7 +532,13 @@ class FileFacts:
                             names.add(text.replace(":", ".").rpartition(".")[2])  # "pkg.mod.fn"
                         elif ".py" in value and len(value) <= MAX_SCRIPT_STRING:
                             scripts.add(value)  # "python pkg/train.py": a launch (outside.py)
+                        elif "=" in value and ":" in value:
+                            script = _CONSOLE_SCRIPT.fullmatch(value)  # "x-train = pkg.train:main"
+                            if script:
+                                scripts.add(f"-m {script.group(1)}")
                 continue
+            elif (kind is ast.List or kind is ast.Tuple) and isinstance(sub, (ast.List, ast.Tuple)):
+                scripts.update(_module_flags(sub.elts))  # ["python", "-m", "train"]
             elif kind is ast.Dict and isinstance(sub, ast.Dict):
                 for key, entry in zip(sub.keys, sub.values, strict=False):
                     if isinstance(key, ast.Constant) and isinstance(key.value, str):

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from detaudit.errors import InputError
 from detaudit.scan.config import ScanConfig
-from detaudit.scan.outside import is_launch_file
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 # Config files that may name a function or method for the code to call (a Hydra `_target_`, a method
@@ -31,7 +30,8 @@ def collect_files(paths: list[str | Path], config: ScanConfig, config_files: lis
                   launch_files: list[Path] | None = None) -> tuple[list[Path], list[Skipped]]:
     """Python files under ``paths`` and the folders that could not be read; the config files
     (``CONFIG_SUFFIXES``) found below the named folders are appended to ``config_files``, the docs
-    and build files that may launch a script (``outside.is_launch_file``) to ``launch_files``.
+    and every other file that is not Python, which may launch a script (excluded folders included),
+    to ``launch_files`` (``outside.launch_file_stats`` keeps the text files among them).
 
     No symlink loops; tool folders and ``exclude`` globs are left out below the named paths.
     A path named here is scanned even when ``exclude`` matches it, unless ``config.force_exclude``.
@@ -39,6 +39,7 @@ def collect_files(paths: list[str | Path], config: ScanConfig, config_files: lis
     files: list[Path] = []
     skipped: list[Skipped] = []
     seen_dirs: set[tuple[int, int]] = set()
+    pruned: list[str] = []  # excluded folders, walked for launch files only
 
     def unreadable(exc: OSError) -> None:
         skipped.append(Skipped(os.path.relpath(exc.filename or "?"), f"cannot read folder: {exc.strerror}"))
@@ -74,12 +75,27 @@ def collect_files(paths: list[str | Path], config: ScanConfig, config_files: lis
                     file = Path(real, name)
                     if not config.excluded(file, globs, resolved=True):
                         config_files.append(file)
-                elif launch_files is not None and is_launch_file(name, os.path.join(real, name)):
-                    file = Path(real, name)
-                    if not config.excluded(file, globs, resolved=True):
-                        launch_files.append(file)
+                if launch_files is not None and not name.endswith(".py"):
+                    launch_files.append(Path(real, name))  # excluded or not: a launch there still runs
             if globs:
-                dirs[:] = [d for d in dirs if not config.excluded(Path(folder) / d, globs)]
+                kept = [d for d in dirs if not config.excluded(Path(folder) / d, globs)]
+                if launch_files is not None:
+                    pruned += [os.path.join(folder, d) for d in dirs if d not in kept]
+                dirs[:] = kept
+    launch_below = launch_files if launch_files is not None else []
+    for folder in pruned:  # only the files that may launch a script, below the excluded folders
+        for below, dirs, names in os.walk(folder, followlinks=True):
+            try:
+                st = os.stat(below)
+            except OSError:
+                dirs[:] = []
+                continue
+            if (st.st_dev, st.st_ino) in seen_dirs:
+                dirs[:] = []
+                continue
+            seen_dirs.add((st.st_dev, st.st_ino))
+            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info"))
+            launch_below.extend(Path(os.path.realpath(below), n) for n in sorted(names) if not n.endswith(".py"))
     return list(dict.fromkeys(files)), skipped
 
 

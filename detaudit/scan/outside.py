@@ -2,33 +2,41 @@
 
 A ``__main__`` block starts a pipeline process unless the tree shows otherwise. It shows otherwise,
 and the process is judged like a test (its unseeded draws are warnings, errors with
-``--tests-as-pipeline``), only when nothing of the tree launches the script (no launch file holds
-its file name ``rewards.py``, its dotted name ``pkg.rewards`` or ``folder.rewards``, or
-``-m rewards``; no string of the code does: ``subprocess.run(["python", "pkg/rewards.py"])``,
-``runpy.run_module("pkg.rewards")``) and either:
+``--tests-as-pipeline``), only when the tree has a launched entry, nothing of the tree launches
+the script (no launch file holds its file name ``rewards.py``, its dotted name ``pkg.rewards`` or
+``folder.rewards``, or ``-m rewards``; no string of the code does:
+``subprocess.run(["python", "pkg/rewards.py"])``, ``runpy.run_module("pkg.rewards")``,
+``["python", "-m", "rewards"]``), and either:
 
-- **self-test**: a *launched* entry's process loads the module (an entry a launch file names, or
-  a console script): the pipeline uses it as a library, and its own ``__main__`` block is a demo or
+- **self-test**: a *launched* entry's process loads the module (an entry something launches, or a
+  console script): the pipeline uses it as a library, and its own ``__main__`` block is a demo or
   self-test that no launch runs (flow_grpo's ``flow_grpo/rewards.py``, which the launched training
-  scripts import, ends in one). Without a launched entry in the tree nothing is a self-test; or
+  scripts import, ends in one); or
 - **stand-alone tool**: the script imports nothing but the standard library and data or
   command-line libraries (``TOOL_LIBRARIES``: HF datasets, PIL, tqdm, requests, ...), none of the
-  tree's modules, and loads no code by name (``__import__``, ``importlib``, ``runpy``, ``exec``):
-  it cannot run a model or the pipeline's code. A data-preparation script whose output a run reads
-  (flow_grpo's ``dataset/merge_genevaltask.py``). Any other import keeps it an entry.
+  tree's modules, loads no code by name (``__import__``, ``importlib``, ``runpy``, ``exec``,
+  ``pickle`` and its kin) and starts no program (``subprocess``, ``os.system``,
+  ``multiprocessing``): it cannot run a model or the pipeline's code, nor pick a run's seed. A
+  data-preparation script whose output a run reads (flow_grpo's ``dataset/merge_genevaltask.py``).
+  Any other import keeps it an entry.
 
-Launch files: shell and batch scripts (``.sh``, ``.bash``, ``.slurm``, ``.sbatch``, ``.sub``,
-``.pbs``, ``.job``, executable files without a suffix), config files (YAML, JSON, TOML, INI,
-CFG), docs (Markdown, reST, ``.txt``), notebooks, Makefile, Dockerfile, Procfile, justfile,
-Jenkinsfile; files under ``[tool.detaudit] exclude`` are not read. A package's ``__main__.py`` is
-always an entry. Ray tasks, actors and classes defined inside such a block share its verdict.
+Launch files are every file of the scanned folders that is not Python (excluded folders included):
+a regular file with no NUL byte in its first 8 KiB, at most ``MAX_LAUNCH_BYTES`` (larger ones are
+data), read one at a time. Besides the words above, ``-m`` or ``--module`` followed by the name
+across spaces, quotes, commas or a line continuation counts, and a script path built from a
+variable (``python scripts/train_${ALGO}.py``, ``$(SCRIPT).py``) launches every script its
+pattern matches. A package's ``__main__.py`` is always an entry. Ray tasks, actors and classes
+defined inside such a block share its verdict.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import stat
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from detaudit.scan.analysis import Program
@@ -45,33 +53,124 @@ TOOL_LIBRARIES = frozenset({
     "huggingface_hub", "fire", "click", "typer", "rich", "tabulate", "inflect", "dotenv",
 })
 _STDLIB = frozenset(sys.stdlib_module_names) - {"importlib", "runpy", "code", "imp", "pkgutil", "zipimport"}
-# Text that loads code by name: a script holding it may run the pipeline's code.
-_LOADS_BY_NAME = (b"__import__", b"import_module", b"runpy", b"exec(", b"eval(", b"spec_from_file_location")
+# Text that loads code by name or starts a program: a script holding it may run the pipeline's code
+# or choose what a run does (`subprocess.run(["python", "train.py", f"--seed={random.randint(...)}"])`).
+_LOADS_BY_NAME = (b"__import__", b"import_module", b"runpy", b"exec(", b"eval(", b"spec_from_file_location",
+                  b"subprocess", b"os.system", b"os.exec", b"os.spawn", b"os.popen", b"multiprocessing", b"pickle",
+                  b"shelve", b"marshal", b"dill", b"joblib")
 
-LAUNCH_SUFFIXES = (".md", ".rst", ".txt", ".ipynb", ".bash", ".zsh", ".slurm", ".sbatch", ".sub", ".pbs", ".job",
-                   ".qsub", ".lsf")
-LAUNCH_NAMES = frozenset({"Makefile", "makefile", "GNUmakefile", "Dockerfile", "Containerfile", "Procfile",
-                          "justfile", "Jenkinsfile"})
+MAX_LAUNCH_BYTES = 16 * 1024 * 1024  # a larger file that is not Python is data, not a launch
+# -m NAME across spaces, quotes, commas, brackets, YAML list dashes or a line continuation
+_MODULE_FLAG = rb"(?<![A-Za-z0-9_-])(?:-m|--module)(?:\s|[\"',\[\]]|\s-\s|\\\n)+"
+# a script path built from a shell or make variable: python scripts/train_${ALGO}.py, $(SCRIPT).py
+_TEMPLATE = re.compile(rb"[A-Za-z0-9_./-]*\$[{(]?[A-Za-z_][A-Za-z0-9_]*[})]?[A-Za-z0-9_./${}()-]*?\.py(?![A-Za-z0-9_])")
+_VARIABLE = re.compile(r"\$[{(]?[A-Za-z_][A-Za-z0-9_]*[})]?")
+_WORD_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 
 
-def is_launch_file(name: str, path: str) -> bool:
-    """A file (besides the config files scan-rng reads) that may launch a script: see the module doc."""
-    if name.endswith(LAUNCH_SUFFIXES) or name in LAUNCH_NAMES:
-        return True
-    return "." not in name and os.access(path, os.X_OK) and os.path.isfile(path)
+def launch_file_stats(paths: list[Path]) -> list[tuple[str, int, int]]:
+    """(path, size, mtime) of the regular files of ``paths`` that may hold a launch (no FIFO,
+    device or folder; at most MAX_LAUNCH_BYTES); whether they are text is checked when read."""
+    out = []
+    for path in dict.fromkeys(paths):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_size <= MAX_LAUNCH_BYTES:
+            out.append((str(path), st.st_size, st.st_mtime_ns))
+    return out
+
+
+class Launches:
+    """What the launch files and the code's strings launch: one pass over the files (one at a time,
+    so memory stays bounded by the largest) for every script asked about at once."""
+
+    def __init__(self, files: list[tuple[str, int, int]], code_strings: set[str]) -> None:
+        self.files = [path for path, _, _ in files]
+        self.code_strings = code_strings
+
+    def launched(self, scripts: dict[str, tuple[str, str, str]]) -> set[str]:
+        """Which of ``scripts`` (module key -> (file name, dotted name, folder)) something launches."""
+        words: dict[bytes, set[str]] = {}  # a word that launches -> the modules it launches
+        flags: dict[str, set[str]] = {}  # a module name after -m -> its modules
+        found: set[str] = set()
+        for module, (file_name, name, folder) in sorted(scripts.items()):
+            stem = file_name[:-3] if file_name.endswith(".py") else file_name
+            # a bare module name alone ("rewards") would match any word: dotted forms are searched
+            for text in {file_name, f"{folder}.{stem}"} | ({name} if "." in name else set()):
+                words.setdefault(text.encode(), set()).add(module)
+            flags.setdefault(name, set()).add(module)
+            # the code's own strings: runpy.run_module("pkg.train"), ["python", "-m", "train"], "python pkg/train.py"
+            dotted = {name} if "." in name else set()
+            if ({f"-m {name}", file_name} | dotted) & self.code_strings or any(
+                    _holds_word(string.encode(), file_name.encode()) for string in self.code_strings if file_name in string):
+                found.add(module)
+        flag_names = b"|".join(re.escape(n.encode()) for n in sorted(flags, key=len, reverse=True))
+        flag_pattern = re.compile(_MODULE_FLAG + rb"(" + flag_names + rb")(?![A-Za-z0-9_])") if flags else None
+        templates: set[bytes] = set()
+        for path in self.files:
+            data = _text(path)
+            if not data:
+                continue
+            for word, modules in words.items():
+                if not modules <= found and _holds_word(data, word):
+                    found |= modules
+            if flag_pattern is not None and (b"-m" in data or b"--module" in data):
+                for match in flag_pattern.finditer(data):
+                    found |= flags.get(match.group(1).decode(), set())
+            if b"$" in data:
+                templates.update(_TEMPLATE.findall(data))
+        for template in sorted(templates):  # scripts/train_${ALGO}.py launches every train_*.py
+            last = template.decode("utf-8", "replace").rpartition("/")[2]
+            pattern = re.compile(".*".join(re.escape(part) for part in _VARIABLE.split(last)))
+            found |= {module for module, (file_name, _, _) in scripts.items() if pattern.fullmatch(file_name)}
+        return found
+
+
+def _text(path: str) -> bytes:
+    """A launch file's bytes, or b"" for one that is not text (a NUL byte in its first 8 KiB), not
+    a regular file (a FIFO, a device behind a symlink), too large, or unreadable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block the scan
+    except OSError:
+        return b""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b""
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            data = file.read(MAX_LAUNCH_BYTES + 1)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+    if len(data) > MAX_LAUNCH_BYTES or b"\0" in data[:8192]:
+        return b""
+    return data
+
+
+def _holds_word(data: bytes, word: bytes) -> bool:
+    """``word`` occurs in ``data`` with no letter, digit or underscore right before or after it."""
+    start = data.find(word)
+    while start >= 0:
+        end = start + len(word)
+        if (start == 0 or data[start - 1] not in _WORD_BYTES) and (end == len(data) or data[end] not in _WORD_BYTES):
+            return True
+        start = data.find(word, start + 1)
+    return False
 
 
 class Outside:
     """Which ``__main__`` blocks lie outside the pipeline, and why (see the module doc).
 
-    ``launched(words)``: which of ``words`` a launch file or a string of the tree's non-test code
-    holds as a word; ``imported``: the import lists of the files that did not join the analysis.
+    ``launches``: what the tree launches; ``imported``: the import lists of the files that did not
+    join the analysis.
     """
 
-    def __init__(self, program: Program, launched: Callable[[set[str]], set[str]], imported: dict[str, list[str]],
+    def __init__(self, program: Program, launches: Launches, imported: dict[str, list[str]],
                  rel: Callable[[str], str] | None = None) -> None:
         self.program = program
-        self.launched = launched
+        self.launches = launches
         self.imported = imported
         self.rel = rel or os.path.basename
 
@@ -89,11 +188,22 @@ class Outside:
                     program.classes.get(process.target, {}).get("in_main"):
                 by_module.setdefault(program.module_of.get(process.target, ""), []).append(process)
         mains = {m for m, ps in by_module.items() if any(p.kind == "main" for p in ps)}
-        launched = {m for m in mains if self._launched(m)}
+        scripts = {}
+        launched = set()
+        for module in mains:
+            name, path = program.dotted_name(module), program.paths.get(module, "")
+            if not path or name.rpartition(".")[2] == "__main__":
+                launched.add(module)  # `python -m pkg` runs a package's __main__.py
+            else:
+                scripts[module] = (os.path.basename(path), name, os.path.basename(os.path.dirname(path)))
+        if scripts:
+            launched |= self.launches.launched(scripts)
         anchors = [p for m in sorted(launched) for p in by_module[m] if p.kind == "main"]
         anchors += [p for p in processes if p.kind == "script" and not p.is_test]
+        if not anchors:
+            return  # nothing shows what the pipeline is: every __main__ stays an entry
         loads = loaded_modules(program, {program.module_of[f] for p in anchors for f in p.reach
-                                         if f in program.module_of}, self.imported) if anchors else set()
+                                         if f in program.module_of}, self.imported)
         for module in sorted(mains - launched):
             if module in loads:
                 shown = ", ".join(sorted(p.name for p in anchors)[:2]) + (" ..." if len(anchors) > 2 else "")
@@ -104,20 +214,6 @@ class Outside:
             for process in by_module[module] if why else ():
                 process.outside = why
                 process.is_test = True
-
-    def _launched(self, module: str) -> bool:
-        """Something of the tree launches the script of module key ``module`` (see the module doc)."""
-        program = self.program
-        name = program.dotted_name(module)
-        path = program.paths.get(module, "")
-        if not path or name.rpartition(".")[2] == "__main__":
-            return True  # `python -m pkg` runs a package's __main__.py
-        file_name = os.path.basename(path)
-        # a bare module name alone ("rewards") would match any word, so dotted forms are searched
-        stem = file_name[:-3] if file_name.endswith(".py") else file_name
-        folder = os.path.basename(os.path.dirname(path))
-        words = {file_name, f"-m {name}", f"{folder}.{stem}"} | ({name} if "." in name else set())
-        return bool(self.launched(words))
 
     def _tool(self, module: str) -> str:
         """Why module key ``module``'s script is a stand-alone tool, or ''."""
@@ -132,7 +228,7 @@ class Outside:
             if head not in _STDLIB and head not in TOOL_LIBRARIES:
                 return ""
             if program.may_name_module(imported) and program.module_key(head, root) not in (None, module):
-                return ""  # a stdlib-named module of the tree (a local `data.py`)
+                return ""  # a stdlib-named module of the tree (a local `trace.py`)
         try:
             with open(path, "rb") as file:
                 text = file.read()
@@ -141,4 +237,4 @@ class Outside:
         if any(word in text for word in _LOADS_BY_NAME):
             return ""
         return (f"a stand-alone tool: {self.rel(path)} imports only the standard library and data libraries, "
-                f"nothing of the tree, and nothing launches it")
+                f"nothing of the tree, starts no program, and nothing launches it")

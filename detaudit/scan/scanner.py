@@ -32,7 +32,7 @@ from detaudit.scan.files import (
     test_files,
 )
 from detaudit.scan.findings import Finding, findings_for
-from detaudit.scan.outside import Outside
+from detaudit.scan.outside import Launches, Outside, launch_file_stats
 from detaudit.scan.processes import build_processes, process_summary
 
 # A file needs parsing only if its text could hold a draw, a seed, an entry point or a loader.
@@ -149,12 +149,13 @@ def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: in
     modules = module_keys(list(stats))  # path -> (module key, dotted name, is package, root)
     in_tests = test_files(list(stats), paths)
     configs = _config_files(found_configs, paths)
-    launchers = configs + _config_files(found_launchers, paths)
+    launchers = launch_file_stats(found_launchers)
     whole = whole_projects(paths)
     results = ResultCache(use_cache)
     key = result_key(config, [str(p) for p in paths], os.getcwd(), skipped,
                      [(path, st.st_size, st.st_mtime_ns, *modules[path]) for path, st in stats.items()]
-                     + [("config", *c) for c in launchers] + [("whole projects", whole)])
+                     + [("config", *c) for c in configs] + [("launch", *c) for c in launchers]
+                     + [("whole projects", whole)])
     known = results.lookup(key)
     if isinstance(known, ScanResult):  # no file, setting or folder changed since this very scan ran
         return known
@@ -232,10 +233,9 @@ def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: in
 
     # Which __main__ blocks are self-tests or stand-alone tools: the launch files and the strings of
     # the code (a launcher's command line, a module path given to runpy) tell, in a whole project.
-    code_text = "\n".join(sorted(mentions.script_strings | mentions.string_names
-                                  | {t for strings in program.strings.values() for t in strings}))
-    outside = Outside(program, TextFiles(launchers, code_text.encode()).words, mentions.imported, rel) \
-        if whole else None
+    code_strings = mentions.script_strings | mentions.string_names | {
+        t.partition(":")[0] for strings in program.strings.values() for t in strings}  # "pkg.train:main": pkg.train
+    outside = Outside(program, Launches(launchers, code_strings), mentions.imported, rel) if whole else None
     processes = build_processes(program, scripts, in_tests.__contains__, rel, config.tests_as_pipeline, naming,
                                 outside)
 
@@ -324,9 +324,8 @@ class TextFiles:
     """Config, launch or docs files searched for words, read once per scan into one text (an
     unreadable file holds nothing): one substring search per word, whatever the number of files."""
 
-    def __init__(self, files: list[tuple[str, int, int]], extra: bytes = b"") -> None:
+    def __init__(self, files: list[tuple[str, int, int]]) -> None:
         self.files = [path for path, _, _ in files]
-        self.extra = extra  # more text to search with the files' (strings of the code)
         self._text: bytes | None = None
 
     def text(self) -> bytes:
@@ -337,7 +336,7 @@ class TextFiles:
                     parts.append(Path(path).read_bytes())
                 except OSError:
                     continue
-            self._text = b"\n".join([*parts, self.extra])  # a newline between files: no word runs across two
+            self._text = b"\n".join(parts)  # a newline between files: no word runs across two
         return self._text
 
     def words(self, names: set[str]) -> set[str]:
