@@ -27,6 +27,13 @@ from typing import Iterator
 
 import pytest
 
+# A shell without job control starts background commands with SIGINT ignored, and children inherit
+# that: the CLI under test would then never see the Ctrl-C the interrupt tests send (CI was seen to
+# fail 4 of them when `.ci/run` ran as `cmd &` in a script). A Python handler is not inherited
+# across exec, so with one here every process the tests start gets SIGINT's default again.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 REPO = Path(__file__).resolve().parents[1]
 TOY = REPO / "tests" / "recipes" / "toy_recipe.py"
 TRACE_RECIPE = REPO / "tests" / "recipes" / "trace_recipe.py"
