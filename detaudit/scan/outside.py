@@ -21,8 +21,9 @@ the script (no launch file holds its file name ``rewards.py``, its dotted name `
   Any other import keeps it an entry.
 
 Launch files are every file of the scanned folders that is not Python (excluded folders included):
-a regular file with no NUL byte in its first 8 KiB, at most ``MAX_LAUNCH_BYTES`` (larger ones are
-data), read one at a time. Besides the words above, ``-m`` or ``--module`` followed by the name
+a regular file with no NUL byte in its first 8 KiB, at most ``MAX_LAUNCH_BYTES`` (1 MiB; larger
+text is data; a notebook up to 16 MiB), and not a data or lock file (``DATA_SUFFIXES``: ``.csv``,
+``.jsonl``, ``uv.lock``, images, weights), read one at a time. Besides the words above, ``-m`` or ``--module`` followed by the name
 across spaces, quotes, commas or a line continuation counts, and a script path built from a
 variable (``python scripts/train_${ALGO}.py``, ``$(SCRIPT).py``) launches every script its
 pattern matches. A package's ``__main__.py`` is always an entry. Ray tasks, actors and classes
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING
 
 from detaudit.scan.analysis import Program
 from detaudit.scan.evidence import loaded_modules
+from detaudit.scan.rules import FAMILY
 
 if TYPE_CHECKING:
     from detaudit.scan.processes import Process
@@ -59,13 +61,21 @@ _LOADS_BY_NAME = (b"__import__", b"import_module", b"runpy", b"exec(", b"eval(",
                   b"subprocess", b"os.system", b"os.exec", b"os.spawn", b"os.popen", b"multiprocessing", b"pickle",
                   b"shelve", b"marshal", b"dill", b"joblib")
 
-MAX_LAUNCH_BYTES = 16 * 1024 * 1024  # a larger file that is not Python is data, not a launch
+MAX_LAUNCH_BYTES = 1024 * 1024  # a larger text file is data (prompt lists, captions), not a launch
+MAX_NOTEBOOK_BYTES = 16 * 1024 * 1024  # a notebook's outputs (images) make it large
+# Files that hold data or pinned dependencies, never a command line: not read.
+DATA_SUFFIXES = (".lock", ".csv", ".tsv", ".jsonl", ".parquet", ".arrow", ".npy", ".npz", ".pt", ".pth", ".bin",
+                 ".safetensors", ".ckpt", ".png", ".jpg", ".jpeg", ".gif", ".webp", ".svg", ".mp4", ".wav", ".sig",
+                 ".pem", ".pkl", ".gz", ".zip", ".tar")
 # -m NAME across spaces, quotes, commas, brackets, YAML list dashes or a line continuation
 _MODULE_FLAG = rb"(?<![A-Za-z0-9_-])(?:-m|--module)(?:\s|[\"',\[\]]|\s-\s|\\\n)+"
-# a script path built from a shell or make variable: python scripts/train_${ALGO}.py, $(SCRIPT).py
-_TEMPLATE = re.compile(rb"[A-Za-z0-9_./-]*\$[{(]?[A-Za-z_][A-Za-z0-9_]*[})]?[A-Za-z0-9_./${}()-]*?\.py(?![A-Za-z0-9_])")
+# a script name built from a shell or make variable: train_${ALGO}.py, $(SCRIPT).py (the part after
+# the last `/`; what precedes the `$` in the name is taken back from the text)
+_TEMPLATE = re.compile(rb"\$[{(]?[A-Za-z_][A-Za-z0-9_]*[})]?[A-Za-z0-9_.${}()-]*?\.py(?![A-Za-z0-9_])")
 _VARIABLE = re.compile(r"\$[{(]?[A-Za-z_][A-Za-z0-9_]*[})]?")
+_TOKEN = re.compile(rb"[A-Za-z0-9_][A-Za-z0-9_.]*")  # words, file names and dotted names
 _WORD_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_NAME_BYTES = _WORD_BYTES | frozenset(b".-")
 
 
 def launch_file_stats(paths: list[Path]) -> list[tuple[str, int, int]]:
@@ -77,7 +87,8 @@ def launch_file_stats(paths: list[Path]) -> list[tuple[str, int, int]]:
             st = os.stat(path)
         except OSError:
             continue
-        if stat.S_ISREG(st.st_mode) and st.st_size <= MAX_LAUNCH_BYTES:
+        limit = MAX_NOTEBOOK_BYTES if str(path).endswith(".ipynb") else MAX_LAUNCH_BYTES
+        if stat.S_ISREG(st.st_mode) and st.st_size <= limit and not str(path).endswith(DATA_SUFFIXES):
             out.append((str(path), st.st_size, st.st_mtime_ns))
     return out
 
@@ -89,6 +100,7 @@ class Launches:
     def __init__(self, files: list[tuple[str, int, int]], code_strings: set[str]) -> None:
         self.files = [path for path, _, _ in files]
         self.code_strings = code_strings
+        self.script_strings = sorted(s for s in code_strings if ".py" in s)  # only these can hold a file name
 
     def launched(self, scripts: dict[str, tuple[str, str, str]]) -> set[str]:
         """Which of ``scripts`` (module key -> (file name, dotted name, folder)) something launches."""
@@ -104,33 +116,54 @@ class Launches:
             # the code's own strings: runpy.run_module("pkg.train"), ["python", "-m", "train"], "python pkg/train.py"
             dotted = {name} if "." in name else set()
             if ({f"-m {name}", file_name} | dotted) & self.code_strings or any(
-                    _holds_word(string.encode(), file_name.encode()) for string in self.code_strings if file_name in string):
+                    _holds_word(string.encode(), file_name.encode()) for string in self.script_strings if file_name in string):
                 found.add(module)
+        stems = {w.rpartition(b".")[0] if w.endswith(b".py") else w.rpartition(b".")[2] for w in words}
+        word_set = set(words)
         flag_names = b"|".join(re.escape(n.encode()) for n in sorted(flags, key=len, reverse=True))
         flag_pattern = re.compile(_MODULE_FLAG + rb"(" + flag_names + rb")(?![A-Za-z0-9_])") if flags else None
-        templates: set[bytes] = set()
+        templates: set[str] = set()
         for path in self.files:
             data = _text(path)
             if not data:
                 continue
-            for word, modules in words.items():
-                if not modules <= found and _holds_word(data, word):
-                    found |= modules
+            for word in _tokens(data, stems) & word_set:
+                found |= words[word]
             if flag_pattern is not None and (b"-m" in data or b"--module" in data):
                 for match in flag_pattern.finditer(data):
                     found |= flags.get(match.group(1).decode(), set())
-            if b"$" in data:
-                templates.update(_TEMPLATE.findall(data))
-        for template in sorted(templates):  # scripts/train_${ALGO}.py launches every train_*.py
-            last = template.decode("utf-8", "replace").rpartition("/")[2]
-            pattern = re.compile(".*".join(re.escape(part) for part in _VARIABLE.split(last)))
+            if b"$" in data and b".py" in data:
+                for match in _TEMPLATE.finditer(data):
+                    start = match.start()
+                    while start > 0 and data[start - 1] in _NAME_BYTES:
+                        start -= 1
+                    templates.add(data[start:match.end()].decode("utf-8", "replace"))
+        for template in sorted(templates):  # train_${ALGO}.py launches every train_*.py
+            pattern = re.compile(".*".join(re.escape(part) for part in _VARIABLE.split(template)))
             found |= {module for module, (file_name, _, _) in scripts.items() if pattern.fullmatch(file_name)}
         return found
+
+
+def _tokens(data: bytes, stems: set[bytes]) -> set[bytes]:
+    """The words of a text as a launch names a script: ``train.py`` in ``scripts/train.py``,
+    ``pkg.train`` in ``-m pkg.train``; a dotted word with one of ``stems`` among its parts adds its
+    dot-separated prefixes and suffixes (``pkg.train.main`` holds ``pkg.train``, ``x.train.py``
+    holds ``train.py``)."""
+    tokens = set(_TOKEN.findall(data))
+    for token in [t for t in tokens if b"." in t]:
+        parts = token.strip(b".").split(b".")
+        if stems.isdisjoint(parts):
+            continue  # `actor.optim.lr`: no script's name in it
+        for end in range(1, len(parts)):
+            tokens.add(b".".join(parts[:end]))
+            tokens.add(b".".join(parts[end:]))
+    return tokens
 
 
 def _text(path: str) -> bytes:
     """A launch file's bytes, or b"" for one that is not text (a NUL byte in its first 8 KiB), not
     a regular file (a FIFO, a device behind a symlink), too large, or unreadable."""
+    limit = MAX_NOTEBOOK_BYTES if path.endswith(".ipynb") else MAX_LAUNCH_BYTES
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block the scan
     except OSError:
@@ -139,14 +172,15 @@ def _text(path: str) -> bytes:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return b""
         with os.fdopen(fd, "rb", closefd=False) as file:
-            data = file.read(MAX_LAUNCH_BYTES + 1)
+            head = file.read(8192)
+            if b"\0" in head:
+                return b""  # a binary: weights, an archive, an image
+            data = head + file.read(limit + 1 - len(head))
     except OSError:
         return b""
     finally:
         os.close(fd)
-    if len(data) > MAX_LAUNCH_BYTES or b"\0" in data[:8192]:
-        return b""
-    return data
+    return b"" if len(data) > limit else data
 
 
 def _holds_word(data: bytes, word: bytes) -> bool:
@@ -188,6 +222,13 @@ class Outside:
                     program.classes.get(process.target, {}).get("in_main"):
                 by_module.setdefault(program.module_of.get(process.target, ""), []).append(process)
         mains = {m for m, ps in by_module.items() if any(p.kind == "main" for p in ps)}
+        drawn: dict[str, set[str]] = {}  # function -> the RNG families its draws take from
+        for facts in program.modules.values():
+            for draw in facts["draws"]:
+                drawn.setdefault(draw["function"], set()).add(FAMILY.get(draw["rule"]) or "")
+        if not any(families - (p.seeded or set()) for m in mains for p in by_module[m]
+                   for function in p.reach & drawn.keys() for families in [drawn[function]]):
+            return  # no __main__ runs a draw of a family it leaves unseeded: where it stands changes no finding
         scripts = {}
         launched = set()
         for module in mains:
