@@ -48,12 +48,15 @@ _LEAF_FIELDS = frozenset({"ctx", "op", "ops", "id", "arg", "attr", "kind", "conv
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {type(None): ()}
 
 
+_MODULE_FLAGS = ("-m", "--module")
+
+
 def _module_flags(items: list[ast.expr]) -> list[str]:
     """"-m NAME" for each constant "-m" (or "--module") followed by a constant module name: a
     command line that runs a module (``["python", "-m", "train"]``)."""
     out = []
     for flag, name in zip(items, items[1:], strict=False):
-        if type(flag) is ast.Constant and flag.value in ("-m", "--module") and type(name) is ast.Constant \
+        if type(flag) is ast.Constant and flag.value in _MODULE_FLAGS and type(name) is ast.Constant \
                 and type(name.value) is str and name.value.replace(".", "_").isidentifier():
             out.append(f"-m {name.value}")
     return out
@@ -504,13 +507,17 @@ class FileFacts:
                 self.calls.append((sub, ctx, stmt))
                 # an identifier string passed to a call: the callee may look it up (getattr(actor, "m"),
                 # group.run_all("m"), group.run_all(method="m"))
+                flagged = False  # a "-m" among the arguments: session.run("python", "-m", "train")
                 for arg in sub.args:
-                    if type(arg) is ast.Constant and type(arg.value) is str and arg.value.isidentifier():
-                        names.add(arg.value)
-                if sub.args and isinstance(sub.func, ast.Attribute) and sub.func.attr == "run_module":
+                    if type(arg) is ast.Constant and type(arg.value) is str:
+                        if arg.value.isidentifier():
+                            names.add(arg.value)
+                        elif arg.value in _MODULE_FLAGS:
+                            flagged = True
+                if flagged:
+                    scripts.update(_module_flags(sub.args))
+                elif sub.args and isinstance(sub.func, ast.Attribute) and sub.func.attr == "run_module":
                     scripts.update(_module_flags([ast.Constant("-m"), sub.args[0]]))  # runpy.run_module("train")
-                else:
-                    scripts.update(_module_flags(sub.args))  # session.run("python", "-m", "train")
                 for keyword in sub.keywords:
                     given = keyword.value
                     if type(given) is ast.Constant and isinstance(given, ast.Constant):
