@@ -116,7 +116,7 @@ class Launches:
             # the code's own strings: runpy.run_module("pkg.train"), ["python", "-m", "train"], "python pkg/train.py"
             dotted = {name} if "." in name else set()
             if ({f"-m {name}", file_name} | dotted) & self.code_strings or any(
-                    _holds_word(string.encode(), file_name.encode()) for string in self.script_strings if file_name in string):
+                    holds_word(string.encode(), file_name.encode()) for string in self.script_strings if file_name in string):
                 found.add(module)
         stems = {w.rpartition(b".")[0] if w.endswith(b".py") else w.rpartition(b".")[2] for w in words}
         word_set = set(words)
@@ -183,7 +183,7 @@ def _text(path: str) -> bytes:
     return b"" if len(data) > limit else data
 
 
-def _holds_word(data: bytes, word: bytes) -> bool:
+def holds_word(data: bytes, word: bytes) -> bool:
     """``word`` occurs in ``data`` with no letter, digit or underscore right before or after it."""
     start = data.find(word)
     while start >= 0:

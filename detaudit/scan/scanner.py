@@ -32,7 +32,7 @@ from detaudit.scan.files import (
     test_files,
 )
 from detaudit.scan.findings import Finding, findings_for
-from detaudit.scan.outside import Launches, Outside, launch_file_stats
+from detaudit.scan.outside import Launches, Outside, holds_word, launch_file_stats
 from detaudit.scan.processes import build_processes, process_summary
 
 # A file needs parsing only if its text could hold a draw, a seed, an entry point or a loader.
@@ -233,9 +233,11 @@ def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: in
 
     # Which __main__ blocks are self-tests or stand-alone tools: the launch files and the strings of
     # the code (a launcher's command line, a module path given to runpy) tell, in a whole project.
-    code_strings = mentions.script_strings | mentions.string_names | {
-        t.partition(":")[0] for strings in program.strings.values() for t in strings}  # "pkg.train:main": pkg.train
-    outside = Outside(program, Launches(launchers, code_strings), mentions.imported, rel) if whole else None
+    outside = None
+    if whole:
+        code_strings = mentions.script_strings | mentions.string_names | {
+            t.partition(":")[0] for strings in program.strings.values() for t in strings}  # "pkg.train:main": pkg.train
+        outside = Outside(program, Launches(launchers, code_strings), mentions.imported, rel)
     processes = build_processes(program, scripts, in_tests.__contains__, rel, config.tests_as_pipeline, naming,
                                 outside)
 
@@ -306,23 +308,10 @@ def _mentions(facts: dict[str, dict[str, Any]], light: dict[str, tuple[str, tupl
     return mentions
 
 
-_WORD_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
-
-
-def _holds_word(data: bytes, word: bytes) -> bool:
-    """``word`` occurs in ``data`` with no letter, digit or underscore right before or after it."""
-    start = data.find(word)
-    while start >= 0:
-        end = start + len(word)
-        if (start == 0 or data[start - 1] not in _WORD_BYTES) and (end == len(data) or data[end] not in _WORD_BYTES):
-            return True
-        start = data.find(word, start + 1)
-    return False
-
-
 class TextFiles:
-    """Config, launch or docs files searched for words, read once per scan into one text (an
-    unreadable file holds nothing): one substring search per word, whatever the number of files."""
+    """Config files searched for words (``Naming`` asks one name at a time), read once per scan into
+    one text (an unreadable file holds nothing): one substring search per word, whatever the number
+    of files. Launch files are searched by ``outside.Launches``, one file at a time."""
 
     def __init__(self, files: list[tuple[str, int, int]]) -> None:
         self.files = [path for path, _, _ in files]
@@ -342,7 +331,7 @@ class TextFiles:
     def words(self, names: set[str]) -> set[str]:
         """Which of ``names`` a file holds as a whole word (``rewards.py`` in ``python x/rewards.py``)."""
         data = self.text()
-        return {name for name in names if _holds_word(data, name.encode())}
+        return {name for name in names if holds_word(data, name.encode())}
 
     def dotted_words(self) -> set[str]:
         return {m.decode("ascii") for m in _DOTTED_WORD.findall(self.text())}
