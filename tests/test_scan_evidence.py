@@ -593,3 +593,9 @@ def test_a_method_of_a_decorated_class_is_not_only_called_by_name(root: Path) ->
         """
     write_project(root, files)
     assert by_code(".")["return random.random()"].severity == "error"
+
+
+def test_a_config_word_names_a_function_only_as_a_whole_word(root: Path) -> None:
+    """`only_tested_v2` in a config names no `only_tested` (the word search stops at identifier characters)."""
+    write_project(root, {**UNREACHED, "conf/run.yaml": "hooks:\n  - only_tested_v2\n", "app/dispatch.py": LOOKUP})
+    assert by_code(".")["return torch.rand(3)"].severity == "warning"
