@@ -248,3 +248,56 @@ def test_without_a_launched_entry_nothing_is_a_tool(root: Path) -> None:
     """A stdlib-only script in a tree that launches nothing may be the whole pipeline (tabular RL)."""
     write_project(root, TOOL)
     assert by_code(".")["return random.sample(rows, k)"].severity == "error"
+
+
+ORPHAN = {
+    **SELF_TEST,
+    "lab/debug/__init__.py": "",
+    "lab/debug/tracker.py": """
+        import ray
+        import torch
+
+        from lab.scorer import build
+
+
+        def dump(data, name):
+            print(name, build(), data)
+
+
+        if __name__ == "__main__":
+            @ray.remote
+            def process(step):
+                dump({"obs": torch.randn(10, 20)}, f"process_{step}")
+
+            ray.get([process.remote(i) for i in range(2)])
+        """,
+}
+
+
+def test_the_block_of_a_package_module_nothing_imports_is_not_the_pipeline(root: Path) -> None:
+    """verl's debug tracker: a module of the package that no file imports and nothing launches ends in
+    a demo that starts a Ray task; the pipeline never uses the module, so the demo is not the pipeline."""
+    write_project(root, ORPHAN)
+    demo = by_code(".")['dump({"obs": torch.randn(10, 20)}, f"process_{step}")']
+    assert demo.severity == "warning", demo.note
+    assert "the block of lab/debug/tracker.py, a module of a package that no file of the tree imports; " \
+           "nothing launches it" in demo.note
+    assert entries(demo) == {"process (Ray task)": False}
+    assert by_code(".", tests_as_pipeline=True)['dump({"obs": torch.randn(10, 20)}, f"process_{step}")'] \
+        .severity == "error"
+
+
+@pytest.mark.parametrize("change", ["script-folder", "imported", "launched"])
+def test_a_block_that_may_be_the_pipeline_stays_an_entry(root: Path, change: str) -> None:
+    """A script folder's file (no __init__.py), a module some file imports (a test too), or a module
+    a launch file names stays an entry."""
+    files = dict(ORPHAN)
+    if change == "script-folder":
+        del files["lab/debug/__init__.py"]
+    elif change == "imported":
+        files["tests/test_tracker.py"] = "from lab.debug.tracker import dump\n\n\ndef test_dump():\n    dump({}, 'x')\n"
+    else:
+        files["run.sh"] = "python -m lab.debug.tracker\n"
+    write_project(root, files)
+    demo = by_code(".")['dump({"obs": torch.randn(10, 20)}, f"process_{step}")']
+    assert demo.severity == "error", demo.note
