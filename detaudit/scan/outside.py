@@ -18,13 +18,7 @@ the script (no launch file holds its file name ``rewards.py``, its dotted name `
   ``pickle`` and its kin) and starts no program (``subprocess``, ``os.system``,
   ``multiprocessing``): it cannot run a model or the pipeline's code, nor pick a run's seed. A
   data-preparation script whose output a run reads (flow_grpo's ``dataset/merge_genevaltask.py``).
-  Any other import keeps it an entry; or
-- **orphan library module**: the script is a module of a package (its folder holds
-  ``__init__.py``) that no file of the tree imports: the pipeline never uses it, so its draws
-  outside the block are already no process's (``findings``: "no process of the scanned tree
-  imports it"), and its block is a debug or demo run of the same code (verl's
-  ``verl/utils/debug/trajectory_tracker.py``). A script folder's file (no ``__init__.py``) stays an
-  entry: that is where unlisted launchers live.
+  Any other import keeps it an entry.
 
 Launch files are every file of the scanned folders that is not Python (excluded folders included):
 a regular file with no NUL byte in its first 8 KiB, at most ``MAX_LAUNCH_BYTES`` (1 MiB; larger
@@ -251,7 +245,6 @@ class Outside:
             return  # nothing shows what the pipeline is: every __main__ stays an entry
         loads = loaded_modules(program, {program.module_of[f] for p in anchors for f in p.reach
                                          if f in program.module_of}, self.imported)
-        imported: set[str] | None = None
         for module in sorted(mains - launched):
             if module in loads:
                 shown = ", ".join(sorted(p.name for p in anchors)[:2]) + (" ..." if len(anchors) > 2 else "")
@@ -259,42 +252,9 @@ class Outside:
                        f"launched entries ({shown}) load; nothing launches it")
             else:
                 why = self._tool(module)
-                if not why and self._in_package(module):
-                    if imported is None:
-                        imported = self._imported_anywhere()
-                    if module not in imported:
-                        why = (f"the block of {self.rel(program.paths.get(module, module))}, a module of a package "
-                               f"that no file of the tree imports; nothing launches it")
             for process in by_module[module] if why else ():
                 process.outside = why
                 process.is_test = True
-
-    def _in_package(self, module: str) -> bool:
-        """Module key ``module`` is a module of a package: its folder holds ``__init__.py`` (and it is not that file)."""
-        path = self.program.paths.get(module, "")
-        return bool(path) and os.path.basename(path) != "__init__.py" and \
-            os.path.isfile(os.path.join(os.path.dirname(path), "__init__.py"))
-
-    def _imported_anywhere(self) -> set[str]:
-        """The module keys some file of the tree imports (tests and files set aside included): the
-        longest prefix of each imported name that is a module of the tree (``from pkg.mod import fn``: pkg.mod)."""
-        program = self.program
-        lists = [(module, facts.get("imported", ())) for module, facts in program.modules.items()]
-        lists += list(self.imported.items())
-        out: set[str] = set()
-        for module, names in lists:
-            root = program.root_of.get(module)
-            for name in names:
-                if not program.may_name_module(name):
-                    continue
-                parts = name.split(".")
-                for end in range(len(parts), 0, -1):
-                    key = program.module_key(".".join(parts[:end]), root)
-                    if key is not None:
-                        if key != module:
-                            out.add(key)
-                        break
-        return out
 
     def _tool(self, module: str) -> str:
         """Why module key ``module``'s script is a stand-alone tool, or ''."""
