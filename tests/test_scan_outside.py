@@ -197,10 +197,45 @@ TRAIN_AND_EVAL = {
     ("launch.py", "import runpy\n\nrunpy.run_module('pkg.train', run_name='__main__')\n"),  # runpy
     ("submit.py", "def go(client):\n    client.submit_job(entrypoint='python pkg/train.py')\n"),  # a Ray job
     ("setup.py", "from setuptools import setup\n\nsetup(entry_points={'console_scripts': ['x-train = pkg.train:main']})\n"),
-], ids=["slurm", "txt", "subprocess", "runpy", "ray-job", "console-script"])
+    # a command line inside a longer string of the code, a docstring's usage line, an e2e test's run
+    ("launch.py", "import subprocess\n\nsubprocess.run('torchrun --nproc_per_node 8 -m pkg.train --cfg a.yaml', shell=True)\n"),
+    ("pkg/usage.py", '"""How to train.\n\nUsage::\n\n    python -m pkg.train --config c.yaml\n"""\n'),
+    ("launch.py", "import subprocess\n\nsubprocess.run(['bash', '-c', 'python -m pkg.train'])\n"),
+    ("submit.py", "def go(client):\n    client.submit_job(entrypoint='python -m pkg.train --steps 10')\n"),
+    ("tests/test_e2e.py", "import subprocess\n\n\ndef test_short_run():\n"
+                          "    subprocess.run('python -m pkg.train --steps 2', shell=True, check=True)\n"),
+    # names built at run time launch every module or script they can name
+    ("launch.py", "import os\n\nALGO = 'train'\nos.system(f'python -m pkg.{ALGO} --steps 2')\n"),
+    ("launch.py", "import subprocess\n\n\ndef go(name):\n    subprocess.run(f'python pkg/{name}.py', shell=True)\n"),
+    ("Makefile", "PKG := pkg\ntrain:\n\tpython -m $(PKG).train\n"),
+    ("run.sh", 'MODULE=$1\npython -m "$MODULE"\n'),
+    # launch files the search once missed: no space after -m, a folder named build
+    ("docs/run.md", "Run `python3 -mpkg.train --steps 10`.\n"),
+    ("deploy/build/run.sh", 'python -m pkg.train "$@"\n'),
+], ids=["slurm", "txt", "subprocess", "runpy", "ray-job", "console-script", "shell-string-m", "docstring", "bash-c",
+        "ray-job-m", "e2e-test", "f-string-m", "f-string-py", "make-module-variable", "shell-module-variable",
+        "m-no-space", "build-folder"])
 def test_an_entry_launched_anywhere_in_the_tree_stays_an_entry(root: Path, path: str, text: str) -> None:
     write_project(root, {**TRAIN_AND_EVAL, path: text})
     assert by_code(".")["batch = torch.randn(8, 2)"].severity == "error"
+
+
+def test_without_a_launch_a_module_the_launched_entry_imports_is_a_self_test(root: Path) -> None:
+    """The control for the cases above: without their launch, pkg/train.py's block is a self-test."""
+    write_project(root, TRAIN_AND_EVAL)
+    assert by_code(".")["batch = torch.randn(8, 2)"].severity == "warning"
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32"])
+def test_a_wide_text_launch_file_is_read(root: Path, encoding: str) -> None:
+    """PowerShell writes UTF-16 with a byte-order mark: NUL bytes, yet text that launches."""
+    write_project(root, TRAIN_AND_EVAL)
+    text = "python -m pkg.train --steps 10\r\n"
+    data = text.encode(encoding) if encoding != "utf-16-be" else b"\xfe\xff" + text.encode(encoding)
+    (root / "run.ps1").write_bytes(data)
+    assert by_code(".")["batch = torch.randn(8, 2)"].severity == "error"
+    (root / "run.ps1").write_bytes(b"\0" * 16 + text.encode("utf-16-le"))  # no mark: a binary, not read
+    assert by_code(".")["batch = torch.randn(8, 2)"].severity == "warning"
 
 
 @pytest.mark.parametrize("imports", [
@@ -248,3 +283,10 @@ def test_without_a_launched_entry_nothing_is_a_tool(root: Path) -> None:
     """A stdlib-only script in a tree that launches nothing may be the whole pipeline (tabular RL)."""
     write_project(root, TOOL)
     assert by_code(".")["return random.sample(rows, k)"].severity == "error"
+
+
+def test_a_build_folder_inside_an_excluded_folder_is_read_for_launches(root: Path) -> None:
+    """Excluded folders and folders named build or dist are read for launch files (their Python is
+    not scanned): a launcher kept there still runs the script."""
+    write_project(root, {**TRAIN_AND_EVAL, "ops/build/run.sh": 'python -m pkg.train "$@"\n'})
+    assert by_code(".", exclude=("ops",))["batch = torch.randn(8, 2)"].severity == "error"

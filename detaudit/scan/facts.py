@@ -34,7 +34,7 @@ from detaudit.scan.rules import (
     seed_families,
 )
 
-FACTS_VERSION = 16
+FACTS_VERSION = 17
 # Statements after which the rest of their block never runs.
 _ENDS_BLOCK = frozenset({ast.Raise, ast.Return, ast.Break, ast.Continue})
 MODULE_BODY = "<module>"
@@ -62,6 +62,19 @@ def _module_flags(items: list[ast.expr]) -> list[str]:
     return out
 
 
+def _template(node: ast.JoinedStr) -> str | None:
+    """An f-string that may hold a command line, with ``${_}`` for each value it formats (the
+    launch search's template form), or None when it names no .py file and holds no ``-m``."""
+    parts = []
+    for value in node.values:
+        if type(value) is ast.Constant and isinstance(value, ast.Constant) and type(value.value) is str:
+            parts.append(value.value)
+        else:
+            parts.append("${_}")
+    text = "".join(parts)
+    return text if (".py" in text or "-m" in text) and len(text) <= MAX_SCRIPT_STRING else None
+
+
 def _child_fields(kind: type[ast.AST]) -> tuple[str, ...]:
     fields = _CHILD_FIELDS.get(kind)
     if fields is None:
@@ -72,7 +85,9 @@ def _child_fields(kind: type[ast.AST]) -> tuple[str, ...]:
 # A string literal that names a module attribute by dotted path ("pkg.mod.fn" or "pkg.mod:fn").
 DOTTED_STRING = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?::[A-Za-z_][A-Za-z0-9_.]*)?")
 _CONSOLE_SCRIPT = re.compile(r"\s*[A-Za-z0-9_.-]+\s*=\s*([A-Za-z_][A-Za-z0-9_.]*)\s*:\s*[A-Za-z_][A-Za-z0-9_.]*\s*(?:\[.*\])?\s*")
-MAX_SCRIPT_STRING = 500  # longer strings naming a .py file are text, not a command line
+# A longer string naming a .py file or holding "-m" is data; a docstring's "Usage: python -m pkg.train"
+# is a launch like a README's.
+MAX_SCRIPT_STRING = 64 * 1024
 LOCAL = ".<local>."  # key part of a function-local name: "mod.f.<local>.fn"
 TABLE = ".<table>"  # "mod.LOSSES.<table>": a call of an entry of the dict mod.LOSSES
 SUPER = ".<super>."  # "mod.Cls.<super>.m": super().m() inside Cls
@@ -483,8 +498,8 @@ class FileFacts:
         stmt = self._stmt
         names, own, every, strings = self.names, self.top_level, self.star_import, self.string_names
         uses, scripts = self.local_uses, self.script_strings
-        if self._no_names:  # test code: what it names never counts
-            names, own, every, strings, scripts = set(), set(), False, set(), set()
+        if self._no_names:  # test code: what it names never counts (what it launches does: an e2e test's run)
+            names, own, every, strings = set(), set(), False, set()
         for sub in todo:  # the list grows while it is read: that is the queue
             kind = type(sub)
             # `kind is X` first (one cheap test per node), isinstance for the type checker only
@@ -537,8 +552,8 @@ class FileFacts:
                         if text is not None:
                             self.strings.add(text)
                             names.add(text.replace(":", ".").rpartition(".")[2])  # "pkg.mod.fn"
-                        elif ".py" in value and len(value) <= MAX_SCRIPT_STRING:
-                            scripts.add(value)  # "python pkg/train.py": a launch (outside.py)
+                        elif (".py" in value or "-m" in value) and len(value) <= MAX_SCRIPT_STRING:
+                            scripts.add(value)  # "python pkg/train.py", "torchrun -m pkg.train": a launch (outside.py)
                         elif "=" in value and ":" in value:
                             script = _CONSOLE_SCRIPT.fullmatch(value)  # "x-train = pkg.train:main"
                             if script:
@@ -546,6 +561,10 @@ class FileFacts:
                 continue
             elif (kind is ast.List or kind is ast.Tuple) and isinstance(sub, (ast.List, ast.Tuple)):
                 scripts.update(_module_flags(sub.elts))  # ["python", "-m", "train"]
+            elif kind is ast.JoinedStr and isinstance(sub, ast.JoinedStr):
+                template = _template(sub)  # f"python -m pkg.{algo}": a launch of each module the pattern matches
+                if template is not None:
+                    scripts.add(template)
             elif kind is ast.Dict and isinstance(sub, ast.Dict):
                 for key, entry in zip(sub.keys, sub.values, strict=False):
                     if isinstance(key, ast.Constant) and isinstance(key.value, str):

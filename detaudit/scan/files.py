@@ -18,6 +18,9 @@ CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml", ".cfg", ".ini", ".sh")
 MAX_CONFIG_BYTES = 1024 * 1024
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", "node_modules", ".mypy_cache",
                        ".pytest_cache", ".ruff_cache", "build", "dist", ".eggs"})
+# Of those, folders a project may also keep its own launchers in (`deploy/build/run.sh`): their Python
+# is a packaging copy, not scanned, but their other files are read for launches, like an excluded folder's.
+LAUNCH_DIRS = frozenset({"build", "dist"})
 
 
 @dataclass
@@ -64,6 +67,8 @@ def collect_files(paths: list[str | Path], config: ScanConfig, config_files: lis
                 dirs[:] = []
                 continue
             seen_dirs.add((st.st_dev, st.st_ino))
+            if launch_files is not None:
+                pruned += [os.path.join(folder, d) for d in sorted(dirs) if d in LAUNCH_DIRS]
             dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info"))
             real = os.path.realpath(folder)
             for name in sorted(names):
@@ -94,7 +99,7 @@ def collect_files(paths: list[str | Path], config: ScanConfig, config_files: lis
                 dirs[:] = []
                 continue
             seen_dirs.add((st.st_dev, st.st_ino))
-            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info"))
+            dirs[:] = sorted(d for d in dirs if (d not in SKIP_DIRS or d in LAUNCH_DIRS) and not d.endswith(".egg-info"))
             launch_below.extend(Path(os.path.realpath(below), n) for n in sorted(names) if not n.endswith(".py"))
     return list(dict.fromkeys(files)), skipped
 

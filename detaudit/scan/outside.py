@@ -32,11 +32,12 @@ defined inside such a block share its verdict.
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 import stat
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -67,13 +68,17 @@ MAX_NOTEBOOK_BYTES = 16 * 1024 * 1024  # a notebook's outputs (images) make it l
 DATA_SUFFIXES = (".lock", ".csv", ".tsv", ".jsonl", ".parquet", ".arrow", ".npy", ".npz", ".pt", ".pth", ".bin",
                  ".safetensors", ".ckpt", ".png", ".jpg", ".jpeg", ".gif", ".webp", ".svg", ".mp4", ".wav", ".sig",
                  ".pem", ".pkl", ".gz", ".zip", ".tar")
-# -m NAME across spaces, quotes, commas, brackets, YAML list dashes or a line continuation
-_MODULE_FLAG = rb"(?<![A-Za-z0-9_-])(?:-m|--module)(?:\s|[\"',\[\]]|\s-\s|\\\n)+"
+# -m NAME across spaces, quotes, commas, brackets, YAML list dashes or a line continuation, or none
+# (`python3 -mpkg.train`)
+_MODULE_FLAG = rb"(?<![A-Za-z0-9_-])(?:-m|--module)(?:\s|[\"',\[\]]|\s-\s|\\\n)*"
+# -m with a module name built from a variable: `python -m $(PKG).train`, `-m "$MODULE"`
+_MODULE_TEMPLATE = re.compile(_MODULE_FLAG + rb"([A-Za-z0-9_.-]*\$[A-Za-z0-9_.${}()-]*)")
 # a script name built from a shell or make variable: train_${ALGO}.py, $(SCRIPT).py (the part after
 # the last `/`; what precedes the `$` in the name is taken back from the text)
 _TEMPLATE = re.compile(rb"\$[{(]?[A-Za-z_][A-Za-z0-9_]*[})]?[A-Za-z0-9_.${}()-]*?\.py(?![A-Za-z0-9_])")
 _VARIABLE = re.compile(r"\$[{(]?[A-Za-z_][A-Za-z0-9_]*[})]?")
 _TOKEN = re.compile(rb"[A-Za-z0-9_][A-Za-z0-9_.]*")  # words, file names and dotted names
+_WIDE_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)  # the UTF-32 marks start with these too
 _WORD_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _NAME_BYTES = _WORD_BYTES | frozenset(b".-")
 
@@ -100,7 +105,8 @@ class Launches:
     def __init__(self, files: list[tuple[str, int, int]], code_strings: set[str]) -> None:
         self.files = [path for path, _, _ in files]
         self.code_strings = code_strings
-        self.script_strings = sorted(s for s in code_strings if ".py" in s)  # only these can hold a file name
+        # only these can hold a command line
+        self.script_strings = sorted(s for s in code_strings if ".py" in s or "-m" in s)
 
     def launched(self, scripts: dict[str, tuple[str, str, str]]) -> set[str]:
         """Which of ``scripts`` (module key -> (file name, dotted name, folder)) something launches."""
@@ -113,25 +119,27 @@ class Launches:
             for text in {file_name, f"{folder}.{stem}"} | ({name} if "." in name else set()):
                 words.setdefault(text.encode(), set()).add(module)
             flags.setdefault(name, set()).add(module)
-            # the code's own strings: runpy.run_module("pkg.train"), ["python", "-m", "train"], "python pkg/train.py"
-            dotted = {name} if "." in name else set()
-            if ({f"-m {name}", file_name} | dotted) & self.code_strings or any(
-                    holds_word(string.encode(), file_name.encode()) for string in self.script_strings if file_name in string):
+            # the code's own strings: runpy.run_module("pkg.train"), ["python", "-m", "train"], "pkg.train"
+            if ({f"-m {name}", file_name} | ({name} if "." in name else set())) & self.code_strings:
                 found.add(module)
         stems = {w.rpartition(b".")[0] if w.endswith(b".py") else w.rpartition(b".")[2] for w in words}
         word_set = set(words)
         flag_names = b"|".join(re.escape(n.encode()) for n in sorted(flags, key=len, reverse=True))
         flag_pattern = re.compile(_MODULE_FLAG + rb"(" + flag_names + rb")(?![A-Za-z0-9_])") if flags else None
         templates: set[str] = set()
-        for path in self.files:
-            data = _text(path)
-            if not data:
-                continue
+        module_templates: set[str] = set()
+        # The code's command lines (a launcher's subprocess string, a docstring's "Usage: python -m
+        # pkg.train", an f-string with ${_} for what it formats) are searched like one more launch file.
+        code_text = "\n".join(self.script_strings).encode("utf-8", "replace")
+        for data in self._texts(code_text):
             for word in _tokens(data, stems) & word_set:
                 found |= words[word]
-            if flag_pattern is not None and (b"-m" in data or b"--module" in data):
-                for match in flag_pattern.finditer(data):
-                    found |= flags.get(match.group(1).decode(), set())
+            if b"-m" in data or b"--module" in data:
+                if flag_pattern is not None:
+                    for match in flag_pattern.finditer(data):
+                        found |= flags.get(match.group(1).decode(), set())
+                if b"$" in data:
+                    module_templates.update(m.group(1).decode("utf-8", "replace") for m in _MODULE_TEMPLATE.finditer(data))
             if b"$" in data and b".py" in data:
                 for match in _TEMPLATE.finditer(data):
                     start = match.start()
@@ -139,9 +147,27 @@ class Launches:
                         start -= 1
                     templates.add(data[start:match.end()].decode("utf-8", "replace"))
         for template in sorted(templates):  # train_${ALGO}.py launches every train_*.py
-            pattern = re.compile(".*".join(re.escape(part) for part in _VARIABLE.split(template)))
+            pattern = _pattern(template)
             found |= {module for module, (file_name, _, _) in scripts.items() if pattern.fullmatch(file_name)}
+        for template in sorted(module_templates):  # -m $(PKG).train launches every *.train
+            pattern = _pattern(template)
+            found |= {module for module, (file_name, name, folder) in scripts.items()
+                      if pattern.fullmatch(name) or pattern.fullmatch(f"{folder}.{file_name[:-3]}")}
         return found
+
+    def _texts(self, code_text: bytes) -> Iterator[bytes]:
+        """The code's command lines, then each launch file's text, one at a time."""
+        if code_text:
+            yield code_text
+        for path in self.files:
+            data = _text(path)
+            if data:
+                yield data
+
+
+def _pattern(template: str) -> re.Pattern[str]:
+    """A template with variables (``train_${ALGO}.py``, ``$(PKG).train``) as a regex: a variable matches anything."""
+    return re.compile(".*".join(re.escape(part) for part in _VARIABLE.split(template)))
 
 
 def _tokens(data: bytes, stems: set[bytes]) -> set[bytes]:
@@ -161,7 +187,8 @@ def _tokens(data: bytes, stems: set[bytes]) -> set[bytes]:
 
 
 def _text(path: str) -> bytes:
-    """A launch file's bytes, or b"" for one that is not text (a NUL byte in its first 8 KiB), not
+    """A launch file's bytes (UTF-16/32 text with its byte-order mark as UTF-8), or b"" for one that
+    is not text (a NUL byte in its first 8 KiB and no such mark), not
     a regular file (a FIFO, a device behind a symlink), too large, or unreadable."""
     limit = MAX_NOTEBOOK_BYTES if path.endswith(".ipynb") else MAX_LAUNCH_BYTES
     try:
@@ -173,14 +200,20 @@ def _text(path: str) -> bytes:
             return b""
         with os.fdopen(fd, "rb", closefd=False) as file:
             head = file.read(8192)
-            if b"\0" in head:
+            wide = head.startswith(_WIDE_BOMS)  # UTF-16/32 text (PowerShell's default): NUL bytes, yet text
+            if b"\0" in head and not wide:
                 return b""  # a binary: weights, an archive, an image
             data = head + file.read(limit + 1 - len(head))
     except OSError:
         return b""
     finally:
         os.close(fd)
-    return b"" if len(data) > limit else data
+    if len(data) > limit:
+        return b""
+    if wide:
+        encoding = "utf-32" if data.startswith((codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)) else "utf-16"
+        return data.decode(encoding, "replace").encode("utf-8")
+    return data
 
 
 def holds_word(data: bytes, word: bytes) -> bool:

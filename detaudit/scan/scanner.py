@@ -286,10 +286,10 @@ def _mentions(facts: dict[str, dict[str, Any]], light: dict[str, tuple[str, tupl
     mentions = Mentions()
 
     def add(path: str, f: dict[str, Any]) -> None:
+        mentions.script_strings.update(f["script_strings"])  # a test's command line launches a script too
         if path not in in_tests:
             mentions.names.update(f["names"])
             mentions.string_names.update(f["string_names"])
-            mentions.script_strings.update(f["script_strings"])
             module = f["module"]
             for name, users in f["local_uses"].items():
                 mentions.local_uses.setdefault((module, name), set()).update(f"{module}.{u}" for u in users)
