@@ -4,9 +4,10 @@ A ``__main__`` block starts a pipeline process unless the tree shows otherwise. 
 and the process is judged like a test (its unseeded draws are warnings, errors with
 ``--tests-as-pipeline``), only when the tree has a launched entry, nothing of the tree launches
 the script (no launch file holds its file name ``rewards.py``, its dotted name ``pkg.rewards`` or
-``folder.rewards``, or ``-m rewards``; no string of the code does:
-``subprocess.run(["python", "pkg/rewards.py"])``, ``runpy.run_module("pkg.rewards")``,
-``["python", "-m", "rewards"]``), and either:
+``folder.rewards``, or ``-m rewards``; no string of the code does, tests' and docstrings included,
+anywhere in the string: ``subprocess.run("torchrun -m pkg.rewards --cfg a.yaml", shell=True)``,
+``runpy.run_module("pkg.rewards")``, ``["python", "-m", "rewards"]``, an f-string as a template),
+and either:
 
 - **self-test**: a *launched* entry's process loads the module (an entry something launches, or a
   console script): the pipeline uses it as a library, and its own ``__main__`` block is a demo or
@@ -20,13 +21,15 @@ the script (no launch file holds its file name ``rewards.py``, its dotted name `
   data-preparation script whose output a run reads (flow_grpo's ``dataset/merge_genevaltask.py``).
   Any other import keeps it an entry.
 
-Launch files are every file of the scanned folders that is not Python (excluded folders included):
-a regular file with no NUL byte in its first 8 KiB, at most ``MAX_LAUNCH_BYTES`` (1 MiB; larger
+Launch files are every file of the scanned folders that is not Python (excluded folders and
+``build``/``dist`` folders included): a regular file with no NUL byte in its first 8 KiB (UTF-16/32
+text with its byte-order mark is read as text), at most ``MAX_LAUNCH_BYTES`` (1 MiB; larger
 text is data; a notebook up to 16 MiB), and not a data or lock file (``DATA_SUFFIXES``: ``.csv``,
-``.jsonl``, ``uv.lock``, images, weights), read one at a time. Besides the words above, ``-m`` or ``--module`` followed by the name
-across spaces, quotes, commas or a line continuation counts, and a script path built from a
-variable (``python scripts/train_${ALGO}.py``, ``$(SCRIPT).py``) launches every script its
-pattern matches. A package's ``__main__.py`` is always an entry. Ray tasks, actors and classes
+``.jsonl``, ``uv.lock``, images, weights), read one at a time. Besides the words above, ``-m`` or
+``--module`` followed by the name across spaces, quotes, commas or a line continuation (or
+nothing: ``-mpkg.train``) counts, and a script path or module name built from a variable
+(``python scripts/train_${ALGO}.py``, ``$(SCRIPT).py``, ``-m $(PKG).train``) launches every
+script or module its pattern matches. The code's command-line strings are searched the same way. A package's ``__main__.py`` is always an entry. Ray tasks, actors and classes
 defined inside such a block share its verdict.
 """
 
