@@ -97,6 +97,10 @@ class TrainingSettings:
     lr: float = setting(3e-4, "AdamW learning rate.")
     weight_decay: float = setting(1e-4, "AdamW weight decay.")
     grad_clip: float = setting(1.0, "Grad-norm clip.")
+    fused_optimizer: bool = setting(False, "AdamW's fused kernel, whose square root does not go through MKL. "
+                                    "On CPU the default (foreach) AdamW takes its square root from MKL's "
+                                    "vector math, whose bits differ between torch builds (their MKL) even "
+                                    "under a portable CPU profile; the fused kernel's agreed.")
     grad_scaler_init: float = setting(2.0**16, "fp16 grad scaler's initial scale.")
     grad_scaler_backoff: float = setting(0.5, "Factor the scale is multiplied by after a step whose gradients "
                                          "overflowed.")

@@ -87,7 +87,14 @@ class TrainActor:
         self.model = model
         # The old policy, as local shards: what the engines sample with (``Algorithm.update_old_policy``).
         self.old = [p.detach().clone() for p in self.params]
-        self.optimizer = torch.optim.AdamW(self.params, lr=training.lr, weight_decay=training.weight_decay)
+        # fused=None is torch's own choice (foreach on CPU); True asks for the fused kernel
+        self.optimizer = torch.optim.AdamW(self.params, lr=training.lr, weight_decay=training.weight_decay,
+                                           fused=True if training.fused_optimizer else None)
+        if training.fused_optimizer:
+            # The grad scaler then hands the fused step its found-inf flag, and torch 2.13's CPU
+            # fused Adam fails rolling back its step counts with it (shape [1] into []); without
+            # the flag the scaler skips an overflowed step itself, as for the foreach optimizer.
+            self.optimizer._step_supports_amp_scaling = False
         self.scaler = None
         if self.dtype == torch.float16:
             from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
