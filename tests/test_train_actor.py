@@ -64,6 +64,24 @@ elif mode == "micro-batches":  # one optimizer step over 8 samples, whole or in 
         finally:
             dist.destroy_process_group()
     result = {micro: one_step(micro) for micro in (8, 4, 3)}
+elif mode == "fused":  # fp16 whose first step overflows (scale 2^40), then steps; foreach and fused AdamW
+    def overflow_then_step(fused):
+        flags = ["--precision", "fp16", "--grad-scaler-init", "1099511627776",
+                 "--grad-scaler-backoff", "9.5367431640625e-07"]
+        trainer = actor(flags + (["--fused-optimizer"] if fused else []))
+        try:
+            weights = lambda: {i: p.detach().clone() for i, p in enumerate(trainer.params)}
+            start = weights()
+            first = trainer.train(rollout_batch(), 0)
+            after_first = weights()
+            second = trainer.train(rollout_batch(), 1)
+            steps = [s["step"].item() for s in trainer.optimizer.state.values()]
+            return {"metrics": first + second, "start": start, "after_first": after_first,
+                    "end": weights(), "steps": steps,
+                    "fused": bool(trainer.optimizer.defaults.get("fused"))}
+        finally:
+            dist.destroy_process_group()
+    result = {fused: overflow_then_step(fused) for fused in (False, True)}
 else:  # engine-dtype
     trainer = actor(["--precision", "fp32"])
     try:
@@ -126,3 +144,21 @@ def test_old_lora_state_in_the_engines_dtype_rounds_as_the_engine_would(tmp_path
     assert full.keys() == half.keys() and all(t.dtype == torch.bfloat16 for t in half.values())
     assert all(torch.equal(half[k], full[k].to(torch.bfloat16)) for k in full)
     assert any(not torch.equal(half[k].float(), full[k]) for k in full)  # the rounding is real
+
+
+@pytest.mark.slow
+def test_fused_adamw_skips_an_overflowed_step_like_the_foreach_one(tmp_path: Path) -> None:
+    """--fused-optimizer (the portable card's): the grad scaler still skips the step whose fp16
+    gradients overflowed (weights and Adam's step count untouched), and the next step moves the
+    weights as the foreach AdamW does, up to the square root's rounding."""
+    result = in_fresh_process("fused", tmp_path)
+    foreach, fused = result[False], result[True]
+    assert (foreach["fused"], fused["fused"]) == (False, True)
+    for run in (foreach, fused):
+        first, second = run["metrics"]
+        assert first["train/grad_norm"] != first["train/grad_norm"] or first["train/grad_norm"] == float("inf")
+        assert all(torch.equal(run["start"][k], run["after_first"][k]) for k in run["start"])  # skipped
+        assert set(run["steps"]) == {1.0} and second["train/grad_norm"] > 0
+        assert any(not torch.equal(run["start"][k], run["end"][k]) for k in run["start"])  # stepped
+    assert foreach["metrics"][1]["train/loss"] == fused["metrics"][1]["train/loss"]  # same weights going in
+    assert max((fused["end"][k] - foreach["end"][k]).abs().max().item() for k in fused["end"]) < 1e-6
