@@ -81,7 +81,7 @@ def test_the_portable_card_runs_the_torch_path_under_its_profile() -> None:
 # was recorded; docs/standards-across-machines.md keeps the table. Elsewhere the test still runs
 # the card and says what it found: PASSED (a new model to add here) or, on a FAILED, an expected
 # failure that names the CPU and the first divergence, never a silent skip.
-VERIFIED_ON = {"amd-25.1"}
+VERIFIED_ON = {"amd-25.1", "intel-6.207"}  # intel-6.207: the GPU host (AMX), torch 2.11, 2026-12-02
 
 
 @pytest.mark.slow
