@@ -117,8 +117,10 @@ def pid_alive(pid: int) -> bool:
 
 
 def run_traced(tmp_path: Path, source: str, mode: str = "rng", keep: int | None = None,
-               extra_env: dict[str, str] | None = None, name: str = "t") -> tuple[Path, str]:
-    """Run ``source`` as a script with tracing on, the way a traced run starts it."""
+               extra_env: dict[str, str] | None = None, name: str = "t",
+               pythonpath: list[Path] | None = None) -> tuple[Path, str]:
+    """Run ``source`` as a script with tracing on, the way a traced run starts it (``pythonpath``:
+    folders after the repository on its PYTHONPATH)."""
     from detaudit.trace import trace_env
 
     (tmp_path / name).mkdir()
@@ -126,7 +128,7 @@ def run_traced(tmp_path: Path, source: str, mode: str = "rng", keep: int | None 
     script.write_text(source)
     trace_dir = tmp_path / name / "trace"
     env = {k: v for k, v in os.environ.items() if not k.startswith("DETAUDIT_TRACE")}
-    env["PYTHONPATH"] = str(REPO)
+    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in [REPO, *(pythonpath or [])])
     env = trace_env(mode, trace_dir, env, keep)
     env.update(extra_env or {})
     proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300,

@@ -457,3 +457,66 @@ def test_the_tracer_does_not_put_detaudits_install_folder_ahead_of_the_runs_pack
     assert proc.returncode == 0 and proc.stdout.strip() == "the run", proc.stderr
     (main,) = read_trace(trace_dir).processes
     assert [d.op for d in main.draws] == ["random.random"] and main.ended
+
+
+COMPREHENSION_SCRIPT = """
+import torch
+def main():
+    xs = [torch.ones(2) * k for k in range(2)]
+    return {k: x.sum() for k, x in enumerate(xs)}
+main()
+"""
+
+
+@pytest.mark.slow
+def test_an_op_in_a_comprehension_is_named_by_its_function(tmp_path: Path) -> None:
+    """Python 3.12 runs a list or dict comprehension in its function's frame, 3.11 in a frame of its
+    own (``<listcomp>``): named by the function on both, a trace saved under one Python compares
+    with a run under the other instead of reporting the comprehension's ops as made in one run only."""
+    trace_dir, _ = run_traced(tmp_path, COMPREHENSION_SCRIPT, mode="modules")
+    (main,) = read_trace(trace_dir).processes
+    where = {(op.name, op.at) for op in main.ops}
+    assert ("Tensor.mul", "t.py:4 main") in where and ("Tensor.sum", "t.py:5 main") in where, where
+    assert all(op.site == op.at for op in main.ops)
+
+
+def _wheel(folder: Path, name: str, source: str) -> Path:
+    """A pure-Python wheel of one package (as any build backend writes it), for pip to install."""
+    import base64
+    import hashlib
+    import zipfile
+
+    files = {f"{name}/__init__.py": source.encode(),
+             f"{name}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
+             f"{name}-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
+                     f"{len(data)}\n" for path, data in files.items()) + f"{name}-1.0.dist-info/RECORD,,\n"
+    wheel = folder / f"{name}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, data in files.items():
+            archive.writestr(path, data)
+        archive.writestr(f"{name}-1.0.dist-info/RECORD", record)
+    return wheel
+
+
+@pytest.mark.slow
+def test_a_package_pip_installed_into_a_target_folder_is_a_library(tmp_path: Path) -> None:
+    """``pip install --target DIR`` + ``PYTHONPATH=DIR`` (a lent machine's image, a pex, a Bazel
+    sandbox): the packages pip put there are libraries, as in site-packages, so a draw inside one
+    is placed at the user's line that led there (here the import), and a package's own line is
+    never taken for the user's code (a trace saved where the package sat in site-packages then
+    compares). The same code on PYTHONPATH without an installer's record stays the user's."""
+    source = "import random\nrandom.random()\n"
+    target = tmp_path / "target"
+    install = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target",
+                              str(target), str(_wheel(tmp_path, "noisylib", source))], capture_output=True, text=True)
+    assert install.returncode == 0, install.stderr
+    plain = tmp_path / "plain"
+    (plain / "mylib").mkdir(parents=True)
+    (plain / "mylib" / "__init__.py").write_text(source)
+    script = "import noisylib, mylib, random\nrandom.random()\n"
+    trace_dir, _ = run_traced(tmp_path, script, pythonpath=[target, plain])
+    (main,) = read_trace(trace_dir).processes
+    draws = [(d.site, d.library) for d in main.draws if d.op == "random.random"]
+    assert draws == [("t.py:1 <module>", False), ("mylib/__init__.py:2 <module>", False),
+                     ("t.py:2 <module>", False)], draws

@@ -94,13 +94,12 @@ def install(rec: Recorder, torch: Any) -> None:
             frame = frame.f_back
         if frame is None:
             return "?", "?"
-        at = f"{rec.sites.short(frame.f_code.co_filename)}:{frame.f_lineno} {frame.f_code.co_name}"
-        site = at
+        at = site = rec.sites.where(frame)
         caller: FrameType | None = frame
         while caller is not None and rec.sites.is_library(caller.f_code.co_filename):
             caller = caller.f_back
         if caller is not None and caller is not frame:
-            site = f"{rec.sites.short(caller.f_code.co_filename)}:{caller.f_lineno} {caller.f_code.co_name}"
+            site = rec.sites.where(caller)
         return at, site
 
     class OpFingerprints(TorchFunctionMode):

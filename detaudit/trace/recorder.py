@@ -55,8 +55,38 @@ def _library_roots() -> tuple[str, ...]:
     for path in sys.path:
         if path and os.path.basename(path.rstrip(os.sep)) in ("site-packages", "dist-packages"):
             roots.add(os.path.realpath(path) + os.sep)
+    for path in sys.path:
+        real = os.path.realpath(path or os.curdir) + os.sep
+        if not real.startswith(tuple(roots)):
+            roots.update(_installed_into(real))
     roots.add(os.path.dirname(os.path.realpath(__file__)) + os.sep)  # the tracer itself
     return tuple(sorted(roots))
+
+
+def _installed_into(folder: str) -> set[str]:
+    """The packages and modules an installer put into a folder on ``sys.path`` other than
+    site-packages (``pip install --target DIR``, then ``PYTHONPATH=DIR``): what each ``*.dist-info``
+    there lists in its RECORD (an editable install's RECORD lists its path hook, not the code)."""
+    out: set[str] = set()
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return out
+    for name in names:
+        if not name.endswith(".dist-info"):
+            continue
+        info = os.path.join(folder, name)
+        try:
+            with open(os.path.join(info, "RECORD"), encoding="utf-8") as fh:
+                lines = fh.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            top = line.split(",", 1)[0].split("/", 1)
+            if not top[0] or top[0].startswith("..") or top[0].endswith((".dist-info", ".data")) or top[0] == "__pycache__":
+                continue
+            out.add(folder + top[0] + (os.sep if len(top) > 1 else ""))
+    return out
 
 
 class CallSites:
@@ -93,23 +123,30 @@ class CallSites:
             self._short[filename] = known
         return known
 
+    def where(self, frame: FrameType) -> str:
+        """``file:line function`` of a frame. A comprehension, lambda or generator expression is
+        named by the function around it: Python 3.12 runs list, dict and set comprehensions in
+        their function's own frame (PEP 709), 3.11 in a frame of their own, and one trace must
+        name a line alike on both."""
+        filename = frame.f_code.co_filename
+        name = frame.f_code.co_name
+        if name.startswith("<") and name != "<module>" and frame.f_back is not None \
+                and frame.f_back.f_code.co_filename == filename:
+            name = frame.f_back.f_code.co_name
+        return f"{self.short(filename)}:{frame.f_lineno} {name}"
+
     def site(self, depth: int = 2) -> tuple[str, bool]:
         """(site, library): the first user frame; else the innermost library frame that is
         not the tracer, with ``library`` true."""
         frame: FrameType | None = sys._getframe(depth)
         innermost = frame
         while frame is not None:
-            filename = frame.f_code.co_filename
-            if not self.is_library(filename):
-                name = frame.f_code.co_name
-                if name.startswith("<") and name != "<module>" and frame.f_back is not None \
-                        and frame.f_back.f_code.co_filename == filename:
-                    name = frame.f_back.f_code.co_name  # a comprehension: name its function
-                return f"{self.short(filename)}:{frame.f_lineno} {name}", False
+            if not self.is_library(frame.f_code.co_filename):
+                return self.where(frame), False
             frame = frame.f_back
         if innermost is None:
             return "?", True
-        return f"{self.short(innermost.f_code.co_filename)}:{innermost.f_lineno} {innermost.f_code.co_name}", True
+        return self.where(innermost), True
 
 
 # --- who this process is ----------------------------------------------------------------------
