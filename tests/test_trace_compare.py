@@ -132,3 +132,27 @@ def test_draws_inside_library_internals_are_reported_apart_from_the_recipes(tmp_
     assert lines[0].startswith("traces identical (run 1 vs run 2)")
     assert lines[1].startswith("draws inside library code differ (not the recipe's own; shown apart): main process: "
                                "random.random at ")
+
+
+EXTRA_RANDOM_DRAW = """import os, random, torch
+torch.manual_seed(0)
+if os.environ.get("EXTRA"):
+    random.getrandbits(32)  # as a library imported in one environment only does at import
+torch.randn(3)
+torch.randperm(4)
+"""
+
+
+def test_an_extra_draw_from_one_generator_does_not_shift_anothers_stream(tmp_path: Path) -> None:
+    """Each generator's draws are compared on their own: one more Python `random` draw in one run
+    is reported as that (a draw made in one run only), and torch's stream, which agrees, is not
+    reported as parting ways."""
+    a, _ = run_traced(tmp_path, EXTRA_RANDOM_DRAW, name="a")
+    b, _ = run_traced(tmp_path, EXTRA_RANDOM_DRAW, name="b", extra_env={"EXTRA": "1"})
+    (pc,) = compare_traces(read_trace(a), read_trace(b)).processes
+    assert pc.draw is not None and pc.draw.kind == "missing" and pc.draw.a is None
+    assert pc.draw.b is not None and pc.draw.b.gen == "random" and pc.draw.b.op == "random.getrandbits"
+    # and a real difference in torch's stream is still found
+    c, _ = run_traced(tmp_path, EXTRA_RANDOM_DRAW.replace("torch.manual_seed(0)", "torch.manual_seed(1)"), name="c")
+    (pc,) = compare_traces(read_trace(a), read_trace(c)).processes
+    assert pc.draw is not None and pc.draw.kind == "state" and pc.draw.a is not None and pc.draw.a.op == "torch.randn"

@@ -8,7 +8,8 @@ class are paired by the longest common prefix of their records, so that replicas
 rank pair with their counterparts. Processes that recorded nothing (an idle Ray worker) are
 checked for completeness but not paired.
 
-Draws made inside library internals (no frame of the recipe on the stack: Ray's own
+Each generator's draws are compared as a stream of their own (one more draw from Python's
+``random`` in one run does not shift torch's). Draws made inside library internals (no frame of the recipe on the stack: Ray's own
 ``random`` calls) are compared apart from the recipe's: a difference there is reported, but it
 is never "the first differing draw" and does not by itself make traces differ. What it does to
 a generator the recipe draws from shows in the recipe's own draws.
@@ -217,21 +218,18 @@ def first_draw_difference(a: ProcessTrace, b: ProcessTrace, library: bool = Fals
     (``library``) those made inside library internals."""
     draws_a = [d for d in a.draws if d.library == library]
     draws_b = [d for d in b.draws if d.library == library]
-    for i, (x, y) in enumerate(zip(draws_a, draws_b, strict=False)):
-        if x.key == y.key:
-            continue
-        kind = "state" if (x.gen, x.op, x.site) == (y.gen, y.op, y.site) else "site"
-        index = sum(1 for d in draws_a[: i + 1] if d.gen == x.gen)
-        return DrawDifference(a.display, kind, x, y, x.seeded, y.seeded, index == 1, index)
-    if len(draws_a) != len(draws_b):
-        i = min(len(draws_a), len(draws_b))
-        only_a = draws_a[i] if i < len(draws_a) else None
-        only_b = draws_b[i] if i < len(draws_b) else None
-        d = only_a or only_b
-        assert d is not None  # the lengths differ, so the longer stream has a draw at i
-        longer = draws_a if only_a else draws_b
-        index = sum(1 for e in longer[: i + 1] if e.gen == d.gen)
-        return DrawDifference(a.display, "missing", only_a, only_b, d.seeded, d.seeded, index == 1, index)
+    # Each generator's stream is compared on its own: one more draw from Python's `random` (a
+    # library imported in one environment only draws at import) does not shift torch's stream.
+    # The first difference is the one the first run reached first.
+    found: list[tuple[int, DrawDifference]] = []
+    for gen in sorted({d.gen for d in draws_a} | {d.gen for d in draws_b}):
+        stream_a = [d for d in draws_a if d.gen == gen]
+        stream_b = [d for d in draws_b if d.gen == gen]
+        difference = _first_stream_difference(a.display, stream_a, stream_b)
+        if difference is not None:
+            found.append(difference)
+    if found:
+        return min(found, key=lambda f: f[0])[1]
     keys = [k for k in sorted(set(a.chains) | set(b.chains))
             if (_site_is_library(a, k) or _site_is_library(b, k)) == library]
     for key in keys:
@@ -244,6 +242,23 @@ def first_draw_difference(a: ProcessTrace, b: ProcessTrace, library: bool = Fals
                                   chain={"generator": gen, "op": op, "site": site, "count_a": ca.count if ca else 0,
                                          "count_b": cb.count if cb else 0})
     return None
+
+
+def _first_stream_difference(process: str, stream_a: list[Draw], stream_b: list[Draw]) -> tuple[int, DrawDifference] | None:
+    """(order, difference) of the first difference between two runs' draws from one generator;
+    order: the draw's sequence number in the run that made it (the first run's when both did)."""
+    for i, (x, y) in enumerate(zip(stream_a, stream_b, strict=False)):
+        if x.key != y.key:
+            kind = "state" if (x.op, x.site) == (y.op, y.site) else "site"
+            return x.seq, DrawDifference(process, kind, x, y, x.seeded, y.seeded, i == 0, i + 1)
+    if len(stream_a) == len(stream_b):
+        return None
+    i = min(len(stream_a), len(stream_b))
+    only_a = stream_a[i] if i < len(stream_a) else None
+    only_b = stream_b[i] if i < len(stream_b) else None
+    d = only_a or only_b
+    assert d is not None  # the lengths differ, so the longer stream has a draw at i
+    return d.seq, DrawDifference(process, "missing", only_a, only_b, d.seeded, d.seeded, i == 0, i + 1)
 
 
 def _calls_differ(kind: type, process: str, calls_a: list[Any], calls_b: list[Any], key: Any,
