@@ -53,7 +53,9 @@ PARALLEL_MIN_FILES = 200
 # What marks a folder as a project's root (see whole_projects).
 PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 # A dotted name in a config file or launch script (`-m pkg.train`, `_target_: pkg.mod.fn`).
-_DOTTED_WORD = re.compile(rb"(?<![A-Za-z0-9_./])[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?::[A-Za-z_][A-Za-z0-9_]*)?")
+# Not preceded by a letter, digit, `_`, `.` or `/`: tested after the first letter (a look-behind over
+# it), so that the regex engine skips to each letter at C speed instead of trying every byte.
+_DOTTED_WORD = re.compile(rb"[A-Za-z_](?<![A-Za-z0-9_./][A-Za-z_])[A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?::[A-Za-z_][A-Za-z0-9_]*)?")
 
 
 def _relevant(data: bytes) -> bool:
