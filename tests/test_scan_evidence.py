@@ -599,3 +599,17 @@ def test_a_config_word_names_a_function_only_as_a_whole_word(root: Path) -> None
     """`only_tested_v2` in a config names no `only_tested` (the word search stops at identifier characters)."""
     write_project(root, {**UNREACHED, "conf/run.yaml": "hooks:\n  - only_tested_v2\n", "app/dispatch.py": LOOKUP})
     assert by_code(".")["return torch.rand(3)"].severity == "warning"
+
+
+@pytest.mark.parametrize(("text", "loaded"), [
+    ("hook: app.orphan.unused\n", True),
+    ("app.orphan.unused: 1\n", True),  # at the very start of the file
+    ("hook: plugins/app.orphan.unused\n", False),  # a file path, not a dotted name
+    ("hook: x.app.orphan.unused\n", False),  # another name, that ends like it
+], ids=["value", "file-start", "after-slash", "longer-name"])
+def test_a_config_file_names_a_module_by_a_whole_dotted_word(root: Path, text: str, loaded: bool) -> None:
+    """Only a dotted word that starts the name (no letter, digit, `_`, `.` or `/` before it) names a
+    module a loader may take."""
+    write_project(root, {**UNREACHED, "conf/run.yaml": text})
+    result = scan(["."], ScanConfig(), use_cache=False)
+    assert {f.path: f for f in result.findings}["app/orphan.py"].severity == ("error" if loaded else "warning")

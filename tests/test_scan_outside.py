@@ -220,6 +220,30 @@ def test_an_entry_launched_anywhere_in_the_tree_stays_an_entry(root: Path, path:
     assert by_code(".")["batch = torch.randn(8, 2)"].severity == "error"
 
 
+@pytest.mark.parametrize(("text", "launched"), [
+    ("Run it as ..pkg.train\n", True),  # a word starts at its first letter
+    ("entrypoint: pkg.train.main\n", True),  # a dotted word holds the module's name as its first parts
+    ("entrypoint: pkg.trainer.main\n", False),  # ... only as whole parts
+], ids=["leading-dots", "dotted-prefix", "other-part"])
+def test_a_launch_names_a_module_by_whole_words(root: Path, text: str, launched: bool) -> None:
+    write_project(root, {**TRAIN_AND_EVAL, "conf/job.txt": text})
+    assert by_code(".")["batch = torch.randn(8, 2)"].severity == ("error" if launched else "warning")
+
+
+@pytest.mark.parametrize(("text", "launched"), [
+    ("-m train --steps 2\n", True),  # the flag at the very start of the file
+    ("python -m train\n", True),
+    ("see the x-m train target\n", False),  # no flag: the end of a word
+    ("make check--module train\n", False),
+], ids=["flag-at-start", "flag", "flag-in-word", "module-flag-in-word"])
+def test_a_module_flag_is_a_whole_word(root: Path, text: str, launched: bool) -> None:
+    files = {"train.py": TRAIN_AND_EVAL["pkg/train.py"], "evaluate.py": TRAIN_AND_EVAL["pkg/eval.py"].replace(
+        "from pkg.train import", "from train import"), "README.md": "Evaluate: `python evaluate.py`\n",
+        "docs/run.txt": text}
+    write_project(root, files)
+    assert by_code(".")["batch = torch.randn(8, 2)"].severity == ("error" if launched else "warning")
+
+
 def test_without_a_launch_a_module_the_launched_entry_imports_is_a_self_test(root: Path) -> None:
     """The control for the cases above: without their launch, pkg/train.py's block is a self-test."""
     write_project(root, TRAIN_AND_EVAL)

@@ -143,11 +143,13 @@ class FileFacts:
         self.params: dict[str, set[str]] = {}
         self._positional: dict[str, list[str]] = {}  # function -> its positional parameters
         self._readers: dict[str, tuple[Callable[[str], bool], Callable[[str], ast.expr | None]]] = {}  # see _condition
-        self._guard_conditions: dict[int, C.Expr] = {}  # id(ctx) -> its `if` conditions (see _seed_condition)
+        # id(ctx) -> its `if` conditions, and whether they use a parameter (see _seed_condition)
+        self._guard_conditions: dict[int, tuple[C.Expr, bool]] = {}
         self.bound: set[str] = set()
         self.package = name if is_package else name.rpartition(".")[0]
         self.is_test_module = E.is_test_module(name)
         self.lines = source.splitlines()
+        self._suppresses = "detaudit" in source  # one search of the text, not one per line (see facts)
         self.imports: dict[str, str] = {}
         self.top_level: set[str] = set()
         self.functions: dict[str, dict[str, Any]] = {}
@@ -494,7 +496,7 @@ class FileFacts:
     def exprs(self, node: ast.AST, ctx: _Ctx) -> None:
         # Breadth-first, in ast.walk's order (call order decides which dispatch path a finding
         # names), but without its generators and without visiting leaves: ~3x faster.
-        todo = [node]
+        todo: list[Any] = [node]  # Any: each node's type is told by `kind is X`, not by isinstance (~5 % of the walk)
         stmt = self._stmt
         names, own, every, strings = self.names, self.top_level, self.star_import, self.string_names
         uses, scripts = self.local_uses, self.script_strings
@@ -502,8 +504,7 @@ class FileFacts:
             names, own, every, strings = set(), set(), False, set()
         for sub in todo:  # the list grows while it is read: that is the queue
             kind = type(sub)
-            # `kind is X` first (one cheap test per node), isinstance for the type checker only
-            if kind is ast.Name and isinstance(sub, ast.Name):
+            if kind is ast.Name:
                 if every:  # a star import: every bare name may be one of another module's defs
                     names.add(sub.id)
                 elif sub.id in own:  # a use of one of its own top-level defs
@@ -513,12 +514,12 @@ class FileFacts:
                     else:
                         known.add(ctx.function)
                 continue
-            if kind is ast.Attribute and isinstance(sub, ast.Attribute):
+            if kind is ast.Attribute:
                 names.add(sub.attr)
                 if sub.attr == "__dict__":
                     self.reflecting.add(ctx.function)
                     self._listed.append((sub.value, ctx))  # x.__dict__[name]: any attribute of x
-            elif kind is ast.Call and isinstance(sub, ast.Call):
+            elif kind is ast.Call:
                 self.calls.append((sub, ctx, stmt))
                 # an identifier string passed to a call: the callee may look it up (getattr(actor, "m"),
                 # group.run_all("m"), group.run_all(method="m"))
@@ -542,7 +543,7 @@ class FileFacts:
                             text = _dotted_string(given.value)
                             if text is not None:
                                 self.string_attrs.setdefault(text, set()).add(_option_attr(sub, keyword.arg))
-            elif kind is ast.Constant and isinstance(sub, ast.Constant):
+            elif kind is ast.Constant:
                 value = sub.value
                 if type(value) is str:
                     if value.isidentifier():
@@ -559,13 +560,13 @@ class FileFacts:
                             if script:
                                 scripts.add(f"-m {script.group(1)}")
                 continue
-            elif (kind is ast.List or kind is ast.Tuple) and isinstance(sub, (ast.List, ast.Tuple)):
+            elif (kind is ast.List or kind is ast.Tuple):
                 scripts.update(_module_flags(sub.elts))  # ["python", "-m", "train"]
-            elif kind is ast.JoinedStr and isinstance(sub, ast.JoinedStr):
+            elif kind is ast.JoinedStr:
                 template = _template(sub)  # f"python -m pkg.{algo}": a launch of each module the pattern matches
                 if template is not None:
                     scripts.add(template)
-            elif kind is ast.Dict and isinstance(sub, ast.Dict):
+            elif kind is ast.Dict:
                 for key, entry in zip(sub.keys, sub.values, strict=False):
                     if isinstance(key, ast.Constant) and isinstance(key.value, str):
                         if key.value == "worker_process_setup_hook":
@@ -848,7 +849,7 @@ class FileFacts:
                 if hook:
                     hooks.append(hook)
         suppress: dict[int, list[str]] = {}
-        for number, text in enumerate(self.lines, 1):
+        for number, text in enumerate(self.lines if self._suppresses else (), 1):
             if "detaudit" in text:
                 match = _SUPPRESS.search(text)
                 if match:
@@ -989,21 +990,23 @@ class FileFacts:
 
     def _condition(self, node: ast.expr, ctx: _Ctx) -> C.Expr:
         """``node`` as a condition over the parameters of the function it is in (see conditions)."""
-        readers = self._readers.get(ctx.function)
-        if readers is None:
-            params = self.params.get(ctx.function, ())
-            values = self.values
-            function = ctx.function
-
-            def is_param(name: str) -> bool:  # a parameter the function never reassigns
-                return name in params and (function, name) not in values
-
-            def value_of(name: str) -> ast.expr | None:  # a local assigned once
-                assigned = values.get((function, name))
-                return assigned[0] if assigned is not None and len(assigned) == 1 else None
-
-            readers = self._readers[ctx.function] = (is_param, value_of)
+        readers = self._readers.get(ctx.function) or self._make_readers(ctx.function)
         return C.encode(node, *readers)
+
+    def _make_readers(self, function: str) -> tuple[Callable[[str], bool], Callable[[str], ast.expr | None]]:
+        """(is_param, value_of) of ``function``, for conditions.encode (made once per function)."""
+        params = self.params.get(function, ())
+        values = self.values
+
+        def is_param(name: str) -> bool:  # a parameter the function never reassigns
+            return name in params and (function, name) not in values
+
+        def value_of(name: str) -> ast.expr | None:  # a local assigned once
+            assigned = values.get((function, name))
+            return assigned[0] if assigned is not None and len(assigned) == 1 else None
+
+        readers = self._readers[function] = (is_param, value_of)
+        return readers
 
     def _seed_condition(self, call: ast.Call, ctx: _Ctx, function: dict[str, Any], index: int,
                         flag: C.Expr | None) -> None:
@@ -1014,17 +1017,20 @@ class FileFacts:
         if not (call.args or call.keywords or ctx.guards or flag):
             return
         condition: C.Expr | None = None
+        uses = False
         if ctx.guards:
             known = self._guard_conditions.get(id(ctx))
             if known is None:  # every call under one `if` shares its ctx (kept alive by _shared_guards)
                 parts = [e if taken else ["not", e] for e, taken in
                          ((self._condition(test, ctx), taken) for test, taken in ctx.guards)]
-                known = self._guard_conditions[id(ctx)] = parts[0] if len(parts) == 1 else ["and", *parts]
-            condition = known
+                guard = parts[0] if len(parts) == 1 else ["and", *parts]
+                known = self._guard_conditions[id(ctx)] = (guard, C.uses_param(guard))
+            condition, uses = known
         if flag is not None:
             condition = flag if condition is None else ["and", condition, flag]
+            uses = C.uses_param(condition)
         forwards = False
-        if condition is not None and C.uses_param(condition):
+        if condition is not None and uses:
             function.setdefault("seed_conds", {})[index] = condition
             forwards = True
         passed: dict[int | str, C.Expr] = {}
@@ -1055,9 +1061,12 @@ class FileFacts:
                 return ["c", value]
             return None
         if kind is ast.Name:  # the commonest argument: a parameter, or a local that may hold one
-            readers = self._readers.get(ctx.function)
-            if readers is not None and not readers[0](arg.id) and readers[1](arg.id) is None:  # type: ignore[attr-defined]
-                return None
+            is_param, value_of = self._readers.get(ctx.function) or self._make_readers(ctx.function)
+            name = arg.id  # type: ignore[attr-defined]
+            if is_param(name):
+                return ["p", name]  # what conditions.encode makes of it
+            if value_of(name) is None:
+                return None  # neither a parameter nor a local assigned once: nothing to carry
         elif kind not in _CONDITION_NODES:
             return None
         expr = self._condition(arg, ctx)

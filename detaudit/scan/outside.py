@@ -72,15 +72,21 @@ DATA_SUFFIXES = (".lock", ".csv", ".tsv", ".jsonl", ".parquet", ".arrow", ".npy"
                  ".safetensors", ".ckpt", ".png", ".jpg", ".jpeg", ".gif", ".webp", ".svg", ".mp4", ".wav", ".sig",
                  ".pem", ".pkl", ".gz", ".zip", ".tar")
 # -m NAME across spaces, quotes, commas, brackets, YAML list dashes or a line continuation, or none
-# (`python3 -mpkg.train`)
-_MODULE_FLAG = rb"(?<![A-Za-z0-9_-])(?:-m|--module)(?:\s|[\"',\[\]]|\s-\s|\\\n)*"
+# (`python3 -mpkg.train`). Not preceded by a letter, digit, `_` or `-`: that test comes after the
+# leading "-" (a look-behind over it), so the pattern starts with a literal and the regex engine
+# skips to each "-" at C speed instead of trying the look-behind at every byte (~15x on launch files).
+_MODULE_FLAG = rb"-(?<![A-Za-z0-9_-]-)(?:m|-module)(?:\s|[\"',\[\]]|\s-\s|\\\n)*"
 # -m with a module name built from a variable: `python -m $(PKG).train`, `-m "$MODULE"`
 _MODULE_TEMPLATE = re.compile(_MODULE_FLAG + rb"([A-Za-z0-9_.-]*\$[A-Za-z0-9_.${}()-]*)")
 # a script name built from a shell or make variable: train_${ALGO}.py, $(SCRIPT).py (the part after
 # the last `/`; what precedes the `$` in the name is taken back from the text)
 _TEMPLATE = re.compile(rb"\$[{(]?[A-Za-z_][A-Za-z0-9_]*[})]?[A-Za-z0-9_.${}()-]*?\.py(?![A-Za-z0-9_])")
 _VARIABLE = re.compile(r"\$[{(]?[A-Za-z_][A-Za-z0-9_]*[})]?")
-_TOKEN = re.compile(rb"[A-Za-z0-9_][A-Za-z0-9_.]*")  # words, file names and dotted names
+# Words, file names and dotted names: the runs of letters, digits, `_` and `.`, less leading dots.
+# Found by mapping every other byte to a space and splitting (C speed; twice a regex's).
+_TOKEN_BYTES = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_."
+_NOT_TOKEN = bytes(b for b in range(256) if b not in _TOKEN_BYTES)
+_TOKENS_APART = bytes.maketrans(_NOT_TOKEN, b" " * len(_NOT_TOKEN))
 _WIDE_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)  # the UTF-32 marks start with these too
 _WORD_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _NAME_BYTES = _WORD_BYTES | frozenset(b".-")
@@ -178,8 +184,21 @@ def _tokens(data: bytes, stems: set[bytes]) -> set[bytes]:
     ``pkg.train`` in ``-m pkg.train``; a dotted word with one of ``stems`` among its parts adds its
     dot-separated prefixes and suffixes (``pkg.train.main`` holds ``pkg.train``, ``x.train.py``
     holds ``train.py``)."""
-    tokens = set(_TOKEN.findall(data))
+    tokens = set(data.translate(_TOKENS_APART).split())
+    dotted = []
     for token in [t for t in tokens if b"." in t]:
+        if token[0] == 46:  # a run that starts with ".": its word starts at its first letter, digit or `_`
+            tokens.discard(token)
+            token = token.lstrip(b".")
+            if not token:
+                continue
+            tokens.add(token)
+            if b"." not in token:
+                continue
+        dotted.append(token)
+    if stems.isdisjoint(b".".join(dotted).split(b".")):
+        return tokens  # no dotted word has a script's name among its parts (the common file)
+    for token in dotted:
         parts = token.strip(b".").split(b".")
         if stems.isdisjoint(parts):
             continue  # `actor.optim.lr`: no script's name in it

@@ -53,7 +53,9 @@ PARALLEL_MIN_FILES = 200
 # What marks a folder as a project's root (see whole_projects).
 PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 # A dotted name in a config file or launch script (`-m pkg.train`, `_target_: pkg.mod.fn`).
-_DOTTED_WORD = re.compile(rb"(?<![A-Za-z0-9_./])[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?::[A-Za-z_][A-Za-z0-9_]*)?")
+# Not preceded by a letter, digit, `_`, `.` or `/`: tested after the first letter (a look-behind over
+# it), so that the regex engine skips to each letter at C speed instead of trying every byte.
+_DOTTED_WORD = re.compile(rb"[A-Za-z_](?<![A-Za-z0-9_./][A-Za-z_])[A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?::[A-Za-z_][A-Za-z0-9_]*)?")
 
 
 def _relevant(data: bytes) -> bool:
@@ -186,7 +188,10 @@ def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: in
             take(path, known)
         else:
             todo.append((path, *modules[path][:3]))
-    for path, digest, blob in _run_jobs(todo, jobs):
+    for path, digest, blob in _run_jobs(todo, jobs, pickled=use_cache):
+        if isinstance(blob, tuple):  # made here, for no cache: no bytes to store
+            take(path, blob)
+            continue
         if digest:
             cache.remember(path, stats[path], digest, blob)
         take(path, pickle.loads(blob))
@@ -358,12 +363,14 @@ def _notes(program: Program, modules: dict[str, tuple[str, str, bool, str]], rel
     return notes
 
 
-def _run_jobs(todo: list[Job], jobs: int | None) -> Iterator[tuple[str, str, bytes]]:
+def _run_jobs(todo: list[Job], jobs: int | None, pickled: bool = True) -> Iterator[tuple[str, str, bytes | tuple[str, Any]]]:
     """(path, content digest, the pickled outcome) of each job, in order, as they come: the caller
-    unpickles while the parser processes work. The bytes go to the cache as they are."""
+    unpickles while the parser processes work. The bytes go to the cache as they are. Without
+    ``pickled`` (no cache to store them in), the jobs this process runs itself give the outcome as
+    it is: pickling it only to unpickle it at once was a tenth of a one-process scan's time."""
     workers = jobs if jobs is not None else (os.cpu_count() or 1)
     if workers <= 1 or len(todo) < PARALLEL_MIN_FILES:
-        yield from map(_safe, todo)
+        yield from map(_safe if pickled else _safe_outcome, todo)
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -373,8 +380,12 @@ def _run_jobs(todo: list[Job], jobs: int | None) -> Iterator[tuple[str, str, byt
 
 
 def _safe(job: Job) -> tuple[str, str, bytes]:
-    try:
-        path, digest, outcome = _analyse_path(job)
-    except OSError as exc:
-        path, digest, outcome = job[0], "", ("skip", f"cannot read: {exc.strerror}")
+    path, digest, outcome = _safe_outcome(job)
     return path, digest, pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _safe_outcome(job: Job) -> tuple[str, str, tuple[str, Any]]:
+    try:
+        return _analyse_path(job)
+    except OSError as exc:
+        return job[0], "", ("skip", f"cannot read: {exc.strerror}")
