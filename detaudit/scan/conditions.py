@@ -33,6 +33,11 @@ UNKNOWN: Any = _Unknown()
 _COMPARE = {ast.Eq: "eq", ast.Is: "eq", ast.NotEq: "ne", ast.IsNot: "ne"}
 
 
+def param(name: str) -> Expr:
+    """The condition form of a parameter named ``name``."""
+    return ["p", name]
+
+
 def encode(node: ast.expr, is_param: Callable[[str], bool], value_of: Callable[[str], ast.expr | None],
            depth: int = 0) -> Expr:
     """``node`` as a condition over parameters: ``is_param(name)`` says a name is one (never
@@ -44,7 +49,7 @@ def encode(node: ast.expr, is_param: Callable[[str], bool], value_of: Callable[[
     if kind is ast.Name:
         name = node.id  # type: ignore[attr-defined]
         if is_param(name):
-            return ["p", name]
+            return param(name)
         value = value_of(name) if depth < MAX_DEPTH else None
         return encode(value, is_param, value_of, depth + 1) if value is not None else UNKNOWN_EXPR
     if kind is ast.UnaryOp and isinstance(node.op, ast.Not):  # type: ignore[attr-defined]

@@ -1064,7 +1064,7 @@ class FileFacts:
             is_param, value_of = self._readers.get(ctx.function) or self._make_readers(ctx.function)
             name = arg.id  # type: ignore[attr-defined]
             if is_param(name):
-                return ["p", name]  # what conditions.encode makes of it
+                return C.param(name)
             if value_of(name) is None:
                 return None  # neither a parameter nor a local assigned once: nothing to carry
         elif kind not in _CONDITION_NODES:

@@ -82,10 +82,10 @@ def _installed_into(folder: str) -> set[str]:
         except OSError:
             continue
         for line in lines:
-            top = line.split(",", 1)[0].split("/", 1)
-            if not top[0] or top[0].startswith("..") or top[0].endswith((".dist-info", ".data")) or top[0] == "__pycache__":
-                continue
-            out.add(folder + top[0] + (os.sep if len(top) > 1 else ""))
+            head, slash, _ = line.split(",", 1)[0].partition("/")  # a package folder, or a module file
+            if head and not head.startswith("..") and head != "__pycache__" \
+                    and not head.endswith((".dist-info", ".data")):
+                out.add(folder + head + (os.sep if slash else ""))
     return out
 
 
