@@ -86,7 +86,7 @@ class RecordResult:
     status: RecordStatus
     standard_path: Path | None
     runs: list[RunState]
-    workdir: Path
+    workdir: Path | None  # None: nothing ran (``record --metrics``)
     report: DiffReport | None = None
     standard: Standard | None = None
     dropped: dict[str, Any] = field(default_factory=dict)
@@ -97,6 +97,9 @@ class RecordResult:
     runner_class: RunnerClass | None = None  # the class the runs were planned for
     standard_trace: Path | None = None  # traced and written: run 1's trace, saved next to the standard
     stale_trace_removed: Path | None = None  # --update without --trace: the old standard's trace, removed
+    card: Card | None = None  # the card the runs ran (parsed once per command)
+    metrics: list[Path] = field(default_factory=list)  # ``record --metrics``: the files compared
+    unchanged: bool = False  # an update with identical series that left the file's bytes (keep_unchanged)
 
     @property
     def ok(self) -> bool:
@@ -130,6 +133,10 @@ class VerifyResult:
     renamed: dict[str, str] = field(default_factory=dict)  # run series -> standard series it was compared as
     refusal: str | None = None  # PROFILE_REFUSED: why this machine cannot honour the card's portable profile
     run_metrics: MetricsRun | None = field(default=None, repr=False)  # the run as the comparison read it (reports draw it)
+    card: Card | None = None  # the card verified (parsed once per command)
+    # Why the run's runner class was not checked against the standard's (None: it was, or no class
+    # is known on either side): ``verify --metrics`` without a card or ``--runner-class``.
+    runner_unchecked: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from detaudit.data.card import load_card, run_argv, run_env, standard_path
+from detaudit.data.card import load_card, run_argv, run_env
+from detaudit.standards.store import standard_path
 from detaudit.errors import InputError
 from detaudit.runner_class import RunnerClass
 

@@ -8,9 +8,17 @@ Example (``recipes/sd3_pickscore_nft.toml``)::
     timeout_s = 900
     runner = "auto"
 
-Placeholders in ``command`` and ``env`` values: ``{python}`` (the interpreter running
-detaudit), ``{card_dir}`` (the card's folder, absolute), ``{workdir}`` (the run's own
-work dir), ``{metrics}`` (the metrics JSONL path the run must write).
+Placeholders in ``command`` and ``env`` values: ``{python}`` (the card's ``python``, else the
+interpreter running detaudit), ``{card_dir}`` (the card's folder, absolute), ``{workdir}`` (the
+run's own work dir, where its outputs go), ``{metrics}`` (the metrics JSONL path the run must
+write). A run starts in the card's folder, or in the folder its ``cwd`` names (relative to the
+card), so ``command = ["python", "train.py"]`` beside ``train.py`` works as typed.
+
+The environment a standard records (runner class, torch, packages) is probed in the Python the
+command starts (``command_python``): ``{python}``, a Python interpreter named first, or the
+interpreter of a script's ``#!`` line. A command that starts no Python it can name (``bash
+run.sh``, ``uv run ...``) needs the card's ``python`` key; without it the card is refused, since
+detaudit's own interpreter is not the run's.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
 import sys
 import tomllib
 from dataclasses import dataclass, field
@@ -53,15 +62,31 @@ class Card:
     description: str = ""
     pythonpath: tuple[str, ...] = ()
     standards_dir: str = "standards"
-    # runner class ("h100-1gpu") -> {"against": class, series glob -> {rtol, atol, max_ulps}}; see tolerance.py
+    # runner class ("h100-1gpu") -> {"against": class, series glob -> {rtol, atol, max_ulps}}; see data/approximate.py
     approximate: dict[str, Any] = field(default_factory=dict)
     portable: PortableProfile | None = None  # a portable CPU profile: its settings in every run, its class
     # run series -> standard series: verify compares the run's series under the standard's name
     rename: dict[str, str] = field(default_factory=dict)
+    python: str | None = None  # the interpreter of the run (``{python}``); relative to the card's folder
+    cwd: str | None = None  # the folder runs start in, relative to the card's folder (default: that folder)
 
     @property
     def card_dir(self) -> Path:
         return self.path.parent.resolve()
+
+    @property
+    def run_cwd(self) -> Path:
+        """The folder every run starts in: ``cwd`` from the card's folder, else the card's folder."""
+        return (self.card_dir / self.cwd).resolve() if self.cwd else self.card_dir
+
+    @property
+    def python_path(self) -> str:
+        """What ``{python}`` stands for: the card's ``python`` (from its folder), else detaudit's interpreter."""
+        if self.python is None:
+            return sys.executable
+        given = Path(self.python).expanduser()
+        # Not resolved: a virtual environment's python is a symbolic link, and its target is not the venv.
+        return str(given if given.is_absolute() else self.card_dir / given) if os.sep in self.python else self.python
 
     @property
     def project_root(self) -> Path:
@@ -98,6 +123,8 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "approximate": ((dict,), "a table of runner classes, each with tolerances per series glob"),
     "portable": ((str,), f"a portable CPU profile ({', '.join(sorted(PROFILES))})"),
     "rename": ((dict,), 'a table of run series names to standard series names ({"loss_metrics/global_avg_loss" = "loss"})'),
+    "python": ((str,), "a path to the Python interpreter the run uses"),
+    "cwd": ((str,), "a folder, relative to the card"),
 }
 _REQUIRED = ("name", "command")
 
@@ -197,7 +224,7 @@ def load_card(path: str | Path) -> Card:
     metrics_env = data.get("metrics_env", DEFAULT_METRICS_ENV)
     if not _ENV_NAME.match(metrics_env):
         raise fail("metrics_env", f"must be an environment variable name (letters, digits, _), got {metrics_env!r}")
-    for key in ("pythonpath", "standards_dir", "step_key"):
+    for key in ("pythonpath", "standards_dir", "step_key", "python", "cwd"):
         values = data.get(key, ())
         if any("\0" in v for v in ([values] if isinstance(values, str) else values)):
             raise fail(key, "must not contain a NUL byte")
@@ -235,6 +262,8 @@ def load_card(path: str | Path) -> Card:
         timeout = math.inf
     if not math.isfinite(timeout) or timeout <= 0:
         raise fail("timeout_s", f"must be a positive, finite number of seconds, got {data.get('timeout_s')!r}")
+    if data.get("python") == "" or "{" in data.get("python", ""):
+        raise fail("python", "must be a path to a Python interpreter (no placeholders)")
     est_time = data.get("est_time")
     if est_time is not None and (abs(est_time) > 1e300 or not math.isfinite(est_time) or est_time < 0):
         raise fail("est_time", f"must be a finite number of seconds, got {est_time!r}")
@@ -259,7 +288,14 @@ def load_card(path: str | Path) -> Card:
         approximate=dict(data.get("approximate", {})),
         portable=portable,
         rename=check_rename(path, "rename", data.get("rename", {}), _key_line(text, "rename")),
+        python=data.get("python"),
+        cwd=data.get("cwd"),
     )
+
+
+def as_card(card: Card | str | Path) -> Card:
+    """``card`` itself when it is parsed already (a command parses its card once), else the card at that path."""
+    return card if isinstance(card, Card) else load_card(card)
 
 
 def _expand(text: str, values: dict[str, str]) -> str:
@@ -269,26 +305,16 @@ def _expand(text: str, values: dict[str, str]) -> str:
     return text
 
 
-def standard_file_name(card: Card, runner_class: RunnerClass) -> str:
-    """``<name>.<runner class>.json``."""
-    return runner_class.standard_file_name(card.name)
-
-
-def standard_path(card: Card, runner_class: RunnerClass) -> Path:
-    """``<standards_dir>/<name>.<runner class>.json``, the dir resolved as ``Card.standards_path`` says."""
-    return card.standards_path / standard_file_name(card, runner_class)
-
-
 def run_argv(card: Card, workdir: Path, metrics: Path, extra_args: tuple[str, ...] = (), python: str | None = None) -> list[str]:
     """The command of one run, placeholders filled, ``extra_args`` appended."""
-    values = _placeholders(card, workdir, metrics, python or sys.executable)
+    values = _placeholders(card, workdir, metrics, python or card.python_path)
     return [_expand(part, values) for part in card.command] + list(extra_args)
 
 
 def run_env(card: Card, workdir: Path, metrics: Path, index: int, base: dict[str, str] | None = None, python: str | None = None) -> dict[str, str]:
     """The environment of one run: ours, the card's ``env``, metrics path variables, PYTHONPATH."""
     env = dict(os.environ if base is None else base)
-    values = _placeholders(card, workdir, metrics, python or sys.executable)
+    values = _placeholders(card, workdir, metrics, python or card.python_path)
     env.update({k: _expand(v, values) for k, v in card.env.items()})
     if card.portable is not None:  # in every process of the run, and in the probe that names its class
         env.update(card.portable.env)
@@ -319,3 +345,62 @@ def probe_env(card: Card, gpus: list[str] | None = None, python: str | None = No
 
 def _placeholders(card: Card, workdir: Path, metrics: Path, python: str) -> dict[str, str]:
     return {"python": python, "card_dir": str(card.card_dir), "workdir": str(workdir), "metrics": str(metrics)}
+
+
+# A file name that is a Python interpreter: python, python3, python3.12, pypy3, python3.13t.
+_PYTHON_NAME = re.compile(r"(python|pypy)(\d+(\.\d+)?t?)?\Z")
+
+
+def command_python(card: Card, env: dict[str, str]) -> str:
+    """The Python interpreter a run of ``card`` starts, as a path or a name on ``env``'s PATH.
+
+    ``{python}`` (the card's ``python``, else detaudit's); else the card's ``python`` key; else the
+    command's first word when it is a Python interpreter; else the interpreter on the ``#!`` line of
+    the script it names (``torchrun``, a console script). ``InputError`` (with the fix) otherwise:
+    the probe must not describe an interpreter the run never uses.
+    """
+    first = card.command[0]
+    if first == "{python}":
+        return card.python_path
+    if card.python is not None:
+        return card.python_path
+    program = _on_path(first, card, env)
+    if program is None:
+        raise InputError(card.path, f"command: {first!r} is not found (from {card.run_cwd}, on the run's PATH), so "
+                                    "the Python it starts cannot be probed")
+    if _PYTHON_NAME.match(Path(first).name):
+        return program
+    shebang = _shebang_python(program)
+    if shebang is not None:
+        resolved = _on_path(shebang, card, env)
+        if resolved is not None:
+            return resolved
+    raise InputError(card.path, f"command: cannot tell which Python {first!r} starts, so the environment a standard "
+                                "records (runner class, torch, packages) could be another interpreter's; begin the "
+                                'command with "{python}" or a Python interpreter, or name it: python = "PATH"')
+
+
+def _on_path(program: str, card: Card, env: dict[str, str]) -> str | None:
+    """``program`` as a run would find it: a path from the run's folder, or a name on its PATH."""
+    if os.sep in program:
+        candidate = Path(program).expanduser()
+        candidate = candidate if candidate.is_absolute() else card.run_cwd / candidate
+        return str(candidate) if candidate.is_file() and os.access(candidate, os.X_OK) else None
+    return shutil.which(program, path=env.get("PATH", os.defpath))
+
+
+def _shebang_python(program: str) -> str | None:
+    """The Python interpreter a script's ``#!`` line names (directly or through ``env``), else None."""
+    try:
+        with open(program, "rb") as fh:
+            head = fh.read(512)
+    except OSError:
+        return None
+    if not head.startswith(b"#!"):
+        return None
+    words = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").split()
+    if words and Path(words[0]).name == "env":
+        words = [w for w in words[1:] if not w.startswith("-")]  # env -S python3 -u
+    if words and _PYTHON_NAME.match(Path(words[0]).name):
+        return words[0]
+    return None

@@ -1,7 +1,13 @@
-"""``detaudit record``: run a card N times, and write a standard only if all runs agree."""
+"""``detaudit record``: run a card N times, and write a standard only if all runs agree.
+
+``record_metrics`` makes a standard from metrics files of runs already made (``record --metrics``,
+the pytest plugin) by the same rules: every file compared exactly, default exclusions, a standard
+only when all agree, never over an existing one without ``update``, the same lock and atomic write.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import os
 import shutil
@@ -9,11 +15,13 @@ import tempfile
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 from detaudit import __version__
-from detaudit.data.card import load_card, standard_path
+from detaudit.data.card import Card, as_card
 from detaudit.data.compare import DiffReport, SeriesData, diff_runs
-from detaudit.data.metrics import MetricsRun
+from detaudit.data.exclusion import exclusion_for
+from detaudit.data.metrics import MetricsRun, read_metrics_many
 from detaudit.data.values import encode_value
 from detaudit.env.provenance import git_state, standard_runner
 from detaudit.errors import InputError, UsageError
@@ -26,16 +34,17 @@ from detaudit.run.plan import EnvHook, RunPlan, finish, read_run_metrics
 from detaudit.run.spec import RunState
 from detaudit.runner_class import RunnerClass
 from detaudit.standards.diff import diff_standards
-from detaudit.standards.formats import FORMATS, load_any, render_as
+from detaudit.standards.formats import FORMATS, comparison_of, load_any, render_as
 from detaudit.standards.formats import drop_nan_series as drop_nan
 from detaudit.standards.standard import Standard, standard_lock
+from detaudit.standards.store import standard_path
 from detaudit.trace import MODE_ENV, MODES, run_trace_dir
 from detaudit.trace.compare import audit_runs
 from detaudit.trace.saved import carries_trace, check_replaceable, save_trace, standard_trace_dir, trace_meta
 
 
 def record(
-    card_path: str | Path,
+    card_path: Card | str | Path,
     *,
     runs: int = 3,
     parallel: int = 1,
@@ -76,13 +85,10 @@ def record(
     """
     if runs < 2:
         raise UsageError("--runs must be at least 2: a standard needs runs that agree")
-    if fmt is not None and fmt not in FORMATS:
-        raise UsageError(f"unknown --format {fmt!r} (one of {', '.join(FORMATS)})")
-    if drop_nan_series and fmt != "miles":
-        raise UsageError("--drop-nan-series is for --format miles (verifiers that compare with ==)")
+    _check_format(fmt, drop_nan_series)
     if trace is not None and trace not in MODES:
         raise UsageError(f"unknown trace mode {trace!r} (one of {', '.join(MODES)})")
-    card = load_card(card_path)
+    card = as_card(card_path)
     placement = place(card, cluster=cluster, parallel=parallel)
     if placement.refusal is not None:  # a standard recorded here would carry a promise this machine breaks
         raise InputError(card.path, f"cannot record card {card.name!r} here: {placement.refusal}")
@@ -92,10 +98,8 @@ def record(
     old: Standard | None = None
     if write:
         path = Path(out) if out is not None else standard_path(card, runner_class)
-        if path.exists() and not update:
-            raise UsageError("exists; pass --update to replace it", path)
+        old = _replaced(path, update)
         check_trace_destination(path, traced=bool(trace))  # before any run, and again before writing
-        old = load_any(path) if path.exists() else None
     fmt = fmt or (old.format if old is not None else "detaudit")
 
     def started(plan: RunPlan) -> None:
@@ -106,8 +110,128 @@ def record(
         plan = run_card(card, runs, placement=placement, parallel=parallel, workdir=workdir, extra_args=extra_args,
                         exclude=exclude, include=include, env_hooks=env_hooks, trace=trace, label="record",
                         on_plan=started, on_update=on_update)
-        return _judge(plan, path, old, update=update, allow_partial=allow_partial, fmt=fmt,
-                      drop_nan_series=drop_nan_series)
+        result = _judge(plan, path, old, update=update, allow_partial=allow_partial, fmt=fmt,
+                        drop_nan_series=drop_nan_series)
+    result.card = card
+    return result
+
+
+def record_metrics(
+    paths: Sequence[str | Path],
+    *,
+    out: str | Path | None,
+    update: bool = False,
+    allow_partial: bool = False,
+    fmt: str | None = None,
+    drop_nan_series: bool = False,
+    exclude: tuple[str, ...] = (),
+    include: tuple[str, ...] = (),
+    step_key: str | None = None,
+    runner_class: RunnerClass | None = None,
+    environment: dict[str, Any] | None = None,
+    name: str | None = None,
+    write: bool = True,
+    recorded: dict[str, Any] | None = None,
+    keep_unchanged: bool = False,
+) -> RecordResult:
+    """A standard from the metrics files of runs already made, written to ``out`` only if they all agree.
+
+    The rules are ``record``'s: at least two files, compared exactly after the default (and
+    ``exclude``/``include``) exclusions; nothing written when they disagree (``allow_partial``: the
+    agreeing series) or when no series is left; an existing ``out`` replaced only with ``update``,
+    under the standard's lock, atomically. ``runner_class`` (and ``environment``, a probe of the
+    machine the runs ran on) go into the standard's ``runner``; without a class the standard names
+    none and ``verify`` says the class was not checked. ``recorded`` replaces the default record of
+    how it was made. Replacing a sampled golden (Megatron-LM, NeMo-RL, TorchTitan) keeps its format,
+    series and steps: the run is taken at the golden's steps. ``keep_unchanged``: an update whose
+    series are all identical to the old standard's, on the same class, leaves the file's bytes.
+    """
+    files = [Path(p) for p in paths]
+    if len(files) < 2:
+        raise UsageError("a standard needs runs that agree: give at least two metrics files")
+    if write and out is None:
+        raise UsageError("--metrics makes a standard from files: name it with --out FILE")
+    _check_format(fmt, drop_nan_series)
+    path = Path(out) if write and out is not None else None
+    old = _replaced(path, update) if path is not None else None
+    fmt = fmt or (old.format if old is not None else "detaudit")
+    exclusion = exclusion_for(None, exclude, include)
+    parsed = read_metrics_many(files, default_step_key=step_key, exclusion=exclusion)
+    report = diff_runs(parsed, labels=[str(p) for p in files])
+    report.exclude_patterns = exclusion.patterns()
+    result = RecordResult(RecordStatus.DISAGREE, path, [], None, report=report, runner_class=runner_class,
+                          metrics=files)
+    if not _agreeing(result, report, allow_partial):
+        return result
+    if path is None:
+        result.status = RecordStatus.AGREED
+        return result
+    git = git_state(files[0])
+    record_of = recorded if recorded is not None else {
+        "runs": len(files), "agreeing": _agreeing_runs(report), "commit": git["commit"], "dirty": git["dirty"],
+        "metrics": [str(p) for p in files], "detaudit": __version__,
+        "date": _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
+    }
+    runner = standard_runner(runner_class, environment or {}) if runner_class is not None else {}
+    standard = _standard_of(parsed[0], report, fmt, name=name or path.name.split(".")[0], runner=runner,
+                            recorded=record_of, commit=git["commit"], source=f"{len(files)} agreeing metrics files")
+    if old is not None and comparison_of(old).sample_run is not None and fmt == old.format:
+        standard = _sampled_like(old, standard)
+    if keep_unchanged and old is not None and _same_content(old, standard):
+        result.status, result.unchanged, result.standard = RecordStatus.WRITTEN, True, old
+        return result
+    with standard_lock(path):
+        _write(result, standard, path, old, fmt=fmt, update=update, drop_nan_series=drop_nan_series)
+    return result
+
+
+def _check_format(fmt: str | None, drop_nan_series: bool) -> None:
+    if fmt is not None and fmt not in FORMATS:
+        raise UsageError(f"unknown --format {fmt!r} (one of {', '.join(FORMATS)})")
+    if drop_nan_series and fmt != "miles":
+        raise UsageError("--drop-nan-series is for --format miles (verifiers that compare with ==)")
+
+
+def _replaced(path: Path, update: bool) -> Standard | None:
+    """The standard at ``path`` that a record would replace (None: there is none); ``UsageError``
+    when there is one and ``update`` is false, before anything runs."""
+    if not path.exists():
+        return None
+    if not update:
+        raise UsageError("exists; pass --update to replace it", path)
+    return load_any(path)
+
+
+def _agreeing(result: RecordResult, report: DiffReport, allow_partial: bool) -> bool:
+    """Whether the compared runs can make a standard; sets the result's status when they cannot."""
+    if not report.ok and not allow_partial:
+        result.status = RecordStatus.DISAGREE
+        return False
+    if not report.identical:
+        result.status = RecordStatus.EMPTY  # a standard of 0 series would pass any run
+        return False
+    return True
+
+
+def _agreeing_runs(report: DiffReport) -> int:
+    return len(report.runs) - len({r for m in report.mismatched for r in m.disagreeing_runs})
+
+
+def _sampled_like(old: Standard, new: Standard) -> Standard:
+    """``new``'s series taken at the steps of ``old``, a sampled golden, in its format with its headers;
+    series the golden lacks are not added (which to sample is its owners' choice)."""
+    sample_run = comparison_of(old).sample_run
+    assert sample_run is not None
+    kept = {n: sample_run(old.series[n], old.native_series(n), new.series[n]) for n in old.series if n in new.series}
+    return dataclasses.replace(old, series=kept, path=None)
+
+
+def _same_content(old: Standard, new: Standard) -> bool:
+    """Every series identical, none added or removed, and the same runner class."""
+    if old.runner_class != new.runner_class or old.format != new.format:
+        return False
+    review = diff_standards(old, new, old_label="old", new_label="new")
+    return all(change.status == "identical" for change in review.series)
 
 
 def check_trace_destination(path: Path, *, traced: bool) -> None:
@@ -138,25 +262,33 @@ def _judge(plan: RunPlan, path: Path | None, old: Standard | None, *, update: bo
     traced = any(MODE_ENV in spec.overlay for spec in plan.specs)
     if traced:
         result.trace = audit_runs([run_trace_dir(spec.workdir) for spec in plan.specs])
-    if not report.ok and not allow_partial:
-        return result
-    if not report.identical:
-        result.status = RecordStatus.EMPTY  # a standard of 0 series would pass any run
+    if not _agreeing(result, report, allow_partial):
         return result
     if path is None:
         result.status = RecordStatus.AGREED
         result.workdir_removed = finish(plan, passed=not traced)  # traced: keep the traces
         return result
     standard = build_standard(plan, parsed[0], report, fmt)
+    _write(result, standard, path, old, fmt=fmt, update=update, drop_nan_series=drop_nan_series,
+           traced_plan=plan if traced else None)
+    result.workdir_removed = finish(plan, passed=not traced)  # traced: keep the traces
+    return result
+
+
+def _write(result: RecordResult, standard: Standard, path: Path, old: Standard | None, *, fmt: str, update: bool,
+           drop_nan_series: bool, traced_plan: RunPlan | None = None) -> None:
+    """Write ``standard`` at ``path`` (replacing ``old``) and fill ``result`` in.
+
+    Everything that can fail comes before the first byte of the standard: its text (exact in
+    every format, or an InputError), the review of the standard it replaces, the trace folder
+    (it could have appeared during the runs), and run 1's trace copied in beside it.
+    """
     result.nan_dropped = drop_nan(standard) if drop_nan_series else []
-    # Everything that can fail comes before the first byte of the standard: its text (exact in
-    # every format, or an InputError), the review of the standard it replaces, the trace folder
-    # (it could have appeared during the runs), and run 1's trace copied in beside it.
     text = render_as(standard, fmt, target=path, previous=old)  # old's byte layout kept
     review = diff_standards(old, standard, old_label=str(path), new_label="new") if old is not None else None
-    check_trace_destination(path, traced=traced)
+    check_trace_destination(path, traced=traced_plan is not None)
     destination = standard_trace_dir(path)
-    staged = _stage_trace(plan, path, destination) if traced else None
+    staged = _stage_trace(traced_plan, path, destination) if traced_plan is not None else None
     try:
         write_atomic(path, text, overwrite=update)
     except BaseException:
@@ -173,8 +305,6 @@ def _judge(plan: RunPlan, path: Path | None, old: Standard | None, *, update: bo
     result.standard = standard
     result.dropped = standard.dropped
     result.review = review
-    result.workdir_removed = finish(plan, passed=not traced)  # traced: keep the traces
-    return result
 
 
 def _stage_trace(plan: RunPlan, path: Path, destination: Path) -> Path:
@@ -213,26 +343,13 @@ def _put_in_place(staged: Path | None, destination: Path) -> Path:
 def build_standard(plan: RunPlan, first: MetricsRun, report: DiffReport, fmt: str) -> Standard:
     """The standard from the first run's agreeing series (all of them unless partial)."""
     card = plan.card
-    keep = set(report.identical)
-    series = {
-        name: SeriesData.from_run(first, s) for name, s in first.series.items() if name in keep
-    }
-    dropped = {
-        m.series: {"kind": m.kind, "step": encode_value(m.step), "disagreeing_runs": [r + 1 for r in m.disagreeing_runs]}
-        for m in report.mismatched
-    }
     git = git_state(card.path)
     command = list(card.command) + list(plan.extra_args)
-    if fmt != "detaudit":  # miles, and the formats converted from its shape (megatron, torchtitan, nemo)
-        meta = {"commit": git["commit"], "source": f"detaudit record {card.path} ({len(report.runs)} agreeing runs)"}
-        return Standard(series=series, format="miles", meta=meta, name=card.name, dropped=dropped)
     # A recorded plan was probed (record() places with a probe), so it names its runner class.
     assert plan.runner_class is not None
-    runner = standard_runner(plan.runner_class, plan.environment)
-    agreeing = len(report.runs) - len({r for m in report.mismatched for r in m.disagreeing_runs})
     recorded = {
         "runs": len(report.runs),
-        "agreeing": agreeing,
+        "agreeing": _agreeing_runs(report),
         "commit": git["commit"],
         "dirty": git["dirty"],
         "card": str(card.path),
@@ -240,13 +357,24 @@ def build_standard(plan: RunPlan, first: MetricsRun, report: DiffReport, fmt: st
         "detaudit": __version__,
         "date": _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
     }
+    return _standard_of(first, report, fmt, name=card.name, runner=standard_runner(plan.runner_class, plan.environment),
+                        recorded=recorded, commit=git["commit"],
+                        source=f"detaudit record {card.path} ({len(report.runs)} agreeing runs)")
+
+
+def _standard_of(first: MetricsRun, report: DiffReport, fmt: str, *, name: str, runner: dict[str, Any],
+                 recorded: dict[str, Any], commit: str | None, source: str) -> Standard:
+    """A standard of the first run's agreeing series, in detaudit's shape or miles' (the formats
+    converted from its shape: megatron, torchtitan, nemo)."""
+    keep = set(report.identical)
+    series = {n: SeriesData.from_run(first, s) for n, s in first.series.items() if n in keep}
+    dropped = {
+        m.series: {"kind": m.kind, "step": encode_value(m.step), "disagreeing_runs": [r + 1 for r in m.disagreeing_runs]}
+        for m in report.mismatched
+    }
+    if fmt != "detaudit":
+        return Standard(series=series, format="miles", meta={"commit": commit, "source": source}, name=name,
+                        dropped=dropped)
     excluded = {"patterns": report.exclude_patterns, "series": report.excluded}
-    return Standard(
-        series=series,
-        format="detaudit",
-        name=card.name,
-        runner=runner,
-        recorded=recorded,
-        excluded=excluded,
-        dropped=dropped,
-    )
+    return Standard(series=series, format="detaudit", name=name, runner=runner, recorded=recorded, excluded=excluded,
+                    dropped=dropped)

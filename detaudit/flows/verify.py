@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from detaudit.data.approximate import approximate_rule
-from detaudit.data.card import Card, load_card, standard_path
+from detaudit.data.card import Card, as_card
 from detaudit.env.provenance import (
     detect_environment,
     package_differences,
@@ -22,23 +22,19 @@ from detaudit.errors import InputError, UsageError
 from detaudit.results import VerifyResult, VerifyStatus
 from detaudit.run.card_runs import Placement, place, run_card
 from detaudit.run.executor import runner_mismatch
-from detaudit.run.plan import (
-    EnvHook,
-    finish,
-    missing_metrics,
-    no_metrics_error,
-    standards_of_card,
-)
+from detaudit.run.plan import EnvHook, finish, missing_metrics, no_metrics_error
 from detaudit.run.spec import RunState
+from detaudit.runner_class import RunnerClass
 from detaudit.standards.check import check_run, compared_series
 from detaudit.standards.formats import load_any
+from detaudit.standards.store import approximate_standard_path, standard_path, standards_of_card
 from detaudit.trace import MODES, run_trace_dir
 from detaudit.trace.compare import audit_runs
 from detaudit.trace.saved import carries_trace, read_saved, standard_trace_dir
 
 
 def verify(
-    card_path: str | Path | None = None,
+    card_path: Card | str | Path | None = None,
     *,
     metrics: str | Path | None = None,
     standard: str | Path | None = None,
@@ -53,8 +49,14 @@ def verify(
     trace: str | None = None,
     exclude: tuple[str, ...] = (),
     include: tuple[str, ...] = (),
+    runner_class: RunnerClass | None = None,
 ) -> VerifyResult:
     """Compare one run with a standard; see the module doc for what passes.
+
+    ``runner_class``: the class the ``metrics`` run ran on, checked against the standard's as a
+    card's run is (another class: NOT VERIFIED, or SKIPPED with ``allow_other_runner``). With
+    ``metrics``, no card and no ``runner_class``, nothing says where the run ran: the result says
+    the class was not checked (``runner_unchecked``).
 
     ``exclude`` / ``include``: globs over the standard's series; a series ``exclude`` names is left
     out (and reported) unless ``include`` names it too.
@@ -77,11 +79,16 @@ def verify(
         raise UsageError("--trace traces a run: give a CARD, not --metrics")
     if cluster is not None and metrics is not None:
         raise UsageError("--cluster runs the card; with --metrics nothing runs")
+    if extra_args and metrics is not None:
+        raise UsageError("with --metrics nothing runs: the arguments after -- would be dropped (give them to a run "
+                         "of the CARD, without --metrics)")
+    if runner_class is not None and (metrics is None or card_path is not None):
+        raise UsageError("--runner-class names where a --metrics run ran; with a CARD the class is detected")
     if trace is not None and trace not in MODES:
         raise UsageError(f"unknown trace mode {trace!r} (one of {', '.join(MODES)})")
-    card: Card | None = load_card(card_path) if card_path is not None else None
+    card: Card | None = as_card(card_path) if card_path is not None else None
     info: dict[str, Any] | None = None
-    here = None
+    here = runner_class
     placement: Placement | None = None
     if card is not None:
         placement = place(card, cluster=cluster)
@@ -91,14 +98,15 @@ def verify(
     if placement is not None and placement.refusal is not None:  # before any run: nothing could be proven
         assert card is not None and here is not None
         refused = Path(standard) if standard is not None else standard_path(card, here)
-        return VerifyResult(VerifyStatus.PROFILE_REFUSED, refused, None, runner_here=here, refusal=placement.refusal)
+        return VerifyResult(VerifyStatus.PROFILE_REFUSED, refused, None, runner_here=here, refusal=placement.refusal,
+                            card=card)
     if standard is not None:
         path = Path(standard)
     else:
         assert card is not None and here is not None
         path = standard_path(card, here)
         if not path.exists() and rule is not None:
-            path = card.standards_path / f"{card.name}.{rule.against}.json"
+            path = approximate_standard_path(card, rule.against)
         if not path.exists():
             others = standards_of_card(card)
             if not others:
@@ -107,9 +115,13 @@ def verify(
             return VerifyResult(
                 VerifyStatus.SKIPPED if allow_other_runner else VerifyStatus.NOT_VERIFIED, first_path, first, runner_here=here,
                 runner_standard=first.runner_class, other_classes=[c for _, s in others if (c := s.runner_class) is not None],
+                card=card,
             )
     std = load_any(path)  # any format, detected from the content
-    result = VerifyResult(VerifyStatus.PASSED, path, std, runner_here=here, runner_standard=std.runner_class)
+    result = VerifyResult(VerifyStatus.PASSED, path, std, runner_here=here, runner_standard=std.runner_class, card=card)
+    if here is None and std.runner_class is not None:
+        result.runner_unchecked = (f"the standard is for runner class {std.runner_class}; where this run ran is not "
+                                   "known (give its CARD, or --runner-class CLASS)")
     approximate = None
     if (rule is not None and std.runner_class is not None and here != std.runner_class
             and "-".join(std.runner_class) == rule.against):

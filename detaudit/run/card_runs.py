@@ -22,7 +22,7 @@ from typing import Any
 from detaudit.data.card import Card
 from detaudit.run.executor import Executor, choose_executor
 from detaudit.run.local import interrupts_as_exceptions
-from detaudit.run.plan import EnvHook, RunPlan, execute, make_plan
+from detaudit.run.plan import EnvHook, RunPlan, make_plan
 from detaudit.run.spec import RunState
 from detaudit.runner_class import RunnerClass
 from detaudit.trace import TRACE_SUBDIR, trace_hook
@@ -52,6 +52,19 @@ def place(card: Card, *, cluster: str | None = None, parallel: int = 1, probe: b
         info, cls = executor.probe(card, parallel)
     refusal = card.portable.refusal(info) if card.portable is not None else None
     return Placement(executor, info, cls, refusal)
+
+
+def execute(
+    plan: RunPlan,
+    executor: Executor,
+    *,
+    parallel: int = 1,
+    on_update: Callable[[list[RunState]], None] | None = None,
+) -> list[RunState]:
+    """Run every spec of the plan with ``executor``; the plan keeps the final states."""
+    plan.states = executor.run(plan.specs, parallel=parallel, gpus_per_run=plan.card.gpus_per_run,
+                               on_update=on_update)
+    return plan.states
 
 
 def run_card(

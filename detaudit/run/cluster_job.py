@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import detaudit
-from detaudit.data.card import load_card, run_env
+from detaudit.data.card import command_python, load_card, run_env
 from detaudit.env.provenance import card_runner_class, detect_environment
 from detaudit.run.local import Interrupted, log_tail, run_batch
 from detaudit.run.spec import RunSpec
@@ -200,7 +200,8 @@ def run_on_node(spec: dict[str, Any], project: Path | None = None) -> tuple[dict
         metrics = run_dir / "metrics.jsonl"
         # The runner class of *this* node, seen by the recipe's interpreter in the card's env
         # (resolved here), without the run's trace variables: the probe is not part of the run.
-        info = detect_environment(env=run_env(card, run_dir, metrics, index))
+        env = run_env(card, run_dir, metrics, index)
+        info = detect_environment(python=command_python(card, env), env=env)
         cls = card_runner_class(card, info).to_json()
         if spec.get("probe"):  # only where a run of this card would run, and on what
             probe = {"status": "ok", "returncode": 0, "runner_class": cls, "environment": info,
@@ -216,6 +217,7 @@ def run_on_node(spec: dict[str, Any], project: Path | None = None) -> tuple[dict
             log_path=run_dir / "run.log",
             metrics_path=metrics,
             timeout_s=float(spec.get("timeout_s", card.timeout_s)),
+            cwd=card.run_cwd,  # the card's folder in the project the job carries, as a local run starts
         )
         state = run_batch([run])[0]
         result: dict[str, Any] = {

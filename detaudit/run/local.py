@@ -1,6 +1,7 @@
 """Run a recipe command N times, each a fresh process in its own session and process group.
 
-Each run gets its own work dir (its cwd), log file and metrics path. A run that fails or
+Each run gets its own work dir (for its outputs), log file and metrics path; it starts in its
+spec's ``cwd`` (the card's folder). A run that fails or
 times out ends the batch: every started run's process group is killed (SIGTERM, then
 SIGKILL after a grace period), and never anything broader than those groups. Ctrl-C does
 the same and raises ``Interrupted`` (a ``KeyboardInterrupt``); so does SIGTERM or SIGHUP
@@ -186,7 +187,7 @@ def _start(state: RunState) -> None:
     try:
         state.proc = subprocess.Popen(
             spec.argv,
-            cwd=spec.workdir,
+            cwd=spec.cwd or spec.workdir,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=log,

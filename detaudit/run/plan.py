@@ -5,6 +5,9 @@
             jobs on a cluster; ``detaudit.run.card_runs.run_card`` chooses and runs)
          -> every run's metrics, read and checked to exist
 
+Each run starts in the card's folder (``Card.run_cwd``); its outputs (metrics, log, trace) go
+to its own run dir, ``<work dir>/runN``, which the run also finds in ``$DETAUDIT_WORKDIR``.
+
 ``env_hooks``: callables that get each RunSpec and return extra environment variables for that
 run; ``PYTHONPATH`` values are prepended to the run's PYTHONPATH, not replaced (a trace
 bootstrap goes there). What a hook returns is part of the run's ``overlay``, so it reaches a run
@@ -17,22 +20,21 @@ temporary one; ``finish`` removes it when every run passed and keeps it otherwis
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from detaudit.data.card import (
     DEFAULT_METRICS_ENV,
     Card,
+    command_python,
     probe_env,
     run_argv,
     run_env,
-    standard_file_name,
 )
 from detaudit.data.exclusion import Exclusion, exclusion_for
 from detaudit.data.metrics import MetricsRun, read_metrics_many
@@ -41,10 +43,6 @@ from detaudit.errors import InputError, UsageError
 from detaudit.run.local import gpu_slots
 from detaudit.run.spec import RunSpec, RunState
 from detaudit.runner_class import RunnerClass
-from detaudit.standards.standard import Standard, load_standard
-
-if TYPE_CHECKING:
-    from detaudit.run.executor import Executor
 
 EnvHook = Callable[[RunSpec], dict[str, str]]
 # Where Ray's clients look for a cluster to join. A local run must not join whatever cluster the
@@ -54,10 +52,12 @@ CLUSTER_ADDRESS_ENV = "RAY_ADDRESS"
 
 
 def environment_for(card: Card, parallel: int = 1) -> dict[str, Any]:
-    """The environment as one run of ``card`` sees it: probed in the recipe's interpreter with
-    the card's environment and the GPU set the first run would get."""
+    """The environment as one run of ``card`` sees it: probed in the Python its command starts
+    (``command_python``; a card that starts none it can name is refused), with the card's
+    environment and the GPU set the first run would get."""
     slots = gpu_slots(card.gpus_per_run, parallel)
-    return detect_environment(env=probe_env(card, slots[0] if slots else None))
+    env = probe_env(card, slots[0] if slots else None)
+    return detect_environment(python=command_python(card, env), env=env)
 
 
 def resolve_runner(card: Card, info: dict[str, Any]) -> RunnerClass:
@@ -111,6 +111,7 @@ def make_specs(
             log_path=run_dir / "run.log",
             metrics_path=metrics,
             timeout_s=card.timeout_s,
+            cwd=card.run_cwd,
             overlay=run_env(card, run_dir, metrics, i, base={}),  # what the run sets, on any machine
             collect=tuple(collect),
         )
@@ -142,7 +143,7 @@ def prepare_workdir(card: Card, workdir: str | Path | None, count: int, label: s
     """
     if workdir is None:
         return Path(tempfile.mkdtemp(prefix=f"detaudit-{label}-{card.name}-")), True
-    base = Path(workdir).absolute()  # each run's cwd is its own run dir: its paths must not be relative
+    base = Path(workdir).absolute()  # runs start in the card's folder: their paths must not be relative
     if base.exists() and not base.is_dir():
         raise UsageError("--workdir is not a directory", base)
     for i in range(count):
@@ -192,19 +193,6 @@ def make_plan(
     )
 
 
-def execute(
-    plan: RunPlan,
-    executor: Executor,
-    *,
-    parallel: int = 1,
-    on_update: Callable[[list[RunState]], None] | None = None,
-) -> list[RunState]:
-    """Run every spec of the plan with ``executor``; the plan keeps the final states."""
-    plan.states = executor.run(plan.specs, parallel=parallel, gpus_per_run=plan.card.gpus_per_run,
-                               on_update=on_update)
-    return plan.states
-
-
 def missing_metrics(plan: RunPlan) -> list[RunSpec]:
     """Specs of runs that finished without writing their metrics file."""
     return [spec for spec in plan.specs if not spec.metrics_path.is_file()]
@@ -247,27 +235,3 @@ def finish(plan: RunPlan, passed: bool) -> bool:
         shutil.rmtree(plan.workdir, ignore_errors=True)
         return True
     return False
-
-
-def standards_of_card(card: Card) -> list[tuple[Path, Standard]]:
-    """The standards of this card for any runner class, by exact name.
-
-    Files are found as ``<standards_dir>/<name>.*.json`` and kept only when the standard
-    inside names this card (so card ``ok`` never takes ``ok.v2.h200-1gpu.json``, the
-    standard of card ``ok.v2``). Files that do not load, and miles-format files (they carry
-    no name), are left out.
-    """
-    found = []
-    folder = card.standards_path
-    for path in sorted(folder.glob(f"{glob.escape(card.name)}.*.json")):
-        try:
-            std = load_standard(path)
-        except InputError:
-            continue
-        try:
-            cls = std.runner_class
-        except InputError:
-            continue
-        if std.name == card.name and cls is not None and path.name == standard_file_name(card, cls):
-            found.append((path, std))
-    return found

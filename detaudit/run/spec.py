@@ -34,7 +34,8 @@ class RunSpec:
     of whatever environment it starts in (the card's ``env``, the metrics and run variables, trace
     variables; ``PYTHONPATH``: entries to put first): a run on another machine gets the overlay on
     top of that machine's environment, never this machine's. ``collect``: folders under the run dir
-    (``trace``) whose files a run elsewhere sends back with its metrics.
+    (``trace``) whose files a run elsewhere sends back with its metrics. The run starts in ``cwd``
+    (the card's folder, or the one it names) and writes its outputs under ``workdir``.
     """
 
     index: int  # 0-based
@@ -45,6 +46,7 @@ class RunSpec:
     metrics_path: Path
     timeout_s: float
     gpus: list[str] | None = None  # CUDA_VISIBLE_DEVICES for this run
+    cwd: Path | None = None  # where the run starts (the card's folder); None: its run dir
     overlay: dict[str, str] = field(default_factory=dict)
     collect: tuple[str, ...] = ()
 
