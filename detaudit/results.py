@@ -121,6 +121,9 @@ class VerifyResult:
     other_classes: list[RunnerClass] = field(default_factory=list)  # classes that have a standard of the card
     provenance: list[str] = field(default_factory=list)  # how this environment differs (on failure)
     package_changes: list[str] = field(default_factory=list)  # package versions that differ, even on a pass
+    # The package_changes that can change bits (torch and its build, CUDA/cuDNN, numpy, the card's own
+    # imports): reports name these and count the rest (``detaudit env CARD --diff STANDARD`` lists all).
+    bit_packages: list[str] = field(default_factory=list)
     run: RunState | None = None
     metrics_path: Path | None = None
     workdir: Path | None = None

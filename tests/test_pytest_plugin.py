@@ -19,7 +19,8 @@ pytest_plugins = ["pytester"]
 PROJECT = REPO / "tests" / "plugin_project"
 DEMO = ("DEMO_BUMP", "DEMO_EXTRA", "DEMO_DROP", "DEMO_MALFORMED")
 # Spelled out here, not imported: the test says which variables must count as CI.
-CI_VARIABLES = ("CI", "GITHUB_ACTIONS", "GITLAB_CI", "BUILDKITE", "JENKINS_URL")
+CI_VARIABLES = ("CI", "GITHUB_ACTIONS", "GITLAB_CI", "BUILDKITE", "JENKINS_URL", "TF_BUILD", "TEAMCITY_VERSION",
+                "CODEBUILD_BUILD_ID", "CIRCLECI", "TRAVIS", "DRONE")
 
 # Where the package is installed with its entry point, pytest loads the plugin itself;
 # in a checkout run through PYTHONPATH it is named with -p.
@@ -78,7 +79,7 @@ def test_an_update_that_changes_nothing_leaves_the_bytes(pytester: pytest.Pytest
     first = (project / LOSS).read_bytes()
     doc = json.loads(first)
     # Paths in the standard: relative to the project, or not there (the metrics were in tmp_path).
-    assert doc["recorded"] == {"by": "pytest --detaudit-update", "test": "tests/check_training.py::test_loss"}
+    assert doc["recorded"] == {"by": "pytest --detaudit-update", "test": "tests/check_training.py::test_loss", "runs": 2}
     assert str(pytester.path.parent) not in first.decode() and "pytest-of" not in first.decode()
     again = run(pytester, TRAINING, "--detaudit-update-all")
     again.assert_outcomes(passed=2)

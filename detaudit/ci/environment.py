@@ -11,7 +11,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-CI_VARIABLES = ("CI", "GITHUB_ACTIONS", "GITLAB_CI", "BUILDKITE", "JENKINS_URL")
+# GitHub Actions, GitLab CI, Buildkite, Jenkins, Azure Pipelines (TF_BUILD), TeamCity, AWS CodeBuild,
+# CircleCI, Travis CI, Drone: each sets its own variable even where it sets no CI.
+CI_VARIABLES = ("CI", "GITHUB_ACTIONS", "GITLAB_CI", "BUILDKITE", "JENKINS_URL", "TF_BUILD", "TEAMCITY_VERSION",
+                "CODEBUILD_BUILD_ID", "CIRCLECI", "TRAVIS", "DRONE")
 _OFF = ("", "0", "false", "no", "off")
 
 

@@ -17,6 +17,7 @@ from detaudit.cli.base import OneLineErrors
 from detaudit.cli.diff import diff
 from detaudit.cli.env import doctor, env_command, plan
 from detaudit.cli.health import health
+from detaudit.cli.init import init
 from detaudit.cli.runs import record, trace, verify
 from detaudit.cli.scan import scan_rng
 from detaudit.cli.standards import standard_group
@@ -28,14 +29,15 @@ def main() -> None:
     """Audit ML training runs for bitwise determinism, and record and verify e2e standards.
 
     \b
-    Examples:
-      detaudit record recipes/sd3_pickscore_nft.toml --runs 3      # write the standard if 3 runs agree
-      detaudit verify recipes/sd3_pickscore_nft.toml               # one run against it, exactly
-      detaudit COMMAND --help                         # each command's options and examples
+    Gate your own training job:
+      detaudit init -- python train.py --steps 20    # writes a card beside train.py
+      detaudit record detaudit.toml --runs 3         # the standard, only if 3 fresh runs agree
+      detaudit verify detaudit.toml                  # in CI: one run against it, exactly
+      detaudit COMMAND --help                        # each command's options and examples
     """
 
 
-for command in (diff, record, verify, plan, doctor, standard_group, env_command, health, scan_rng, trace):
+for command in (init, diff, record, verify, plan, doctor, standard_group, env_command, health, scan_rng, trace):
     main.add_command(command)
 
 __all__ = ["main"]

@@ -1,4 +1,4 @@
-"""What every command shares: exit codes, one-line errors, the embedded default card, and the
+"""What every command shares: exit codes, one-line errors, the card (or the bundled demo), and the
 CI reports of a command that ended without a verdict (bad input, interrupted)."""
 
 from __future__ import annotations
@@ -8,11 +8,12 @@ import warnings
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
-from detaudit.errors import InputError
+from detaudit.data.card import Card, load_card
+from detaudit.errors import InputError, UsageError
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
 JUNIT_PARAM = "junit_xml"  # commands with --junit-xml write CI reports on every outcome
@@ -113,12 +114,41 @@ class OneLineErrors(click.Group):
         sys.exit(code if isinstance(code, int) else EXIT_OK)
 
 
-def default_card() -> Path:
-    """The embedded default: the tiny CPU SD3.5 DiffusionNFT + PickScore recipe."""
-    from importlib.resources import files
+# The bundled demo: the tiny CPU SD3.5 DiffusionNFT + PickScore recipe. It lives in detaudit's
+# repository (recipes/), not in the wheel, and needs the recipe extra.
+DEMO_CARD = Path("recipes") / "sd3_pickscore_nft.toml"
+RECIPE_EXTRA = ("torch", "ray", "diffusers", "transformers", "peft")
+MAKE_A_CARD = "detaudit init -- python train.py"
 
-    return Path(str(files("recipes") / "sd3_pickscore_nft.toml"))
+
+def bundled_demo() -> Path:
+    """The demo card, where this detaudit runs from its repository with the recipe extra installed;
+    ``UsageError`` otherwise, saying how to make a card for one's own job instead."""
+    import detaudit
+
+    root = Path(detaudit.__file__).resolve().parent.parent
+    card = root / DEMO_CARD
+    if not (card.is_file() and (root / "recipes" / "diffusion_nft").is_dir()):
+        why = "the bundled demo recipe is part of detaudit's repository, not of its package"
+    else:
+        from importlib.util import find_spec
+
+        missing = [name for name in RECIPE_EXTRA if find_spec(name) is None]
+        if not missing:
+            return card
+        why = f"the bundled demo recipe needs the recipe extra ({', '.join(missing)} not installed)"
+    raise UsageError(f"no CARD given, and {why}; to gate your own job, write a card beside its script: {MAKE_A_CARD}")
 
 
-def exit_with(ok: bool) -> None:
+def card_or_demo(card: Path | None) -> Card:
+    """The command's card, parsed once; without one, the bundled demo's (said on stderr), never by surprise."""
+    if card is not None:
+        return load_card(card)
+    demo = bundled_demo()
+    warn(f"no CARD given: running the bundled demo recipe {demo} (name a card to run your own job; {MAKE_A_CARD} "
+         "writes one)")
+    return load_card(demo)
+
+
+def exit_with(ok: bool) -> NoReturn:
     sys.exit(EXIT_OK if ok else EXIT_FAIL)

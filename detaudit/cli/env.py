@@ -8,37 +8,65 @@ from pathlib import Path
 
 import click
 
-from detaudit.cli.base import EXIT_FAIL, EXIT_OK, default_card, exit_with, handle_errors
+from detaudit.cli.base import EXIT_FAIL, EXIT_OK, card_or_demo, exit_with, handle_errors
 from detaudit.cli.options import FiniteFloatRange
 from detaudit.render.console import console
 
 
 @click.command("env")
 @click.argument("card", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--diff", "standard", type=click.Path(dir_okay=False, path_type=Path), metavar="STANDARD",
+              help="List every field and package version that differs from STANDARD's environment (bit-relevant first).")
 @click.option("--json", "as_json", is_flag=True, help="Print the probe and the runner class as one JSON object.")
 @handle_errors
-def env_command(card: Path | None, as_json: bool) -> None:
+def env_command(card: Path | None, standard: Path | None, as_json: bool) -> None:
     """Show the runner class and the environment a run of CARD would record.
 
-    The probe runs in the recipe's interpreter with the card's environment, exactly as
-    record and verify do. CARD defaults to the embedded tiny CPU recipe.
+    The probe runs in the Python the card's command starts, with the card's environment,
+    exactly as record and verify do. Without CARD: the bundled demo recipe, where detaudit's
+    repository and its recipe extra are installed (else an error). --diff STANDARD lists what
+    differs from the environment the standard was recorded in: the packages that can change
+    bits (torch, CUDA/cuDNN, numpy, the card's own imports) first.
 
     \b
     Examples:
-      detaudit env recipes/sd3_pickscore_nft.toml
-      detaudit env recipes/sd3_pickscore_nft.toml --json
+      detaudit env train/detaudit.toml
+      detaudit env train/detaudit.toml --json
+      detaudit env train/detaudit.toml --diff standards/train.cpu-intel-6.207-avx512.json
     """
-    from detaudit.data.card import load_card
-    from detaudit.render.environment import environment_json, print_environment
+    from detaudit.render.environment import (
+        environment_diff_document,
+        environment_json,
+        print_environment,
+        print_environment_diff,
+    )
+    from detaudit.render.jsonout import dump_json
     from detaudit.run.plan import environment_for, resolve_runner
 
-    loaded = load_card(card or default_card())
+    loaded = card_or_demo(card)
+    if standard is not None:
+        from detaudit.standards.formats import load_any
+
+        recorded = load_any(standard)  # before the probe: a bad file is one line, at once
     info = environment_for(loaded)
     cls = resolve_runner(loaded, info)
+    if standard is None:
+        if as_json:
+            click.echo(environment_json(cls, info))
+        else:
+            print_environment(cls, info, console())
+        return
+    from detaudit.env.imports import card_imports
+    from detaudit.env.provenance import bit_packages, package_differences, provenance_differences
+
+    packages = package_differences(recorded.runner, info)
+    first, rest = bit_packages(packages, card_imports(loaded))
+    doc = environment_diff_document(str(standard), cls, recorded.runner_class,
+                                    provenance_differences(recorded.runner, info) if recorded.runner else [], first, rest)
     if as_json:
-        click.echo(environment_json(cls, info))
+        click.echo(dump_json(doc))
     else:
-        print_environment(cls, info, console())
+        print_environment_diff(doc, console())
 
 
 @click.command()
@@ -60,12 +88,11 @@ def doctor(card: Path | None, seed: int, no_ray: bool, as_json: bool) -> None:
       detaudit doctor recipes/sd3_pickscore_nft.toml
       detaudit doctor recipes/sd3_pickscore_nft.toml --no-ray --json
     """
-    from detaudit.data.card import load_card
     from detaudit.env.doctor import run_doctor
     from detaudit.render.environment import print_doctor
     from detaudit.render.jsonout import dump_json
 
-    rows = run_doctor(load_card(card or default_card()), seed=seed, ray=not no_ray)
+    rows = run_doctor(card_or_demo(card), seed=seed, ray=not no_ray)
     if as_json:
         click.echo(dump_json([asdict(r) for r in rows]))
     else:

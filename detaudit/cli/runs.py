@@ -9,7 +9,7 @@ from typing import Any, NoReturn
 import click
 from rich.markup import escape
 
-from detaudit.cli.base import EXIT_FAIL, ci_error_reports, default_card, exit_with, handle_errors, warn
+from detaudit.cli.base import EXIT_FAIL, card_or_demo, ci_error_reports, exit_with, handle_errors, warn
 from detaudit.cli.html_report import emit_html, html_options, prepare_html
 from detaudit.cli.options import (
     card_and_extra_args,
@@ -21,6 +21,7 @@ from detaudit.cli.options import (
     trace_option,
     workdir_option,
 )
+from detaudit.data.card import Card
 from detaudit.render.console import PREFIX, RunDisplay, console
 from detaudit.runner_class import RunnerClass
 from detaudit.standards.formats.registry import FORMATS
@@ -46,18 +47,32 @@ def _interrupted(err: Any, exc: KeyboardInterrupt, what: str) -> NoReturn:
     sys.exit(EXIT_FAIL)
 
 
-def _warn_est_time(err: Any, card_path: Path | None, elapsed: list[float]) -> None:
+def _warn_est_time(err: Any, card: Card | None, elapsed: list[float]) -> None:
     """Warn when a run took longer than the card's est_time (suite plans read it)."""
-    if card_path is None or not elapsed:
+    if card is None or not elapsed:
         return
-    from detaudit.data.card import load_card
     from detaudit.flows.suite import over_estimate
     from detaudit.render.runs import print_est_time_warning
 
-    card = load_card(card_path)
     slowest = max(elapsed)
     if card.est_time is not None and over_estimate(card, slowest):
         print_est_time_warning(err, card.name, card.est_time, slowest)
+
+
+class RunnerClassType(click.ParamType):
+    """A runner class on the command line: ``cpu-intel-6.207-avx512`` or ``h100-1gpu``."""
+
+    name = "CLASS"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> RunnerClass:
+        from detaudit.errors import InputError
+
+        if isinstance(value, RunnerClass):
+            return value
+        try:
+            return RunnerClass.parse(str(value))
+        except InputError as exc:
+            self.fail(exc.message, param, ctx)
 
 
 def _elapsed(states: list[Any]) -> list[float]:
@@ -75,6 +90,10 @@ def _elapsed(states: list[Any]) -> list[float]:
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
               help="Standard file format (default: the existing standard's, else detaudit); exact, exit 2 where it cannot hold a value.")
 @click.option("--drop-nan-series", is_flag=True, help="With --format miles: leave out every series holding a NaN, naming each in meta.")
+@click.option("--metrics", "from_metrics", is_flag=True,
+              help="The arguments are metrics files of runs already made (2 or more), not a CARD: write --out only if they agree.")
+@click.option("--runner-class", type=RunnerClassType(), help="With --metrics: the runner class the runs ran on, written into the standard.")
+@step_key_option("With --metrics: step field for lines without a step_key.")
 @exclude_include
 @workdir_option("Where run dirs go; its run dirs must be empty (default: a new temp dir, removed when every run passed).")
 @cluster_option("each run")
@@ -85,18 +104,23 @@ def _elapsed(states: list[Any]) -> list[float]:
 @html_options(scan=True)
 @handle_errors
 def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: int, out: Path | None, update: bool,
-           no_write: bool, allow_partial: bool, fmt: str | None, drop_nan_series: bool, exclude: tuple[str, ...],
+           no_write: bool, allow_partial: bool, fmt: str | None, drop_nan_series: bool, from_metrics: bool,
+           runner_class: RunnerClass | None, step_key: str | None, exclude: tuple[str, ...],
            include: tuple[str, ...], workdir: Path | None, cluster: str | None, junit_xml: Path | None, no_doctor: bool,
            as_json: bool, trace: str | None, html: Path | None, overwrite_html: bool, scan_report: Path | None) -> None:
     """Run CARD's command N times; write its standard only if all runs agree.
 
-    CARD defaults to the embedded tiny CPU recipe (recipes/sd3_pickscore_nft.toml).
-    Arguments after `--` are appended to the command.
+    A card (TOML) says how to run one training job and where its standards live: `detaudit init
+    -- python train.py` writes one. Arguments after `--` are appended to the command. Without a
+    CARD, the bundled demo recipe runs where detaudit's repository and its recipe extra are
+    installed; elsewhere it is an error. With --metrics the arguments are metrics files of runs
+    already made: the standard (--out) is written only if they agree, by the same rules.
 
     \b
     Examples:
-      detaudit record recipes/sd3_pickscore_nft.toml --runs 3
-      detaudit record recipes/sd3_pickscore_nft.toml --update      # re-record, printing what changed
+      detaudit record train/detaudit.toml --runs 3
+      detaudit record train/detaudit.toml --update                 # re-record, printing what changed
+      detaudit record --metrics night1.jsonl night2.jsonl --out standards/train.json
       detaudit record recipes/sd3_pickscore_nft.toml --no-write -- --no-seed-rollout-manager
     """
     from detaudit.ci import cases_from_record
@@ -107,7 +131,18 @@ def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: 
 
     if no_write and (update or out is not None or allow_partial or fmt is not None or drop_nan_series):
         raise click.UsageError("--no-write writes nothing: it takes no --update, --out, --allow-partial or --format")
-    card = card or default_card()
+    if from_metrics:
+        files = tuple(p for p in (card, *(Path(a) for a in extra_args)) if p is not None)
+        _record_metrics(files, runs=runs, parallel=parallel, out=out, update=update, no_write=no_write,
+                        allow_partial=allow_partial, fmt=fmt, drop_nan_series=drop_nan_series, runner_class=runner_class,
+                        step_key=step_key, exclude=exclude, include=include, workdir=workdir, cluster=cluster,
+                        junit_xml=junit_xml, no_doctor=no_doctor, as_json=as_json, trace=trace, html=html,
+                        overwrite_html=overwrite_html, scan_report=scan_report)
+    if runner_class is not None or step_key is not None:
+        raise click.UsageError("--runner-class and --step-key are for --metrics: a CARD's runs are probed, and its "
+                               "step_key is the card's")
+    loaded = card_or_demo(card)
+    card = loaded.path
     findings = prepare_html(html, overwrite_html, scan_report)
     out_console, err_console = console(), console(stderr=True)
     display = RunDisplay(err_console, runs, f"detaudit record {card}")
@@ -115,18 +150,17 @@ def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: 
 
     def on_start(base: Path, cls: RunnerClass) -> None:
         if not no_doctor:  # the preflight, once the command is known to be valid: warnings, the runs decide
-            from detaudit.data.card import load_card
             from detaudit.env.doctor import run_doctor
             from detaudit.render.environment import print_doctor
 
-            print_doctor(run_doctor(load_card(card), ray=False), err_console, only_failing=True)
+            print_doctor(run_doctor(loaded, ray=False), err_console, only_failing=True)
         where = f" as Ray jobs on {cluster}" if cluster else ""
         err_console.print(f"{PREFIX} runner class {cls}; {runs} runs{escape(where)} in {base}")
 
     try:
         with display:
             result = run_record(
-                card, runs=runs, parallel=parallel, out=out, update=update, allow_partial=allow_partial, fmt=fmt,
+                loaded, runs=runs, parallel=parallel, out=out, update=update, allow_partial=allow_partial, fmt=fmt,
                 drop_nan_series=drop_nan_series, extra_args=extra_args, exclude=exclude, include=include, workdir=workdir,
                 write=not no_write, cluster=cluster, on_update=display.update, on_start=on_start, trace=trace,
             )
@@ -137,7 +171,7 @@ def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: 
     failed = sum(1 for c in record_cases if not c.ok)
     _ci_reports(junit_xml, f"detaudit record {card}", record_cases, str(result.status).upper(),
                 f"{len(record_cases) - failed} of {len(record_cases)} series identical across {runs} runs")
-    _warn_est_time(err_console, card, _elapsed(result.runs))
+    _warn_est_time(err_console, loaded, _elapsed(result.runs))
     if as_json:
         if result.status == "run-failed":
             print_failed_runs(err_console, result.runs)
@@ -146,11 +180,58 @@ def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: 
     else:
         print_record(result, str(card), runs, written_word=nothing, out=out_console, err=err_console)
     if html is not None:
-        from detaudit.data.card import load_card
         from detaudit.render.html.views import record_page
 
-        page = record_page(result, str(card), runs, step_key=load_card(card).step_key, findings=findings)
+        page = record_page(result, str(card), runs, step_key=loaded.step_key, findings=findings)
         emit_html(html, overwrite_html, page, err_console)
+    exit_with(result.ok)
+
+
+def _record_metrics(files: tuple[Path, ...], *, runs: int, parallel: int, out: Path | None, update: bool,
+                    no_write: bool, allow_partial: bool, fmt: str | None, drop_nan_series: bool,
+                    runner_class: RunnerClass | None, step_key: str | None, exclude: tuple[str, ...],
+                    include: tuple[str, ...], workdir: Path | None, cluster: str | None, junit_xml: Path | None,
+                    no_doctor: bool, as_json: bool, trace: str | None, html: Path | None, overwrite_html: bool,
+                    scan_report: Path | None) -> NoReturn:
+    """``record --metrics FILE FILE...``: a standard from runs already made, by record's rules."""
+    from detaudit.ci import cases_from_record
+    from detaudit.flows.record import record_metrics
+    from detaudit.render.jsonout import dump_json
+    from detaudit.render.record import print_record, record_document
+
+    ctx = click.get_current_context()
+    given = [name for name, value in (("--parallel", ctx.get_parameter_source("parallel")),
+                                      ("--runs", ctx.get_parameter_source("runs")))
+             if value != click.core.ParameterSource.DEFAULT]
+    given += [name for name, value in (("--workdir", workdir), ("--cluster", cluster), ("--no-doctor", no_doctor),
+                                       ("--trace", trace), ("--scan", scan_report)) if value]
+    if given:
+        raise click.UsageError(f"--metrics compares files of runs already made: nothing runs, so it takes no "
+                               f"{', '.join(given)}")
+    if not files:
+        raise click.UsageError("--metrics needs the metrics files (two or more) of runs that should agree")
+    prepare_html(html, overwrite_html, None)
+    out_console, err_console = console(), console(stderr=True)
+    label = " ".join(str(f) for f in files)
+    result = record_metrics(files, out=out, update=update, allow_partial=allow_partial, fmt=fmt,
+                            drop_nan_series=drop_nan_series, exclude=exclude, include=include, step_key=step_key,
+                            runner_class=runner_class, write=not no_write)
+    record_cases = cases_from_record(result, "detaudit.record.metrics")
+    failed = sum(1 for c in record_cases if not c.ok)
+    _ci_reports(junit_xml, f"detaudit record --metrics {label}", record_cases, str(result.status).upper(),
+                f"{len(record_cases) - failed} of {len(record_cases)} series identical across {len(files)} files")
+    nothing = "nothing written" if no_write else "no standard written"
+    if as_json:
+        click.echo(dump_json(record_document(result, label, len(files))))
+    else:
+        print_record(result, label, len(files), written_word=nothing, out=out_console, err=err_console)
+        if result.standard is not None and result.standard.runner_class is None and result.ok and not no_write:
+            err_console.print(f"{PREFIX} note: no --runner-class: the standard names none, so verify cannot check "
+                              "where a run ran")
+    if html is not None:
+        from detaudit.render.html.views import record_page
+
+        emit_html(html, overwrite_html, record_page(result, label, len(files), step_key=step_key), err_console)
     exit_with(result.ok)
 
 
@@ -160,6 +241,8 @@ def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: 
 @click.option("--standard", type=click.Path(dir_okay=False, path_type=Path), help="Standard file, any format (detected); default: from CARD and the runner class.")
 @click.option("--allow-other-runner", is_flag=True, help="Exit 0 (SKIPPED), not 1 (NOT VERIFIED), when the only standard is for another runner class.")
 @click.option("--strict-runner", is_flag=True, help="Exit 1 when the runner class differs from the standard's (the default; kept for old scripts).")
+@click.option("--runner-class", type=RunnerClassType(),
+              help="With --metrics and no CARD: the runner class the run ran on, checked against the standard's (else not checked, and said so).")
 @step_key_option()
 @click.option("--exclude", multiple=True, metavar="GLOB",
               help="Leave the standard's series matching GLOB out of the comparison (repeatable; the report lists them).")
@@ -175,22 +258,24 @@ def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: 
 @html_options(scan=True)
 @handle_errors
 def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None, standard: Path | None,
-           allow_other_runner: bool, strict_runner: bool, step_key: str | None, exclude: tuple[str, ...],
+           allow_other_runner: bool, strict_runner: bool, runner_class: RunnerClass | None, step_key: str | None,
+           exclude: tuple[str, ...],
            include: tuple[str, ...], workdir: Path | None, cluster: str | None, suite: str | None, cards: Path,
            junit_xml: Path | None, trace: str | None, as_json: bool, html: Path | None, overwrite_html: bool,
            scan_report: Path | None) -> None:
     """Check one run of CARD (or --metrics RUN.jsonl) against its standard, exactly.
 
-    CARD defaults to the embedded tiny CPU recipe when neither CARD nor --metrics is given.
-    Reads standards in any format, detected from the content (detaudit, miles, Megatron-LM,
-    TorchTitan, NeMo-RL). Exit 0 on PASSED (or PASSED (approximate) for a runner class the
+    Without CARD or --metrics, the bundled demo recipe runs where detaudit's repository and its
+    recipe extra are installed; elsewhere it is an error. Reads standards in any format, detected
+    from the content (detaudit, miles, Megatron-LM, TorchTitan, NeMo-RL). --metrics without a
+    CARD checks no runner class unless --runner-class names it (the report says so). Exit 0 on PASSED (or PASSED (approximate) for a runner class the
     card gives tolerances, or SKIPPED with --allow-other-runner), 1 on a mismatch, a failed run, or NOT VERIFIED (no standard for
     this runner class, or one with no series), 2 on bad input.
 
     \b
     Examples:
-      detaudit verify recipes/sd3_pickscore_nft.toml --junit-xml reports/detaudit.xml
-      detaudit verify --metrics run/metrics.jsonl --standard golden_values.json
+      detaudit verify train/detaudit.toml --junit-xml reports/detaudit.xml
+      detaudit verify --metrics run/metrics.jsonl --standard golden_values.json --runner-class h100-1gpu
       detaudit verify --suite cpu --cards recipes
     """
     from detaudit.ci import cases_from_verify
@@ -205,21 +290,24 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
         raise click.UsageError("--strict-runner and --allow-other-runner contradict each other")
     if suite is not None:
         if card is not None or metrics is not None or standard is not None or extra_args or workdir is not None or cluster \
-                or trace or as_json or exclude or include:
+                or trace or as_json or exclude or include or runner_class is not None:
             raise click.UsageError("--suite verifies the suite's cards: it takes no CARD, --metrics, --standard, --workdir, "
                                    "--cluster, --trace, --json, --exclude, --include or extra args (--junit-xml gives "
                                    "one report)")
         _verify_suite(suite, cards, allow_other_runner, junit_xml, html, overwrite_html, scan_report)
+    if metrics is not None and extra_args:
+        raise click.UsageError("with --metrics nothing runs: the arguments after -- would be dropped")
     findings = prepare_html(html, overwrite_html, scan_report)
-    if card is None and metrics is None:
-        card = default_card()
+    loaded = card_or_demo(card) if card is not None or metrics is None else None
+    card = loaded.path if loaded is not None else None
     out_console, err_console = console(), console(stderr=True)
     display = RunDisplay(err_console, 1, f"detaudit verify {card}")
     try:
         with display:
-            result = run_verify(card, metrics=metrics, standard=standard, allow_other_runner=allow_other_runner,
+            result = run_verify(loaded, metrics=metrics, standard=standard, allow_other_runner=allow_other_runner,
                                 step_key=step_key, extra_args=extra_args, workdir=workdir, cluster=cluster,
-                                on_update=display.update, trace=trace, exclude=exclude, include=include)
+                                on_update=display.update, trace=trace, exclude=exclude, include=include,
+                                runner_class=runner_class)
     except KeyboardInterrupt as exc:
         _interrupted(err_console, exc, "not verified")
     label = card.stem if card is not None else Path(str(metrics)).stem
@@ -228,7 +316,7 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
                 cases_from_verify(result, f"detaudit.verify.{label}", time_s=result.run.elapsed if result.run else 0.0),
                 status.label, f"{status_detail(status, result)} ({result.standard_path})")
     if metrics is None and result.run is not None:
-        _warn_est_time(err_console, card, _elapsed([result.run]))
+        _warn_est_time(err_console, loaded, _elapsed([result.run]))
     if result.run is not None:
         print_jobs(err_console, [result.run])
     if result.standard_trace is not None:
@@ -317,12 +405,13 @@ def trace(card: Path | None, extra_args: tuple[str, ...], modules: bool, save: P
     from detaudit.render.trace import print_comparison, print_summary, trace_json
     from detaudit.results import TraceStatus
 
-    card = card or default_card()
+    loaded = card_or_demo(card)
+    card = loaded.path
     out_console, err_console = console(), console(stderr=True)
     display = RunDisplay(err_console, 1, f"detaudit trace {card}")
     try:
         with display:
-            result = trace_card(card, mode="modules" if modules else None, extra_args=extra_args, workdir=workdir,
+            result = trace_card(loaded, mode="modules" if modules else None, extra_args=extra_args, workdir=workdir,
                                 save=save, against=against, on_update=display.update)
     except KeyboardInterrupt as exc:
         _interrupted(err_console, exc, "no trace saved")

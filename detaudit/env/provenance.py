@@ -10,10 +10,12 @@ itself never imports torch, and a card's ``env`` (e.g. ``ATEN_CPU_CAPABILITY``) 
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 import subprocess
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -161,7 +163,7 @@ def provenance_differences(recorded: dict[str, Any], current: dict[str, Any]) ->
         for key in new
         if key not in old and key.split(".")[0] in recorded
     ]
-    missing = [k for k in RUNNER_KEYS if k not in recorded and k in current and k != "packages"]
+    missing = [k for k in RUNNER_KEYS if k not in recorded and current.get(k) is not None and k != "packages"]
     if missing:
         lines.append(f"not recorded in the standard (cannot compare): {', '.join(missing)}")
     return lines
@@ -178,3 +180,32 @@ def package_differences(recorded: dict[str, Any], current: dict[str, Any]) -> li
         for name in sorted(set(old) | set(new))
         if old.get(name) != new.get(name)
     ]
+
+
+# Distributions whose version can change a run's bits on their own: torch and its compiler, the
+# CUDA / cuDNN / NCCL / cuBLAS wheels, numpy and the math libraries torch or numpy link. The card's
+# own imports join them (``bit_packages``).
+BIT_PACKAGES = (
+    "torch", "torchvision", "torchaudio", "triton", "pytorch-triton*", "nvidia-*", "cuda-*", "numpy", "scipy",
+    "mkl", "mkl-*", "intel-openmp", "onednn*", "openblas*", "scipy-openblas*", "jax", "jaxlib", "flash-attn",
+    "xformers", "apex", "transformer-engine*", "deepspeed", "megatron-core",
+)
+
+
+def normalised(name: str) -> str:
+    """A distribution or module name as package indexes compare them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def bit_packages(lines: list[str], imports: Collection[str] = ()) -> tuple[list[str], list[str]]:
+    """``package_differences`` lines split in two: those of packages that can change bits
+    (``BIT_PACKAGES``, and ``imports``: the card's own, by module name) first, and the rest."""
+    own = {normalised(name) for name in imports}
+    first, rest = [], []
+    for line in lines:
+        name = line.split(":", 1)[0]
+        if name in own or any(fnmatch.fnmatchcase(name, pattern) for pattern in BIT_PACKAGES):
+            first.append(line)
+        else:
+            rest.append(line)
+    return first, rest

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from detaudit.data.card import load_card
+from detaudit.data.card import Card, as_card
 from detaudit.errors import UsageError
 from detaudit.results import TraceResult, TraceStatus
 from detaudit.run.card_runs import run_card
@@ -28,7 +28,7 @@ from detaudit.trace.saved import check_save_destination, check_saved_card, read_
 
 
 def trace_card(
-    card_path: str | Path,
+    card_path: Card | str | Path,
     *,
     mode: str | None = None,
     extra_args: tuple[str, ...] = (),
@@ -38,7 +38,7 @@ def trace_card(
     on_update: Callable[[list[RunState]], None] | None = None,
 ) -> TraceResult:
     """Run CARD once with tracing on; summarise it; save it or compare it with a saved one."""
-    card = load_card(card_path)
+    card = as_card(card_path)
     saved_meta: dict[str, Any] | None = None
     saved_trace: RunTrace | None = None
     if against is not None:

@@ -13,7 +13,9 @@ from typing import Any
 
 from detaudit.data.approximate import approximate_rule
 from detaudit.data.card import Card, as_card
+from detaudit.env.imports import card_imports
 from detaudit.env.provenance import (
+    bit_packages,
     detect_environment,
     package_differences,
     provenance_differences,
@@ -177,7 +179,10 @@ def verify(
         result.status = VerifyStatus.FAILED
         if std.runner:  # a golden of another framework records no environment: nothing to compare, no probe
             current = info if info is not None else detect_environment()
-            result.provenance = provenance_differences(std.runner, current) + package_differences(std.runner, current)
+            result.package_changes = package_differences(std.runner, current)
+            result.provenance = provenance_differences(std.runner, current) + result.package_changes
+    if result.package_changes:
+        result.bit_packages = bit_packages(result.package_changes, card_imports(card) if card is not None else set())[0]
     elif approximate is not None:
         result.status = VerifyStatus.APPROXIMATE  # never "passed": this class was not held to the exact standard
     if plan is not None:

@@ -57,3 +57,23 @@ def print_environment(cls: RunnerClass, info: dict[str, Any], console: Console) 
     for key, value in rows:
         console.print(f"{key:>15}: {escape(value)}")
 
+
+
+def environment_diff_document(standard: str, cls: RunnerClass, standard_class: Any, fields: list[str],
+                              bit_packages: list[str], other_packages: list[str]) -> dict[str, Any]:
+    """``detaudit env --diff STANDARD --json``."""
+    return {"standard": standard, "runner_class": cls, "standard_runner_class": standard_class,
+            "fields": fields, "bit_packages": bit_packages, "other_packages": other_packages}
+
+
+def print_environment_diff(doc: dict[str, Any], console: Console) -> None:
+    """``detaudit env --diff STANDARD``: every field and package that differs from the standard's
+    environment, the packages that can change bits (torch, CUDA, numpy, the card's imports) first."""
+    console.print(f"{PREFIX} this environment against {escape(doc['standard'])} (runner class here "
+                  f"{escape(str(doc['runner_class']))}, standard's {escape(str(doc['standard_runner_class']))})")
+    sections = (("fields", doc["fields"]), ("packages that can change bits", doc["bit_packages"]),
+                ("other packages", doc["other_packages"]))
+    for title, lines in sections:
+        console.print(f"{title}: {len(lines) or 'none differ'}")
+        for line in lines:
+            console.print("  " + escape(line))

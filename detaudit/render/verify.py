@@ -29,6 +29,7 @@ def verify_document(result: VerifyResult, card: str | None) -> dict[str, Any]:
         "runner_class": result.runner_here, "standard_runner_class": result.runner_standard,
         "other_classes": list(result.other_classes), "refusal": result.refusal,
         "provenance": list(result.provenance), "package_changes": list(result.package_changes),
+        "bit_packages": list(result.bit_packages), "runner_unchecked": result.runner_unchecked,
         "trace": runs_trace_json(result.trace) if result.trace is not None else None,
         "standard_trace": str(result.standard_trace) if result.standard_trace else None,
         "runs": runs_document([result.run]) if result.run is not None else [],
@@ -48,6 +49,23 @@ def print_selection(result: VerifyResult, out: Console) -> None:
     if result.extra_series:
         out.print(f"{PREFIX} note: {len(result.extra_series)} series not in the standard: "
                   + escape(names_text(result.extra_series)))
+
+
+def env_diff_command(result: VerifyResult) -> str:
+    """The command that lists every difference between this environment and the standard's."""
+    card = f"{result.card.path} " if result.card is not None else ""
+    return f"detaudit env {card}--diff {result.standard_path}"
+
+
+def package_summary(result: VerifyResult) -> str:
+    """The differing packages that can change bits, by name and version, and the rest as one count."""
+    rest = len(result.package_changes) - len(result.bit_packages)
+    named = "; ".join(result.bit_packages)
+    if not named:
+        return (f"{rest} package version(s) differ, none of torch, CUDA/cuDNN, numpy or the card's imports "
+                f"(`{env_diff_command(result)}` lists them)")
+    more = f"; and {rest} other package(s) (`{env_diff_command(result)}` lists them)" if rest else ""
+    return named + more
 
 
 def print_verify(result: VerifyResult, *, out: Console, err: Console) -> None:
@@ -93,18 +111,26 @@ def print_verify(result: VerifyResult, *, out: Console, err: Console) -> None:
         print_runs_trace(out, result.trace)
         out.print(f"[green]{PREFIX} PASSED: {result.compared} metric series match {path}[/green]")
         print_selection(result, out)
+        if result.runner_unchecked:
+            out.print(f"[yellow]{PREFIX} runner class not checked: {escape(result.runner_unchecked)}[/yellow]")
         if result.package_changes:
             err.print(f"[yellow]detaudit: warning: the bits match, but {len(result.package_changes)} package "
-                      "version(s) differ from the standard's: " + escape("; ".join(result.package_changes)) + "[/yellow]")
+                      "version(s) differ from the standard's: " + escape(package_summary(result)) + "[/yellow]")
         print_workdir_note(err, result.workdir, result.workdir_removed, True)
         return
     out.print(f"[red]{PREFIX} FAILED: {len(result.failures)} of {result.compared} metric series differ from {path}[/red]")
     for name, d in result.failures:
         out.print("  " + escape(divergence_line(name, d)))
     print_selection(result, out)
+    if result.runner_unchecked:
+        out.print(f"[yellow]{PREFIX} runner class not checked: {escape(result.runner_unchecked)}[/yellow]")
     print_runs_trace(out, result.trace)
     if result.provenance:
         out.print(f"[yellow]{PREFIX} this environment differs from the standard's:[/yellow]")
+        packages = set(result.package_changes)
         for line in result.provenance:
-            out.print("  " + escape(line))
+            if line not in packages:
+                out.print("  " + escape(line))
+        if packages:
+            out.print("  packages: " + escape(package_summary(result)))
     print_workdir_note(err, result.workdir, result.workdir_removed, False)

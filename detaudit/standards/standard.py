@@ -77,8 +77,12 @@ def standard_lock(path: str | Path) -> Iterator[Path]:
                 continue
             except OSError as exc:
                 raise os_error(lock, exc, "create the lock") from None
-            with os.fdopen(fd, "w") as fh:
-                fh.write(f"{os.getpid()}\n")
+            try:
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(f"{os.getpid()}\n")
+            except OSError as exc:  # a full disk (or a file-size limit): no lock, and no empty .lock left
+                lock.unlink(missing_ok=True)
+                raise os_error(lock, exc, "write the lock") from None
             break
         else:
             raise UsageError(f"could not take the lock {lock}", path)
