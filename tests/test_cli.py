@@ -140,8 +140,9 @@ def flags_in_messages() -> dict[str, set[str]]:
 
 
 def plugin_flags() -> set[str]:
-    tree = ast.parse((PACKAGE / "pytest_plugin.py").read_text())
-    return {n.args[0].value for n in ast.walk(tree) if isinstance(n, ast.Call) and _call_name(n) == "addoption"}
+    tree = ast.parse((PACKAGE / "pytest_plugin" / "__init__.py").read_text())
+    return {n.args[0].value for n in ast.walk(tree) if isinstance(n, ast.Call) and _call_name(n) == "addoption"
+            and isinstance(n.args[0], ast.Constant)}
 
 
 def test_every_flag_named_in_a_message_exists() -> None:

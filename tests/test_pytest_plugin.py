@@ -5,6 +5,7 @@ pytester, from its root and from its tests/ folder, with and without pytest -n 2
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tomllib
 from importlib.metadata import entry_points
@@ -49,6 +50,11 @@ def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     return pytester.runpytest(*PLUGIN, *args)
 
 
+def update(pytester: pytest.Pytester, *args: str, option: str = "--detaudit-update") -> pytest.RunResult:
+    """An update from one run of each test (tests about agreeing runs say --detaudit-runs themselves)."""
+    return run(pytester, *args, option, "--detaudit-runs", "1")
+
+
 def run_xdist(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     """pytest -n 2 in a subprocess: real worker processes, each with the plugin."""
     return pytester.runpytest_subprocess(*PLUGIN, "-p", "xdist", "-n", "2", *args)
@@ -59,7 +65,7 @@ def test_standards_live_beside_the_test_file_whatever_the_current_directory(
     missing = run(pytester, TRAINING)
     missing.assert_outcomes(failed=2)
     missing.stdout.fnmatch_lines([f"*no standard {LOSS} (run pytest with --detaudit-update to write it)*"])
-    run(pytester, TRAINING, "--detaudit-update").assert_outcomes(passed=2)
+    update(pytester, TRAINING).assert_outcomes(passed=2)
     assert (project / LOSS).is_file()
     monkeypatch.chdir(project / "tests")  # pytest run from tests/: the same standards, found
     from_tests = run(pytester, "check_training.py")
@@ -69,11 +75,12 @@ def test_standards_live_beside_the_test_file_whatever_the_current_directory(
 
 
 def test_the_standards_folder_is_configurable(pytester: pytest.Pytester, project: Path) -> None:
-    run(pytester, TRAINING, "--detaudit-update", "-o", "detaudit_standards_dir=golden/det").assert_outcomes(passed=2)
+    update(pytester, TRAINING, "-o", "detaudit_standards_dir=golden/det").assert_outcomes(passed=2)
     assert (project / "tests/golden/det/check_training/test_loss.json").is_file()
     assert not (project / LOSS).exists()
 
 
+@pytest.mark.slow
 def test_an_update_that_changes_nothing_leaves_the_bytes(pytester: pytest.Pytester, project: Path) -> None:
     run(pytester, TRAINING, "--detaudit-update").assert_outcomes(passed=2)
     first = (project / LOSS).read_bytes()
@@ -90,7 +97,7 @@ def test_an_update_that_changes_nothing_leaves_the_bytes(pytester: pytest.Pytest
 @pytest.mark.slow
 def test_a_changed_value_fails_then_update_rewrites_only_that(pytester: pytest.Pytester, project: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    run(pytester, TRAINING, "--detaudit-update").assert_outcomes(passed=2)
+    update(pytester, TRAINING).assert_outcomes(passed=2)
     scaled = project / "tests/standards/check_training/test_loss_scaled.json"
     scaled_bytes = scaled.read_bytes()
     (project / LOSS).write_text((project / LOSS).read_text().replace("0.3333333333333333", "0.3333333333333334"))
@@ -98,9 +105,9 @@ def test_a_changed_value_fails_then_update_rewrites_only_that(pytester: pytest.P
     failed.assert_outcomes(passed=1, failed=1)
     failed.stdout.fnmatch_lines([f"*FAILED against {LOSS}: 1 of 2 series differ*",
                                  "*train/loss: step 0: standard 0.3333333333333334, run 0.3333333333333333*"])
-    updated = run(pytester, TRAINING, "--detaudit-update")
+    updated = update(pytester, TRAINING)
     updated.assert_outcomes(passed=2)
-    updated.stdout.fnmatch_lines([f"re-recorded {LOSS} (from *metrics.jsonl)"])
+    updated.stdout.fnmatch_lines([f"re-recorded {LOSS} (from *metrics.jsonl, 1 agreeing runs)"])
     assert "test_loss_scaled.json" not in updated.stdout.str() and scaled.read_bytes() == scaled_bytes
     run(pytester, TRAINING).assert_outcomes(passed=2)
 
@@ -110,7 +117,7 @@ def test_update_under_xdist_writes_and_summarises(pytester: pytest.Pytester, pro
     result = run_xdist(pytester, TRAINING, "tests/check_megatron.py", "--detaudit-update")
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["*detaudit standards updated*"])
-    result.stdout.fnmatch_lines([f"re-recorded {LOSS} (from *metrics.jsonl)"])
+    result.stdout.fnmatch_lines([f"re-recorded {LOSS} (from *metrics.jsonl, 2 agreeing runs)"])
     result.stdout.fnmatch_lines(["re-recorded tests/standards/check_training/test_loss_scaled.json (from *"])
     assert (project / LOSS).is_file()
 
@@ -131,9 +138,9 @@ def test_two_tests_on_one_standard_under_update_is_an_error_naming_both(pytester
 
 def test_malformed_metrics_is_a_one_line_test_failure(pytester: pytest.Pytester, project: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    run(pytester, TRAINING, "--detaudit-update").assert_outcomes(passed=2)
+    update(pytester, TRAINING).assert_outcomes(passed=2)
     monkeypatch.setenv("DEMO_MALFORMED", "1")
-    for args in ((), ("--detaudit-update-all",)):
+    for args in ((), ("--detaudit-update-all", "--detaudit-runs", "1")):
         result = run(pytester, TRAINING, *args)
         result.assert_outcomes(failed=2)
         result.stdout.fnmatch_lines(["detaudit: */test_loss0/metrics.jsonl:3: invalid JSON*"])
@@ -157,29 +164,29 @@ def test_every_ci_variable_refuses_updates_unless_forced(pytester: pytest.Pytest
     refused.stderr.fnmatch_lines([f"*refusing to update standards on a CI system ({variable} is set)*"
                                   "--detaudit-force-update*"])
     assert not (project / LOSS).exists()
-    run(pytester, TRAINING, "--detaudit-update", "--detaudit-force-update").assert_outcomes(passed=2)
+    update(pytester, TRAINING, "--detaudit-force-update").assert_outcomes(passed=2)
     monkeypatch.setenv(variable, "false")  # set, but off: not CI
-    run(pytester, TRAINING, "--detaudit-update-all").assert_outcomes(passed=2)
+    update(pytester, TRAINING, option="--detaudit-update-all").assert_outcomes(passed=2)
 
 
 @pytest.mark.slow
 def test_new_and_missing_series_are_reported(pytester: pytest.Pytester, project: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    run(pytester, TRAINING, "--detaudit-update").assert_outcomes(passed=2)
+    update(pytester, TRAINING).assert_outcomes(passed=2)
     monkeypatch.setenv("DEMO_EXTRA", "1")
     new = run(pytester, TRAINING)
     new.assert_outcomes(passed=2)
     new.stdout.fnmatch_lines([f"new series, not in the standard, unchecked: {LOSS}: train/extra (pytest "
                               "--detaudit-update adds them) [tests/check_training.py::test_loss]"])
-    added = run(pytester, TRAINING, "--detaudit-update")
-    added.stdout.fnmatch_lines([f"re-recorded {LOSS} (from *metrics.jsonl; new series: train/extra)"])
+    added = update(pytester, TRAINING)
+    added.stdout.fnmatch_lines([f"re-recorded {LOSS} (from *metrics.jsonl, 1 agreeing runs; new series: train/extra)"])
     assert "train/extra" in json.loads((project / LOSS).read_text())["series"]
     monkeypatch.delenv("DEMO_EXTRA")
     monkeypatch.setenv("DEMO_DROP", "1")
     missing = run(pytester, TRAINING)
     missing.assert_outcomes(failed=2)
     missing.stdout.fnmatch_lines(["*train/extra*", "*train/grad_norm*"])
-    removed = run(pytester, TRAINING, "--detaudit-update")
+    removed = update(pytester, TRAINING)
     removed.stdout.fnmatch_lines([f"re-recorded {LOSS} (from *; series no longer in the run, removed: "
                                   "train/extra, train/grad_norm)"])
 
@@ -194,7 +201,7 @@ def test_updating_a_megatron_golden_keeps_its_format_and_sampling(pytester: pyte
                                   "golden keeps the series it has)*"])
     monkeypatch.setenv("DEMO_BUMP", "0.5")
     run(pytester, "tests/check_megatron.py").assert_outcomes(failed=1)
-    updated = run(pytester, "tests/check_megatron.py", "--detaudit-update")
+    updated = update(pytester, "tests/check_megatron.py")
     updated.assert_outcomes(passed=1)
     updated.stdout.fnmatch_lines([f"re-recorded {GOLDEN} (from *; not added to this megatron golden*train/grad_norm)"])
     after = json.loads((project / GOLDEN).read_text())
@@ -232,3 +239,144 @@ def test_toy():
     changed = run(pytester)
     changed.assert_outcomes(failed=1)
     changed.stdout.fnmatch_lines(["*3 points in the standard, 4 in the run*"])
+
+
+# -- standards from agreeing runs, bound to a runner class (#38) ------------------------------------
+
+@pytest.mark.slow
+def test_a_standard_comes_from_n_agreeing_runs_of_the_test(pytester: pytest.Pytester, project: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    recorded = run(pytester, TRAINING, "--detaudit-update", "--detaudit-runs", "3")
+    recorded.assert_outcomes(passed=2)
+    recorded.stdout.fnmatch_lines([f"re-recorded {LOSS} (from *metrics.jsonl, 3 agreeing runs)"])
+    doc = json.loads((project / LOSS).read_text())
+    assert doc["recorded"]["runs"] == 3
+    # The runner class and provenance of the machine the test ran on, as `detaudit record` writes them.
+    assert doc["runner"]["class"][0] == "cpu" and "pytest" in doc["runner"]["packages"]
+    assert "python" in doc["runner"] and "cpu" in doc["runner"]
+    before = (project / LOSS).read_bytes()
+    # A test whose runs disagree (a draw from an unseeded generator) writes nothing.
+    monkeypatch.setenv("DEMO_UNSEEDED", "1")
+    refused = run(pytester, TRAINING, "--detaudit-update-all", "--detaudit-runs", "2")
+    refused.assert_outcomes(failed=2)
+    refused.stdout.fnmatch_lines([f"*2 runs of tests/check_training.py::test_loss do not agree (disagree); {LOSS} "
+                                  "not written*", "*train/noise*"])
+    assert (project / LOSS).read_bytes() == before
+
+
+def test_a_standard_is_checked_against_its_runner_class(pytester: pytest.Pytester, project: Path) -> None:
+    update(pytester, TRAINING).assert_outcomes(passed=2)
+    doc = json.loads((project / LOSS).read_text())
+    doc["runner"]["class"] = ["cpu", "elsewhere"]
+    (project / LOSS).write_text(json.dumps(doc))
+    other = run(pytester, TRAINING)
+    other.assert_outcomes(passed=1, failed=1)
+    other.stdout.fnmatch_lines([f"*NOT VERIFIED against {LOSS}: no standard for runner class cpu-*"])
+
+
+def test_unused_standards_are_reported_and_removed_only_when_asked(pytester: pytest.Pytester, project: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    update(pytester, TRAINING).assert_outcomes(passed=2)
+    folder = project / LOSS.parent
+    gone = folder / "test_renamed_away.json"
+    gone.write_bytes((project / LOSS).read_bytes())
+    orphan = folder.parent / "check_deleted_module" / "test_x.json"  # its test module no longer exists
+    orphan.parent.mkdir()
+    orphan.write_bytes((project / LOSS).read_bytes())
+    (folder / "test_loss.obtained.jsonl").write_text("{}\n")  # a failure's output, not a standard
+    reported = run(pytester, TRAINING)
+    reported.assert_outcomes(passed=2)
+    reported.stdout.fnmatch_lines(["unused standard (no test checks it): tests/standards/check_deleted_module/test_x.json",
+                                   "unused standard (no test checks it): tests/standards/check_training/"
+                                   "test_renamed_away.json",
+                                   "2 unused standard(s): pytest --detaudit-remove-unused deletes them"])
+    assert "test_loss.json" not in reported.stdout.str().split("detaudit standards")[-1]
+    # A partial selection says nothing: the tests it left out may use them.
+    partial = run(pytester, TRAINING, "-k", "test_loss_scaled")
+    assert "unused standard" not in partial.stdout.str()
+    monkeypatch.setenv("CI", "true")
+    refused = run(pytester, TRAINING, "--detaudit-remove-unused")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR and gone.exists()
+    monkeypatch.delenv("CI")
+    removed = run(pytester, TRAINING, "--detaudit-remove-unused")
+    removed.stdout.fnmatch_lines(["removed unused standard tests/standards/check_deleted_module/test_x.json",
+                                  "removed unused standard tests/standards/check_training/test_renamed_away.json"])
+    assert not gone.exists() and not orphan.exists() and (project / LOSS).is_file()
+    assert "unused" not in run(pytester, TRAINING).stdout.str()
+
+
+def test_a_failed_check_leaves_what_it_obtained_beside_the_standard(pytester: pytest.Pytester, project: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    update(pytester, TRAINING).assert_outcomes(passed=2)
+    monkeypatch.setenv("DEMO_BUMP", "0.5")
+    failed = run(pytester, TRAINING, "--detaudit-html")
+    failed.assert_outcomes(failed=2)
+    obtained = project / LOSS.with_name("test_loss.obtained.jsonl")
+    failed.stdout.fnmatch_lines([f"obtained (beside its standard) {obtained.relative_to(project)}"])
+    lines = [json.loads(line) for line in obtained.read_text().splitlines()]
+    assert lines[0]["train/loss"] == 1 / 3 + 0.5  # the run's metrics, as the test wrote them
+    page = obtained.with_suffix(".html")
+    assert page.is_file() and "train/loss" in page.read_text()
+    assert json.loads((project / LOSS).read_text())["series"]["train/loss"]["points"][0][1] == 1 / 3  # untouched
+
+
+def test_the_marker_checks_every_argument_it_takes_and_refuses_others(pytester: pytest.Pytester,
+                                                                       project: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    marker = "tests/check_marker.py"
+    first = run(pytester, marker)
+    first.assert_outcomes(failed=3)
+    first.stdout.fnmatch_lines(["*no standard tests/standards/marked.json*",
+                                "*@pytest.mark.detaudit takes card=, metrics=, standard=, step_key= only (keywords); "
+                                "it does not take metric=*",
+                                "*it does not take 'out/metrics.jsonl'*"])
+    update(pytester, marker, "-k", "test_metrics_marker").assert_outcomes(passed=1)
+    assert (project / "tests/standards/marked.json").is_file()
+    run(pytester, marker, "-k", "test_metrics_marker").assert_outcomes(passed=1)
+    monkeypatch.setenv("DEMO_BUMP", "0.5")  # the file the marker names is what is checked
+    run(pytester, marker, "-k", "test_metrics_marker").assert_outcomes(failed=1)
+
+
+@pytest.mark.slow
+def test_the_marker_checks_metrics_against_a_cards_standard(pytester: pytest.Pytester,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in CI_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    write_card(pytester.path / "toy.toml")
+    pytester.makepyfile(test_card_metrics='''
+import os, subprocess, sys
+from pathlib import Path
+
+import pytest
+
+TOY = Path(os.environ["TOY_RECIPE"])
+
+@pytest.mark.detaudit(card="toy.toml")
+def test_card():
+    pass
+
+@pytest.mark.detaudit(card="toy.toml", metrics="m.jsonl")
+def test_metrics_of_the_card():
+    args = ["--steps", "4"] if os.environ.get("FOUR") else []
+    subprocess.run([sys.executable, str(TOY), *args], env=dict(os.environ, DETAUDIT_METRICS_JSONL="m.jsonl"),
+                   check=True)
+''')
+    from conftest import TOY
+
+    monkeypatch.setenv("TOY_RECIPE", str(TOY))
+    run(pytester, "--detaudit-update", "-k", "test_card").assert_outcomes(passed=1)
+    run(pytester, "-k", "test_metrics_of_the_card").assert_outcomes(passed=1)
+    monkeypatch.setenv("FOUR", "1")  # card + metrics: the metrics file is checked, not ignored
+    changed = run(pytester, "-k", "test_metrics_of_the_card")
+    changed.assert_outcomes(failed=1)
+    changed.stdout.fnmatch_lines(["*3 points in the standard, 4 in the run*"])
+    assert (pytester.path / "standards" / "toy.cpu-test.obtained.jsonl").is_file()
+
+
+def test_long_test_names_are_cut_and_end_with_a_hash(pytester: pytest.Pytester, project: Path) -> None:
+    long_names = "tests/check_long_names.py"
+    update(pytester, long_names).assert_outcomes(passed=2)
+    written = sorted((project / "tests/standards/check_long_names").iterdir())
+    assert len(written) == 2 and len({p.name[:140] for p in written}) == 1  # one start, two hashes
+    assert all(len(p.name.encode()) <= 165 and re.search(r"-[0-9a-f]{16}\.json$", p.name) for p in written)
+    run(pytester, long_names).assert_outcomes(passed=2)

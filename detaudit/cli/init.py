@@ -51,7 +51,7 @@ def init(command: tuple[str, ...], out: Path | None, name: str | None, metrics_e
     if words and words[0] == "--":
         words = words[1:]
     if not words:
-        raise click.UsageError("give the command after --, e.g. detaudit init -- python train.py --steps 20")
+        raise click.UsageError("give the command after --, e.g. detaudit init -- python train.py")
     here = Path.cwd()
     script = _script(words, here)
     card_path = out if out is not None else (script.parent if script is not None else here) / CARD_FILE

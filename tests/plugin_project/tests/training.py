@@ -2,6 +2,7 @@
 
 import json
 import os
+import random
 from pathlib import Path
 
 
@@ -15,6 +16,8 @@ def train(path: Path, steps: int = 5, scale: float = 1.0, key: str = "train/loss
             line["train/grad_norm"] = scale * (step + 1) / 7
         if os.environ.get("DEMO_EXTRA"):
             line["train/extra"] = step * 0.5
+        if os.environ.get("DEMO_UNSEEDED"):  # a draw from a generator nobody seeded: runs disagree
+            line["train/noise"] = random.random()
         lines.append(json.dumps(line))
     if os.environ.get("DEMO_MALFORMED"):
         lines[2] = '{"step": 2, "train/loss": oops}'
