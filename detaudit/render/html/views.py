@@ -386,7 +386,8 @@ def record_page(result: RecordResult, card: str, runs_requested: int, *, step_ke
         page.trace = _trace_view(result.trace, dirs, reference=None)
     if findings is not None:
         page.findings = findings_view(findings, _traced_processes(result.trace, [run_trace_dir(s.spec.workdir)
-                                                                                  for s in result.runs[:1]]), card)
+                                                                                  for s in result.runs[:1]]),
+                                      result.card or card)
     return page
 
 
@@ -465,7 +466,7 @@ def verify_page(result: VerifyResult, card: str | None, *, step_key: str | None 
         page.trace = _trace_view(result.trace, dirs, reference=reference)
     if findings is not None:
         traced = [run_trace_dir(result.run.spec.workdir)] if result.run is not None else []
-        page.findings = findings_view(findings, _traced_processes(result.trace, traced), card)
+        page.findings = findings_view(findings, _traced_processes(result.trace, traced), result.card or card)
     return page
 
 
