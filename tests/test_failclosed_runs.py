@@ -194,7 +194,8 @@ def untraceable_card(tmp_path: Path) -> Path:
     source.write_text(lines)
     card = tmp_path / "sh.toml"
     card.write_text(f'name = "sh"\ncommand = {json.dumps(["sh", "-c", f"cp {source} $DETAUDIT_METRICS_JSONL"])}\n'
-                    f'timeout_s = 60\nrunner = ["cpu", "test"]\nstandards_dir = "{tmp_path / "standards"}"\n')
+                    f'timeout_s = 60\nrunner = ["cpu", "test"]\nstandards_dir = "{tmp_path / "standards"}"\n'
+                    f'python = {json.dumps(sys.executable)}\n')  # no Python in the command: the probe's, named
     return card
 
 
