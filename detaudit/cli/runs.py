@@ -295,8 +295,6 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
                                    "--cluster, --trace, --json, --exclude, --include or extra args (--junit-xml gives "
                                    "one report)")
         _verify_suite(suite, cards, allow_other_runner, junit_xml, html, overwrite_html, scan_report)
-    if metrics is not None and extra_args:
-        raise click.UsageError("with --metrics nothing runs: the arguments after -- would be dropped")
     findings = prepare_html(html, overwrite_html, scan_report)
     loaded = card_or_demo(card) if card is not None or metrics is None else None
     card = loaded.path if loaded is not None else None
