@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
 
-from detaudit.data.card import load_card, run_argv, run_env
+from detaudit.data.card import command_python, load_card, run_argv, run_env
 from detaudit.standards.store import standard_path
 from detaudit.errors import InputError
 from detaudit.runner_class import RunnerClass
@@ -75,3 +77,32 @@ def test_bad_cards(tmp_path: Path, text: str, expected: str) -> None:
 def test_missing_card(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="none.toml: cannot read recipe card"):
         load_card(tmp_path / "none.toml")
+
+
+def test_runs_start_in_the_cards_folder_or_its_cwd_and_python_names_the_interpreter(tmp_path: Path) -> None:
+    plain = load_card(card(tmp_path, 'name = "x"\ncommand = ["{python}", "train.py"]\n'))
+    assert plain.run_cwd == tmp_path.resolve() and plain.python_path == sys.executable
+    (tmp_path / "sub").mkdir()
+    named = load_card(card(tmp_path, 'name = "x"\ncommand = ["{python}", "t.py"]\ncwd = ".."\npython = "venv/bin/python"\n'))
+    assert named.run_cwd == tmp_path.parent.resolve()
+    assert named.python_path == str(tmp_path.resolve() / "venv" / "bin" / "python")  # from the card, not resolved
+    assert run_argv(named, tmp_path, tmp_path / "m.jsonl")[0] == named.python_path
+    with pytest.raises(InputError, match=r"python: must be a path to a Python interpreter"):
+        load_card(card(tmp_path, 'name = "x"\ncommand = ["a"]\npython = "{python}"\n'))
+
+
+def test_the_python_a_command_starts(tmp_path: Path) -> None:
+    env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}/usr/bin:/bin"}
+    assert command_python(load_card(card(tmp_path, 'name = "x"\ncommand = ["{python}", "t.py"]\n')), env) == sys.executable
+    named = command_python(load_card(card(tmp_path, f'name = "x"\ncommand = ["{Path(sys.executable).name}"]\n')), env)
+    assert Path(named).parent == Path(sys.executable).parent  # found on the run's PATH, not resolved
+    script = tmp_path / "launch"
+    script.write_text(f"#!/usr/bin/env -S {Path(sys.executable).name} -u\nprint(1)\n")
+    script.chmod(0o755)
+    assert command_python(load_card(card(tmp_path, 'name = "x"\ncommand = ["./launch", "--x"]\n')), env) == named
+    shell = load_card(card(tmp_path, 'name = "x"\ncommand = ["sh", "-c", "python t.py"]\n'))
+    with pytest.raises(InputError, match=r"command: cannot tell which Python 'sh' starts"):
+        command_python(shell, env)
+    assert command_python(load_card(card(tmp_path, 'name = "x"\ncommand = ["sh"]\npython = "/opt/py"\n')), env) == "/opt/py"
+    with pytest.raises(InputError, match=r"command: 'no-such-program' is not found"):
+        command_python(load_card(card(tmp_path, 'name = "x"\ncommand = ["no-such-program"]\n')), env)
