@@ -131,13 +131,17 @@ def test_verify_names_differing_fields_and_warns_on_package_versions(tmp_path: P
     doc = json.loads(std.read_text())
     assert doc["runner"]["cpu"]["vendor"] and doc["runner"]["packages"]["click"]
     doc["runner"]["packages"]["click"] = "0.0.1"
+    doc["runner"]["packages"]["torch"] = "0.0.2"
     doc["runner"]["cpu"]["model"] = "999"
     std.write_text(json.dumps(doc))
     passed = run_cli("verify", str(card), "--standard", str(std))
     assert passed.code == 0 and "PASSED" in passed.out
-    assert "package version(s) differ" in passed.err and "click: standard 0.0.1" in passed.err
+    # torch can change bits: named; click cannot: counted, with the command that lists it.
+    assert "2 package version(s) differ" in passed.err and "torch: standard 0.0.2" in passed.err
+    assert "click" not in passed.err and "and 1 other package(s)" in passed.err and "--diff" in passed.err
     metrics = tmp_path / "m.jsonl"
     metrics.write_text('{"step_key": "step", "step": 0, "loss": 5.0}\n')
     failed = run_cli("verify", str(card), "--standard", str(std), "--metrics", str(metrics))
     assert failed.code == 1
-    assert "cpu.model: standard '999'" in failed.out and "click: standard 0.0.1" in failed.out
+    assert "cpu.model: standard '999'" in failed.out and "torch: standard 0.0.2" in failed.out
+    assert "and 1 other package(s)" in failed.out

@@ -133,6 +133,7 @@ def record_metrics(
     write: bool = True,
     recorded: dict[str, Any] | None = None,
     keep_unchanged: bool = False,
+    min_runs: int = 2,
 ) -> RecordResult:
     """A standard from the metrics files of runs already made, written to ``out`` only if they all agree.
 
@@ -145,9 +146,10 @@ def record_metrics(
     how it was made. Replacing a sampled golden (Megatron-LM, NeMo-RL, TorchTitan) keeps its format,
     series and steps: the run is taken at the golden's steps. ``keep_unchanged``: an update whose
     series are all identical to the old standard's, on the same class, leaves the file's bytes.
+    ``min_runs`` 1 (the pytest plugin's ``--detaudit-runs 1``, asked for by name) takes one file.
     """
     files = [Path(p) for p in paths]
-    if len(files) < 2:
+    if len(files) < max(1, min_runs):
         raise UsageError("a standard needs runs that agree: give at least two metrics files")
     if write and out is None:
         raise UsageError("--metrics makes a standard from files: name it with --out FILE")
@@ -157,7 +159,10 @@ def record_metrics(
     fmt = fmt or (old.format if old is not None else "detaudit")
     exclusion = exclusion_for(None, exclude, include)
     parsed = read_metrics_many(files, default_step_key=step_key, exclusion=exclusion)
-    report = diff_runs(parsed, labels=[str(p) for p in files])
+    labels = [str(p) for p in files]
+    # One run (min_runs 1) is compared with itself: the same exclusions and checks, and it agrees.
+    report = diff_runs(parsed if len(parsed) > 1 else parsed * 2, labels=labels if len(parsed) > 1 else labels * 2)
+    report.runs = labels
     report.exclude_patterns = exclusion.patterns()
     result = RecordResult(RecordStatus.DISAGREE, path, [], None, report=report, runner_class=runner_class,
                           metrics=files)

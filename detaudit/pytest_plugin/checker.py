@@ -262,7 +262,8 @@ class DetauditChecker:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")  # a torn last line is no standard
                 result = record_metrics(files, out=standard, update=True, step_key=step_key, runner_class=here,
-                                        environment=info, name=standard.stem, recorded=recorded, keep_unchanged=True)
+                                        environment=info, name=standard.stem, recorded=recorded, keep_unchanged=True,
+                                        min_runs=1)
         finally:
             if more:
                 shutil.rmtree(more[0].parent.parent, ignore_errors=True)
