@@ -301,8 +301,8 @@ def test_unused_standards_are_reported_and_removed_only_when_asked(pytester: pyt
     removed = run(pytester, TRAINING, "--detaudit-remove-unused")
     removed.stdout.fnmatch_lines(["removed unused standard tests/standards/check_deleted_module/test_x.json",
                                   "removed unused standard tests/standards/check_training/test_renamed_away.json"])
-    assert not gone.exists() and not orphan.exists() and (project / LOSS).is_file()
-    assert "unused" not in run(pytester, TRAINING).stdout.str()
+    assert not gone.exists() and not orphan.parent.exists() and (project / LOSS).is_file()  # an emptied folder goes
+    assert "unused standard" not in run(pytester, TRAINING).stdout.str()
 
 
 def test_a_failed_check_leaves_what_it_obtained_beside_the_standard(pytester: pytest.Pytester, project: Path,
@@ -343,7 +343,7 @@ def test_the_marker_checks_metrics_against_a_cards_standard(pytester: pytest.Pyt
     for name in CI_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     write_card(pytester.path / "toy.toml")
-    pytester.makepyfile(test_card_metrics='''
+    pytester.makepyfile(test_marked_card='''
 import os, subprocess, sys
 from pathlib import Path
 
@@ -352,11 +352,11 @@ import pytest
 TOY = Path(os.environ["TOY_RECIPE"])
 
 @pytest.mark.detaudit(card="toy.toml")
-def test_card():
+def test_card_run():
     pass
 
 @pytest.mark.detaudit(card="toy.toml", metrics="m.jsonl")
-def test_metrics_of_the_card():
+def test_file_against_card():
     args = ["--steps", "4"] if os.environ.get("FOUR") else []
     subprocess.run([sys.executable, str(TOY), *args], env=dict(os.environ, DETAUDIT_METRICS_JSONL="m.jsonl"),
                    check=True)
@@ -364,10 +364,10 @@ def test_metrics_of_the_card():
     from conftest import TOY
 
     monkeypatch.setenv("TOY_RECIPE", str(TOY))
-    run(pytester, "--detaudit-update", "-k", "test_card").assert_outcomes(passed=1)
-    run(pytester, "-k", "test_metrics_of_the_card").assert_outcomes(passed=1)
+    run(pytester, "--detaudit-update", "-k", "card_run").assert_outcomes(passed=1)
+    run(pytester, "-k", "file_against_card").assert_outcomes(passed=1)
     monkeypatch.setenv("FOUR", "1")  # card + metrics: the metrics file is checked, not ignored
-    changed = run(pytester, "-k", "test_metrics_of_the_card")
+    changed = run(pytester, "-k", "file_against_card")
     changed.assert_outcomes(failed=1)
     changed.stdout.fnmatch_lines(["*3 points in the standard, 4 in the run*"])
     assert (pytester.path / "standards" / "toy.cpu-test.obtained.jsonl").is_file()

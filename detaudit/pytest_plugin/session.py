@@ -132,9 +132,13 @@ def module_folders(items: list[pytest.Item], standards_dir: str) -> tuple[set[Pa
 
 
 def remove_file(path: Path) -> str | None:
-    """Remove an unused standard; the reason when it cannot be."""
+    """Remove an unused standard (and its module's folder, when that leaves it empty); the reason when it cannot be."""
     try:
         os.unlink(path)
     except OSError as exc:
         return exc.strerror or str(exc)
+    try:
+        path.parent.rmdir()  # only when empty: a folder holding anything else stays
+    except OSError:
+        pass
     return None
