@@ -18,7 +18,7 @@ from pathlib import Path
 from detaudit.data.approximate import ApproximateRule, compare_within
 from detaudit.data.card import Card
 from detaudit.data.compare import PairDivergence, SeriesData
-from detaudit.data.exclusion import Exclusion, exclusion_for
+from detaudit.data.exclusion import Exclusion, exclusion_for, reasons_summary
 from detaudit.data.metrics import MetricsRun, read_metrics
 from detaudit.errors import InputError, UsageError
 from detaudit.standards.formats.registry import comparison_of
@@ -38,13 +38,16 @@ class RunCheck:
     run: MetricsRun | None = field(default=None, repr=False)  # the run's metrics as read for the comparison
 
 
-def _chooser(exclude: tuple[str, ...], include: tuple[str, ...]) -> Exclusion:
-    return Exclusion(defaults=(), cli=tuple(exclude), include=tuple(include))
+def _chooser(exclude: tuple[str, ...], include: tuple[str, ...], std: Standard | None = None) -> Exclusion:
+    rule = comparison_of(std) if std is not None else None
+    own = (rule.name, rule.approximate_only, rule.approximate_reason) if rule is not None and rule.approximate_only else None
+    return Exclusion(defaults=(), cli=tuple(exclude), include=tuple(include), rule=own)
 
 
 def selection(std: Standard, exclude: tuple[str, ...] = (), include: tuple[str, ...] = ()) -> tuple[list[str], dict[str, str]]:
-    """(series to compare, left out -> reason): ``exclude`` globs leave series out, ``include`` takes them back."""
-    chooser = _chooser(exclude, include)
+    """(series to compare, left out -> reason): ``exclude`` globs leave series out, and so does the
+    rule of the standard's format (Megatron-LM's approximate-only series); ``include`` takes them back."""
+    chooser = _chooser(exclude, include, std)
     left_out = {name: reason for name in sorted(std.series) if (reason := chooser.reason(name)) is not None}
     return [name for name in sorted(std.series) if name not in left_out], left_out
 
@@ -79,7 +82,8 @@ def compared_series(std: Standard, exclude: tuple[str, ...] = (), include: tuple
     series has a value to compare, and the rename maps agree."""
     names, left_out = selection(std, exclude, include)
     if std.series and not names:
-        raise UsageError(f"--exclude leaves none of the standard's {len(std.series)} series to compare", std.path)
+        raise UsageError(f"nothing to compare: every one of the standard's {len(std.series)} series is left out "
+                         f"({reasons_summary(left_out)})", std.path)
     for name in names:
         if not len(std.series[name]):
             raise _nothing_to_compare(std, name)
