@@ -26,6 +26,7 @@ from typing import Any
 
 from detaudit.data.portable import PROFILES, PortableProfile
 from detaudit.errors import InputError
+from detaudit.fileio import read_bounded_text
 from detaudit.runner_class import RunnerClass, check_plain_name
 
 DEFAULT_METRICS_ENV = "DETAUDIT_METRICS_JSONL"
@@ -53,7 +54,7 @@ class Card:
     description: str = ""
     pythonpath: tuple[str, ...] = ()
     standards_dir: str = "standards"
-    # runner class ("h100-1gpu") -> {"against": class, series glob -> {rtol, atol, max_ulps}}; see tolerance.py
+    # runner class ("h100-1gpu") -> {"against": class, series glob -> {rtol, atol, max_ulps}}; see data/approximate.py
     approximate: dict[str, Any] = field(default_factory=dict)
     portable: PortableProfile | None = None  # a portable CPU profile: its settings in every run, its class
     # run series -> standard series: verify compares the run's series under the standard's name
@@ -129,17 +130,7 @@ def _key_line(text: str, key: str) -> int | None:
 def load_card(path: str | Path) -> Card:
     """Parse and validate a card; ``InputError`` names the file, line and key on any problem."""
     path = Path(path)
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_CARD_BYTES + 1)
-    except OSError as exc:
-        raise InputError(path, f"cannot read recipe card: {exc.strerror or exc}") from None
-    if len(raw) > MAX_CARD_BYTES:
-        raise InputError(path, f"recipe card is larger than {MAX_CARD_BYTES} bytes")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(path, "recipe card is not UTF-8") from None
+    text = read_bounded_text(path, "recipe card", MAX_CARD_BYTES)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
