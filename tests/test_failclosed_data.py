@@ -233,9 +233,9 @@ def test_verify_that_would_compare_nothing_is_an_error(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("value", "run_value"), [
     ({"float": "NaN"}, math.nan), ({"float": "Infinity"}, math.inf), ("NaN", math.nan), (None, 0.0),
-    ([0.5], 0.5), (10**400, 1e308),
+    ([0.5], 0.5), (10**400, 1e308), (None, None), ("x", "x"), ([0.5], [0.5]), (10**400, 10**400),
 ])
-def test_miles_values_follow_miles_checker(tmp_path: Path, value, run_value: float) -> None:
+def test_miles_values_follow_miles_checker(tmp_path: Path, value, run_value) -> None:
     std = tmp_path / "std.json"
     std.write_text(json.dumps({"meta": {}, "metrics": {"grad_norm": [[1, 0.5], [2, value]]}}, indent=2, sort_keys=True) + "\n")
     records = [{"step_key": "s", "s": 1, "grad_norm": 0.5}, {"step_key": "s", "s": 2, "grad_norm": run_value}]

@@ -11,6 +11,8 @@ step and the same value: same JSON type and, for floats, the same bits (NaN matc
 ``signed-zero``  0.0 against -0.0
 ``close``        floats within ``CLOSE_REL_TOL`` relative (1e-6): summation or reduction order
 ``value``        different values: different data
+``not a number`` a value a framework's checker cannot compare, so it fails it (miles: ``math.isnan``
+                 raises on a string, null, an array, an object)
 
 Values inside arrays and objects are compared the same way, element by element.
 This module returns data; sentences and JSON shaping are ``detaudit.report``'s.
@@ -338,17 +340,19 @@ def compare_series(
 
 
 def first_divergence(expected: SeriesData, actual: SeriesData, same_step: Callable[[Any, Any], bool],
-                     same_value: Callable[[Any, Any], bool]) -> PairDivergence | None:
+                     same_value: Callable[[Any, Any], bool],
+                     kind: Callable[[Any, Any], str] = classify) -> PairDivergence | None:
     """Point by point, in order: the first point whose step or value differs by the given rules, or
     the first point one series has and the other lacks; None when they match. The rules are a
-    format's (miles': Python ``==``) or a tolerance's (``approximate``)."""
+    format's (miles': Python ``==``) or a tolerance's (``approximate``); ``kind`` names a value
+    divergence."""
     n = min(len(expected), len(actual))
     for i in range(n):
         sa, sb, va, vb = expected.steps[i], actual.steps[i], expected.values[i], actual.values[i]
         if not same_step(sa, sb):
             return PairDivergence(1, i, "steps", sa, va, vb, sa, sb, len(expected), len(actual))
         if not same_value(va, vb):
-            return PairDivergence(1, i, classify(va, vb), sa, va, vb, sa, sb, len(expected), len(actual))
+            return PairDivergence(1, i, kind(va, vb), sa, va, vb, sa, sb, len(expected), len(actual))
     if len(expected) == len(actual):
         return None
     longer = expected if len(expected) > len(actual) else actual

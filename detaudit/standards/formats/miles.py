@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from detaudit.data.compare import ABSENT, PairDivergence, SeriesData, first_divergence
+from detaudit.data.compare import ABSENT, PairDivergence, SeriesData, classify, first_divergence
 from detaudit.errors import InputError
 from detaudit.standards.formats.common import Format, JsonLayout, Source, detect_layout, dump_json, is_number
 from detaudit.standards.formats.detaudit import check_meta, points
@@ -100,7 +100,11 @@ def compare(expected: SeriesData, native: dict[str, Any], actual: SeriesData | N
     if actual is None:
         return PairDivergence(1, 0, "missing", expected.steps[0] if len(expected) else ABSENT,
                               expected.values[0] if len(expected) else ABSENT, ABSENT, len_a=len(expected))
-    return first_divergence(expected, actual, _same_step, values_match)
+    return first_divergence(expected, actual, _same_step, values_match, _kind)
+
+
+def _kind(expected: Any, actual: Any) -> str:
+    return "not a number" if _isnan(expected) is None or _isnan(actual) is None else classify(expected, actual)
 
 
 FORMAT = Format(
