@@ -168,6 +168,13 @@ def test_the_step_key_is_detected_in_order_and_named(tmp_path: Path) -> None:
     table = run_cli("diff", str(path), str(path))
     assert table.code == 0 and "steps: field 'step', detected" in table.out
     assert json.loads(run_cli("diff", "--json", str(path), str(path)).out)["detected_step_keys"] == ["step"]
+    std = tmp_path / "std.json"
+    std.write_text(json.dumps({"schema": "detaudit/standard/1", "series": {
+        "loss": {"step_key": "step", "points": [[100, 0.5], [200, 0.25]]}}}))
+    verified = run_cli("verify", "--metrics", str(path), "--standard", str(std))
+    assert verified.code == 0 and "steps: field 'step', detected" in verified.out, verified.text
+    doc = json.loads(run_cli("verify", "--metrics", str(path), "--standard", str(std), "--json").out)
+    assert doc["detected_step_keys"] == ["step"]
 
 
 def test_a_standard_from_step_metrics_has_no_step_series_and_no_line_steps(tmp_path: Path) -> None:
