@@ -162,6 +162,10 @@ def test_the_step_key_is_detected_in_order_and_named(tmp_path: Path) -> None:
     # a flag (or a card) still chooses
     chosen = read_metrics(path, default_step_key="iteration")
     assert chosen.series["loss"].steps(chosen) == [10, 20] and chosen.detected_step_keys == [] and "step" in chosen.series
+    # a null step_key is no step key: the option's, else detected
+    null = lines(tmp_path / "null.jsonl", [{"step_key": None, "it": 5, "step": 1, "loss": 0.5}])
+    assert read_metrics(null, default_step_key="it").series["loss"].step_key == "it"
+    assert read_metrics(null).series["loss"].step_key == "step"
     # no candidate: line numbers, as before
     plain = read_metrics(lines(tmp_path / "plain.jsonl", [{"loss": 0.5}, {"loss": 0.25}]))
     assert plain.series["loss"].step_key == LINE_INDEX and plain.series["loss"].steps(plain) == [0, 1]

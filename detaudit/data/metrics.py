@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import struct
 import sys
 import warnings
@@ -448,7 +449,9 @@ def _shape_of(path: Path, lineno: int, obj: dict[str, Any], shapes: dict[tuple[s
 
 def _new_shape(path: Path, lineno: int, obj: dict[str, Any], default_step_key: str | None,
                exclusion: Exclusion, excluded: dict[str, str]) -> _Shape:
-    step_key = obj.get("step_key", default_step_key)
+    step_key = obj.get("step_key")
+    if step_key is None:  # no step_key field, or null: the option's, else detected
+        step_key = default_step_key
     detected = False
     if step_key is None:
         step_key = next((key for key in STEP_KEYS if key in obj), None)
@@ -568,8 +571,11 @@ def _exact_integers(path: Path, series: dict[str, Series], line_steps: list[Any]
         return
     exact = _read_lines_exactly(path, {_line_number(line_offsets, index): index for index in wanted})
     for index, step_field in big_steps:
-        line_steps[index] = exact[index][step_field]
+        if exact[index] is not None:
+            line_steps[index] = exact[index][step_field]
     for index, places in wanted.items():
+        if exact[index] is None:
+            continue
         for data, position in places:
             value = exact[index][data.name]
             if type(data.values) is array:
@@ -579,14 +585,19 @@ def _exact_integers(path: Path, series: dict[str, Series], line_steps: list[Any]
             data.values[position] = value
 
 
+# An integer token of 19 digits or more (2**63 has 19): only such a token can be one orjson rounded.
+_LONG_INTEGER = re.compile(rb"(?<![0-9.eE+-])-?[0-9]{19,}(?![0-9.eE])")
+
+
 def _read_lines_exactly(path: Path, wanted: dict[int, int]) -> dict[int, Any]:
-    """line index -> the line parsed by Python's json, for the file line numbers in ``wanted``."""
+    """line index -> the line parsed by Python's json, for the file line numbers in ``wanted``; None
+    for a line without a long integer token (its big floats were float tokens: 1e19, 1.2e+20)."""
     found: dict[int, Any] = {}
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), 1):
             index = wanted.get(lineno)
             if index is not None:
-                found[index] = json.loads(raw)
+                found[index] = json.loads(raw) if _LONG_INTEGER.search(raw) else None
                 if len(found) == len(wanted):
                     break
     if len(found) != len(wanted):
