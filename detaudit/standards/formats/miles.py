@@ -117,6 +117,7 @@ FORMAT = Format(
     render=render,
     compare=compare,
     rule="miles' registry: the same number of points; point by point the same step and value by Python == "
-         "(1 matches 1.0, 0.0 matches -0.0); a NaN matches only a NaN",
+         "(1 matches 1.0, 0.0 matches -0.0); a NaN matches only a NaN; a value that is no number fails "
+         "(its math.isnan raises: {\"float\": \"NaN\"} is an object there)",
     holds_step_types=True,
 )
