@@ -181,6 +181,20 @@ def test_the_step_key_is_detected_in_order_and_named(tmp_path: Path) -> None:
     assert doc["detected_step_keys"] == ["step"]
 
 
+def test_a_standard_recorded_before_detection_still_verifies(tmp_path: Path) -> None:
+    # recorded from lines naming no step_key before step keys were detected: steps are line numbers
+    # and `step` is a series (the pytest plugin wrote such files)
+    std = tmp_path / "old.json"
+    std.write_text(json.dumps({"schema": "detaudit/standard/1", "series": {
+        "loss": {"step_key": LINE_INDEX, "points": [[0, 0.5], [1, 0.25]]},
+        "step": {"step_key": LINE_INDEX, "points": [[0, 10], [1, 20]]}}}))
+    run = lines(tmp_path / "run.jsonl", [{"step": 10, "loss": 0.5}, {"step": 20, "loss": 0.25}])
+    result = run_cli("verify", "--metrics", str(run), "--standard", str(std))
+    assert result.code == 0 and "2 metric series match" in result.out, result.text
+    off = lines(tmp_path / "off.jsonl", [{"step": 10, "loss": 0.5}, {"step": 21, "loss": 0.25}])
+    assert run_cli("verify", "--metrics", str(off), "--standard", str(std)).code == 1
+
+
 def test_a_standard_from_step_metrics_has_no_step_series_and_no_line_steps(tmp_path: Path) -> None:
     a = lines(tmp_path / "a.jsonl", [{"step": s, "loss": 1 / (s + 1)} for s in range(3)])
     made = standard_from_metrics([a, a], name="toy")

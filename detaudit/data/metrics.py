@@ -319,12 +319,15 @@ def read_metrics(
     *,
     default_step_key: str | None = None,
     exclusion: Exclusion | None = None,
+    detect_step_key: bool = True,
 ) -> MetricsRun:
     """Read a metrics JSONL file, streaming.
 
     Raises ``InputError`` (``FILE:LINE: message``) for anything that is not a JSON object
     per line, an empty file, a line whose step field is missing or whose step is no integer.
-    A torn final line is dropped with a ``TornLineWarning``.
+    A torn final line is dropped with a ``TornLineWarning``. ``detect_step_key`` False: a line
+    without a step_key (and no default) is stepped by its index, as a standard recorded before
+    detection was (its series' step key ``<line>``).
     """
     path = Path(path)
     exclusion = exclusion or Exclusion()
@@ -387,7 +390,7 @@ def read_metrics(
                 shape = shape_of((*obj,))
                 if shape is None or shape.named is not unnamed and obj["step_key"] != shape.named:
                     shape = _shape_of(path, index + blanks + 1, obj, shapes, named_shapes, default_step_key,
-                                      exclusion, excluded)
+                                      detect_step_key, exclusion, excluded)
                     if shape.step_field is not None:
                         step_fields[shape.step_field] = None
                         if shape.detected:
@@ -432,8 +435,8 @@ def read_metrics(
 
 
 def _shape_of(path: Path, lineno: int, obj: dict[str, Any], shapes: dict[tuple[str, ...], _Shape],
-              named_shapes: dict[tuple[Any, ...], _Shape], default_step_key: str | None, exclusion: Exclusion,
-              excluded: dict[str, str]) -> _Shape:
+              named_shapes: dict[tuple[Any, ...], _Shape], default_step_key: str | None, detect: bool,
+              exclusion: Exclusion, excluded: dict[str, str]) -> _Shape:
     """The shape of a line whose keys or step_key value differ from the last line with those keys."""
     keys = (*obj,)
     value = obj.get("step_key", _UNNAMED)
@@ -442,18 +445,18 @@ def _shape_of(path: Path, lineno: int, obj: dict[str, Any], shapes: dict[tuple[s
     named = (value, *keys)
     shape = named_shapes.get(named)
     if shape is None:
-        shape = named_shapes[named] = _new_shape(path, lineno, obj, default_step_key, exclusion, excluded)
+        shape = named_shapes[named] = _new_shape(path, lineno, obj, default_step_key, detect, exclusion, excluded)
     shapes[keys] = shape
     return shape
 
 
-def _new_shape(path: Path, lineno: int, obj: dict[str, Any], default_step_key: str | None,
+def _new_shape(path: Path, lineno: int, obj: dict[str, Any], default_step_key: str | None, detect: bool,
                exclusion: Exclusion, excluded: dict[str, str]) -> _Shape:
     step_key = obj.get("step_key")
     if step_key is None:  # no step_key field, or null: the option's, else detected
         step_key = default_step_key
     detected = False
-    if step_key is None:
+    if step_key is None and detect:
         step_key = next((key for key in STEP_KEYS if key in obj), None)
         detected = step_key is not None
     if step_key is None:

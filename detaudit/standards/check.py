@@ -19,7 +19,7 @@ from detaudit.data.approximate import ApproximateRule, compare_within
 from detaudit.data.card import Card
 from detaudit.data.compare import PairDivergence, SeriesData
 from detaudit.data.exclusion import Exclusion, exclusion_for, reasons_summary
-from detaudit.data.metrics import MetricsRun, read_metrics
+from detaudit.data.metrics import LINE_INDEX, MetricsRun, read_metrics
 from detaudit.errors import InputError, UsageError
 from detaudit.standards.formats.registry import comparison_of
 from detaudit.standards.model import Standard
@@ -69,6 +69,13 @@ def rename_map(std: Standard, card: Card | None) -> dict[str, str]:
     return merged
 
 
+def stepped_by_line(std: Standard) -> bool:
+    """A standard whose every series is stepped by line number (recorded before step keys were
+    detected, from lines naming no step_key): its run is read the same way, so that it still
+    verifies (a `step` field stays a series, as it was recorded)."""
+    return bool(std.series) and all(data.step_key == LINE_INDEX for data in std.series.values())
+
+
 def _nothing_to_compare(std: Standard, name: str) -> InputError:
     missing = std.native_series(name).get("missing", [])
     why = f"every one of its {len(missing)} steps is \"nan\"" if missing else "it has no points"
@@ -105,7 +112,8 @@ def check_run(std: Standard, metrics: Path, *, card: Card | None = None, step_ke
     exclusion = exclusion_for(card, include=keep) if card is not None else Exclusion(include=keep)
     with warnings.catch_warnings():
         warnings.simplefilter("always")
-        run = read_metrics(metrics, default_step_key=default_step_key, exclusion=exclusion)
+        run = read_metrics(metrics, default_step_key=default_step_key, exclusion=exclusion,
+                           detect_step_key=not stepped_by_line(std))
     rule = comparison_of(std)
     check = RunCheck(compared=len(names), left_out=left_out, run=run)
     for name in names:
