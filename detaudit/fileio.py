@@ -115,3 +115,41 @@ def remove_empty(folders: list[Path]) -> None:
             folder.rmdir()
         except OSError:
             return
+
+
+# --- reading ------------------------------------------------------------------------------
+
+
+def _size_text(limit: int) -> str:
+    return f"{limit >> 30} GiB" if limit >= 1 << 30 and not limit % (1 << 30) else (
+        f"{limit >> 20} MiB" if limit >= 1 << 20 and not limit % (1 << 20) else f"{limit} bytes")
+
+
+def read_bounded(path: str | Path, what: str, limit: int, *, missing: str | None = None) -> bytes:
+    """The bytes of a file that holds at most ``limit`` of them (a card, a standard, a report).
+
+    ``InputError`` naming ``what`` when it cannot be read (``missing``: the message for a file
+    that does not exist), is a directory, or holds more: reading stops after ``limit + 1``
+    bytes, so a device such as /dev/zero or a huge file never takes more memory than that.
+    """
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(limit + 1)
+    except FileNotFoundError as exc:
+        raise InputError(path, missing or f"cannot read {what}: {exc.strerror or exc}") from None
+    except IsADirectoryError:
+        raise InputError(path, f"is a directory, not a {what} file") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot read {what}: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise InputError(path, f"{what} is larger than {_size_text(limit)}; not a {what}")
+    return data
+
+
+def read_bounded_text(path: str | Path, what: str, limit: int, *, missing: str | None = None) -> str:
+    """``read_bounded``, decoded as UTF-8 (``InputError`` naming the first byte that is not)."""
+    data = read_bounded(path, what, limit, missing=missing)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"{what} is not UTF-8 (byte {exc.start})") from None

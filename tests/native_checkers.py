@@ -91,12 +91,19 @@ def miles(golden_text: str, records: list[dict[str, Any]]) -> bool:
         if len(points) != len(expected):
             return False
         for (step, value), (std_step, std_value) in zip(points, expected):
-            if step != std_step:
-                return False
-            if isinstance(value, float) and math.isnan(value) or isinstance(std_value, float) and math.isnan(std_value):
-                if not (isinstance(value, float) and math.isnan(value) and isinstance(std_value, float)
-                        and math.isnan(std_value)):
-                    return False
-            elif value != std_value:
+            if step != std_step or not _miles_values_match(value, std_value):
                 return False
     return True
+
+
+def _miles_values_match(got: Any, want: Any) -> bool:
+    """``_values_match(got, want, None)``: math.isnan of both values first, which raises for anything
+    that is no number (a string, null, a list, an object) or an int beyond float range: the check
+    then fails with that error, whatever the values."""
+    try:
+        got_nan, want_nan = math.isnan(got), math.isnan(want)
+    except (TypeError, OverflowError):
+        return False
+    if got_nan or want_nan:
+        return got_nan and want_nan
+    return got == want

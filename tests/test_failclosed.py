@@ -88,7 +88,7 @@ def test_deep_nesting_is_a_one_line_error(tmp_path: Path) -> None:
         with pytest.raises(InputError, match="nested deeper than 64 levels"):
             load_standard(std)
     step = write_jsonl(tmp_path / "step.jsonl", ['{"step_key": "s", "s": [1], "x": 1}'])
-    assert "step 's' must be a number or a string" in one_line_error(run_cli("diff", str(step), str(step)))
+    assert "step 's' must be an integer, got an array" in one_line_error(run_cli("diff", str(step), str(step)))
 
 
 def test_huge_integers(tmp_path: Path) -> None:
@@ -310,9 +310,11 @@ def test_diff_include_takes_back_real_perf_series(tmp_path: Path) -> None:
     assert run_cli("diff", str(a), str(b)).code == 0
     included = run_cli("diff", "--include", "perf/*", str(a), str(b))
     assert included.code == 1 and "mismatched: perf/step_time" in included.out
-    excluded = run_cli("diff", "--exclude", "x", str(a), str(b), "--json")
-    assert strict_json(excluded.out)["excluded"] == {"perf/step_time": "default wall-clock pattern 'perf/*'",
-                                                     "x": "--exclude 'x'"}
+    excluded = run_cli("diff", "--exclude", "x", str(a), str(b), "--json", "--include", "perf/*")
+    assert strict_json(excluded.out)["excluded"] == {"x": "--exclude 'x'"}
+    # leaving out both series leaves nothing to compare: an error naming what left each out
+    nothing = one_line_error(run_cli("diff", "--exclude", "x", str(a), str(b), "--json"))
+    assert "1 by --exclude 'x'" in nothing and "1 by default wall-clock pattern 'perf/*'" in nothing
 
 
 STANDARD_LINES = [

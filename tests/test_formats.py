@@ -25,7 +25,7 @@ import pytest
 from detaudit.data.compare import SeriesData
 from detaudit.errors import InputError
 from detaudit.standards.check import check_run
-from detaudit.standards.formats import FORMATS, TABLE, detect_format, drop_nan_series, load_any, render_as
+from detaudit.standards.formats import FORMAT_NAMES, TABLE, detect_format, drop_nan_series, load_any, render_as
 from detaudit.standards.model import Standard
 
 from conftest import run_cli, write_card, write_jsonl
@@ -361,8 +361,8 @@ def test_re_record_keeps_the_megatron_files_layout(tmp_path: Path) -> None:
 
 
 def test_the_format_table_gives_the_cli_choices_and_a_new_module_is_a_new_format(tmp_path: Path) -> None:
-    assert FORMATS == ("detaudit", "miles", "megatron", "torchtitan", "nemo")
-    assert [f.name for f in TABLE] == list(FORMATS)
+    assert FORMAT_NAMES == ("detaudit", "miles", "megatron", "torchtitan", "nemo")
+    assert [f.name for f in TABLE] == list(FORMAT_NAMES)
     # One new module in formats/ and nothing else: the CLI offers it, detection finds it, convert reads it.
     copy = tmp_path / "pkg"
     shutil.copytree(Path(__file__).resolve().parents[1] / "detaudit", copy / "detaudit",

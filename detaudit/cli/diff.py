@@ -15,7 +15,7 @@ from detaudit.render.console import console
 @click.command()
 @click.argument("runs", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
-@step_key_option("Step field for lines without a step_key (default: line index).")
+@step_key_option("Step field for lines without a step_key (default: detected, else the line index).")
 @exclude_include
 @html_options(scan=False)
 @handle_errors
@@ -23,14 +23,18 @@ def diff(runs: tuple[Path, ...], as_json: bool, step_key: str | None, exclude: t
          html: Path | None, overwrite_html: bool) -> None:
     """Compare metrics JSONL files exactly; each run against the first.
 
-    Exit 0 when every compared series is identical, 1 when any differ, 2 on bad input.
+    Exit 0 when every compared series is identical, 1 when any differ, 2 on bad input or when
+    nothing is left to compare (every series left out, or files holding only steps).
+
+    Steps: a line's `step_key` field, else --step-key, else the first of step, iteration,
+    global_step, _step, epoch it holds (detected, and said so), else the line number.
 
     \b
     Examples:
       detaudit diff run1/metrics.jsonl run2/metrics.jsonl
       detaudit diff a.jsonl b.jsonl c.jsonl --exclude 'debug/*' --json
     """
-    from detaudit.data.compare import diff_runs
+    from detaudit.data.compare import diff_runs, require_compared
     from detaudit.data.exclusion import Exclusion
     from detaudit.data.metrics import read_metrics_many
     from detaudit.render.diff import diff_json, print_diff
@@ -42,6 +46,7 @@ def diff(runs: tuple[Path, ...], as_json: bool, step_key: str | None, exclude: t
     parsed = read_metrics_many(runs, default_step_key=step_key, exclusion=exclusion)
     report = diff_runs(parsed, labels=[str(p) for p in runs])
     report.exclude_patterns = exclusion.patterns()
+    require_compared(report, parsed)
     if as_json:
         click.echo(diff_json(report))
     else:

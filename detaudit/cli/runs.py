@@ -24,7 +24,7 @@ from detaudit.cli.options import (
 from detaudit.data.card import Card
 from detaudit.render.console import PREFIX, RunDisplay, console
 from detaudit.runner_class import RunnerClass
-from detaudit.standards.formats.registry import FORMATS
+from detaudit.standards.formats.registry import FORMAT_NAMES
 
 # Heavy or rarely used modules are imported inside the commands: nothing here may import torch,
 # and `verify --metrics` must start fast.
@@ -87,7 +87,7 @@ def _elapsed(states: list[Any]) -> list[float]:
 @click.option("--update", is_flag=True, help="Replace an existing standard, printing what changed.")
 @click.option("--no-write", is_flag=True, help="Compare the N runs and write nothing (no standard, no lock): a reproduction check.")
 @click.option("--allow-partial", is_flag=True, help="Record only the agreeing series; list the dropped ones in the file.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+@click.option("--format", "fmt", type=click.Choice(FORMAT_NAMES), default=None,
               help="Standard file format (default: the existing standard's, else detaudit); exact, exit 2 where it cannot hold a value.")
 @click.option("--drop-nan-series", is_flag=True, help="With --format miles: leave out every series holding a NaN, naming each in meta.")
 @click.option("--metrics", "from_metrics", is_flag=True,

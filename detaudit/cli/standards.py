@@ -9,7 +9,7 @@ import click
 from detaudit.cli.base import exit_with, handle_errors
 from detaudit.cli.html_report import emit_html, html_options, prepare_html
 from detaudit.render.console import console
-from detaudit.standards.formats.registry import FORMATS
+from detaudit.standards.formats.registry import FORMAT_NAMES
 
 
 @click.group("standard")
@@ -27,7 +27,7 @@ def standard_group() -> None:
 @standard_group.command("convert")
 @click.argument("source", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("dest", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(FORMATS), required=True, help="Format of DEST.")
+@click.option("--format", "fmt", type=click.Choice(FORMAT_NAMES), required=True, help="Format of DEST.")
 @click.option("--series", metavar="NAME", help="Write only this series (TorchTitan files hold one).")
 @click.option("--drop-nan-series", is_flag=True, help="Leave out every series holding a NaN, naming each (miles meta lists them).")
 @click.option("--overwrite", is_flag=True, help="Replace DEST if it exists.")

@@ -25,7 +25,7 @@ from fractions import Fraction
 from typing import Any
 
 from detaudit.data.card import Card
-from detaudit.data.compare import ABSENT, PairDivergence, SeriesData, classify
+from detaudit.data.compare import PairDivergence, SeriesData, first_divergence
 from detaudit.data.values import same_value, ulp_distance
 from detaudit.errors import InputError
 from detaudit.runner_class import RunnerClass
@@ -118,20 +118,4 @@ def approximate_rule(card: Card, runner_class: RunnerClass) -> ApproximateRule |
 
 def compare_within(expected: SeriesData, actual: SeriesData, tolerance: Tolerance) -> PairDivergence | None:
     """The first point outside the tolerance (steps must match exactly), or None."""
-    n = min(len(expected), len(actual))
-    for i in range(n):
-        sa, sb = expected.steps[i], actual.steps[i]
-        va, vb = expected.values[i], actual.values[i]
-        if not same_value(sa, sb):
-            return PairDivergence(1, i, "steps", sa, va, vb, sa, sb, len(expected), len(actual))
-        if not tolerance.allows(va, vb):
-            return PairDivergence(1, i, classify(va, vb), sa, va, vb, sa, sb, len(expected), len(actual))
-    if len(expected) != len(actual):
-        longer = expected if len(expected) > len(actual) else actual
-        return PairDivergence(
-            1, n, "steps", longer.steps[n],
-            expected.values[n] if n < len(expected) else ABSENT, actual.values[n] if n < len(actual) else ABSENT,
-            expected.steps[n] if n < len(expected) else ABSENT, actual.steps[n] if n < len(actual) else ABSENT,
-            len(expected), len(actual),
-        )
-    return None
+    return first_divergence(expected, actual, same_value, tolerance.allows)

@@ -35,6 +35,7 @@ from typing import Any
 
 from detaudit.data.portable import PROFILES, PortableProfile
 from detaudit.errors import InputError
+from detaudit.fileio import read_bounded_text
 from detaudit.runner_class import RunnerClass, check_plain_name
 
 DEFAULT_METRICS_ENV = "DETAUDIT_METRICS_JSONL"
@@ -156,17 +157,7 @@ def _key_line(text: str, key: str) -> int | None:
 def load_card(path: str | Path) -> Card:
     """Parse and validate a card; ``InputError`` names the file, line and key on any problem."""
     path = Path(path)
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_CARD_BYTES + 1)
-    except OSError as exc:
-        raise InputError(path, f"cannot read recipe card: {exc.strerror or exc}") from None
-    if len(raw) > MAX_CARD_BYTES:
-        raise InputError(path, f"recipe card is larger than {MAX_CARD_BYTES} bytes")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(path, "recipe card is not UTF-8") from None
+    text = read_bounded_text(path, "recipe card", MAX_CARD_BYTES)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

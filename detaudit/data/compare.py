@@ -11,6 +11,8 @@ step and the same value: same JSON type and, for floats, the same bits (NaN matc
 ``signed-zero``  0.0 against -0.0
 ``close``        floats within ``CLOSE_REL_TOL`` relative (1e-6): summation or reduction order
 ``value``        different values: different data
+``not a number`` a value a framework's checker cannot compare, so it fails it (miles: ``math.isnan``
+                 raises on a string, null, an array, an object)
 
 Values inside arrays and objects are compared the same way, element by element.
 This module returns data; sentences and JSON shaping are ``detaudit.report``'s.
@@ -23,11 +25,12 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from detaudit.data.metrics import MetricsRun, Series, steps_at
+from detaudit.data.exclusion import reasons_summary
+from detaudit.data.metrics import LINE_INDEX, MetricsRun, Series, steps_at
 from detaudit.data.values import (
     ABSENT,
     first_difference,
@@ -35,6 +38,7 @@ from detaudit.data.values import (
     to_float,
     ulp_distance,
 )
+from detaudit.errors import InputError
 
 # Reordered float reductions land a few ULPs to ~1e-9 relative apart in fp32/fp64 metrics;
 # 1e-6 relative still reads as "same data, different order" rather than different data.
@@ -136,6 +140,8 @@ class DiffReport:
     excluded: dict[str, str]
     exclude_patterns: dict[str, list[str]] = field(default_factory=dict)
     torn: list[str] = field(default_factory=list)
+    # step fields taken from metrics.STEP_KEYS because lines named no step_key (reports say so)
+    detected_step_keys: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -333,6 +339,30 @@ def compare_series(
     )
 
 
+def first_divergence(expected: SeriesData, actual: SeriesData, same_step: Callable[[Any, Any], bool],
+                     same_value: Callable[[Any, Any], bool],
+                     kind: Callable[[Any, Any], str] = classify) -> PairDivergence | None:
+    """Point by point, in order: the first point whose step or value differs by the given rules, or
+    the first point one series has and the other lacks; None when they match. The rules are a
+    format's (miles': Python ``==``) or a tolerance's (``approximate``); ``kind`` names a value
+    divergence."""
+    n = min(len(expected), len(actual))
+    for i in range(n):
+        sa, sb, va, vb = expected.steps[i], actual.steps[i], expected.values[i], actual.values[i]
+        if not same_step(sa, sb):
+            return PairDivergence(1, i, "steps", sa, va, vb, sa, sb, len(expected), len(actual))
+        if not same_value(va, vb):
+            return PairDivergence(1, i, kind(va, vb), sa, va, vb, sa, sb, len(expected), len(actual))
+    if len(expected) == len(actual):
+        return None
+    longer = expected if len(expected) > len(actual) else actual
+    return PairDivergence(
+        1, n, "steps", longer.steps[n],
+        expected.values[n] if n < len(expected) else ABSENT, actual.values[n] if n < len(actual) else ABSENT,
+        expected.steps[n] if n < len(expected) else ABSENT, actual.steps[n] if n < len(actual) else ABSENT,
+        len(expected), len(actual))
+
+
 def compare_series_sets(
     runs: Sequence[dict[str, SeriesData]],
     *,
@@ -394,7 +424,21 @@ def diff_runs(runs: Sequence[MetricsRun], labels: Sequence[str] | None = None) -
         root=root,
         excluded=dict(sorted(excluded.items())),
         torn=[r.path for r in runs if r.torn_last_line],
+        detected_step_keys=list(dict.fromkeys(key for run in runs for key in run.detected_step_keys)),
     )
+
+
+def require_compared(report: DiffReport, runs: Sequence[MetricsRun]) -> None:
+    """``InputError`` when the runs had no series left to compare, saying what removed them: a
+    diff of nothing would be "identical", and that green would mean nothing."""
+    if report.compared:
+        return
+    if report.excluded:
+        raise InputError(None, f"nothing to compare: every series is left out ({reasons_summary(report.excluded)}); "
+                               "--include GLOB takes one back")
+    steps = sorted({key for run in runs for _, key in run.shape_lines if key != LINE_INDEX})
+    held = f"only the step field{'s' if len(steps) > 1 else ''} {', '.join(map(repr, steps))}" if steps else "no fields"
+    raise InputError(None, f"nothing to compare: the files hold no series ({held} on every line)")
 
 
 def _root(runs: Sequence[MetricsRun], mismatched: list[SeriesMismatch]) -> RootDivergence:

@@ -3,7 +3,8 @@
 Wall-clock metrics (timings, throughputs, timestamps) differ on every run by nature, so
 comparing them bit for bit would make every standard fail. ``DEFAULT_EXCLUDE`` removes
 them; ``--exclude`` / a card's ``exclude`` add patterns, ``--include`` takes a series back
-(include wins over every exclude). Every excluded series is reported with its reason.
+(include wins over every exclude); a standard's format may leave out series its framework
+checks only approximately (``rule``). Every excluded series is reported with its reason.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class Exclusion:
     card: tuple[str, ...] = ()
     cli: tuple[str, ...] = ()
     include: tuple[str, ...] = ()
+    # A standard format's own rule (Megatron-LM's approximate-only series): its name, globs, and why
+    rule: tuple[str, tuple[str, ...], str] | None = None
     _cache: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
 
     def reason(self, name: str) -> str | None:
@@ -63,6 +66,11 @@ class Exclusion:
                 if hit is not None:
                     result = f"{source} {hit!r}"
                     break
+            if result is None and self.rule is not None:
+                owner, patterns, why = self.rule
+                hit = next((p for p in patterns if fnmatchcase(name, p)), None)
+                if hit is not None:
+                    result = f"the {owner} format's rule {hit!r}: {why}"
         self._cache[name] = result
         return result
 
@@ -82,3 +90,13 @@ def exclusion_for(card: Card | None, exclude: Sequence[str] = (), include: Seque
         cli=tuple(exclude),
         include=tuple(include) + (card.include if card else ()),
     )
+
+
+def reasons_summary(left_out: dict[str, str], limit: int = 3) -> str:
+    """What left series out, most frequent first: "2 by --exclude 'mem-*'; 1 by ..."."""
+    counts: dict[str, int] = {}
+    for reason in left_out.values():
+        counts[reason] = counts.get(reason, 0) + 1
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    shown = "; ".join(f"{n} by {reason}" for reason, n in ranked[:limit])
+    return shown + (f"; {len(ranked) - limit} more reasons" if len(ranked) > limit else "")

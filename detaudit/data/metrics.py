@@ -4,9 +4,17 @@ A line is one JSON object, as miles-style trackers write it::
 
     {"step_key": "rollout/step", "rollout/step": 3, "rollout/reward/raw_mean": 0.74, "perf/t": 12.1}
 
-``step_key`` names the field that holds the line's step. A line without it uses the
-default step key (``--step-key`` or the card's ``step_key``), else its 0-based line index.
-A *series* is one key's points in emission order; step-key fields are never series.
+The step of a line is the field its ``step_key`` names; without one, the default step key
+(``--step-key`` or the card's ``step_key``); without that, the first of ``STEP_KEYS`` the line
+has (``step``, ``iteration``, ``global_step``, ``_step``, ``epoch``: *detected*, and reports say
+so); else its 0-based line index. A step is an integer: a float without a fraction (``3.0``) is
+kept as written, while a boolean, a string, a fraction, NaN or null is an error naming the line
+(``true`` is no step 1, whatever Python's ``==`` says). A *series* is one key's points in
+emission order; step fields are never series.
+
+Numbers are read exactly: an integer of any size stays that integer. orjson reads integers
+beyond 64 bits as the nearest float, so the few lines where a float of at least 2**63 came out
+are read again with Python's json, which keeps integers exact (``_exact_integers``).
 
 Storage is columnar so that 200,000-line runs stay small: per series, the indices of the
 lines it appears on (``array('I')``) and its values, as ``array('d')`` when every value is
@@ -22,19 +30,22 @@ literals that Python writes. (A ``jsonlines.Reader`` loop was measured at ~0.35 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
+import struct
+import sys
 import warnings
 from array import array
 from bisect import bisect_right
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
 from detaudit.data.exclusion import Exclusion
-from detaudit.data.values import MAX_DEPTH, contains_encoded_nonfinite, depth
+from detaudit.data.values import MAX_DEPTH, contains_encoded_nonfinite, depth, format_value
 from detaudit.errors import InputError
 
 try:  # orjson is ~5x faster; it rejects NaN/Infinity literals, which Python's json writes.
@@ -51,21 +62,6 @@ except ImportError:  # pragma: no cover - orjson is a declared dependency
 # line is near 64 MiB, and no metrics file near 16 GiB (columns hold ~9 bytes a float).
 MAX_LINE_BYTES = 64 << 20
 MAX_FILE_BYTES = 16 << 30
-
-
-def loads_line(text: str | bytes) -> Any:
-    """Parse one line: orjson first, Python's json (NaN, Infinity, -Infinity) as fallback.
-
-    ``ValueError`` for anything that is not one JSON value, also for nesting deeper than
-    Python's recursion limit.
-    """
-    try:
-        return _fast_loads(text)
-    except _FastError:
-        try:
-            return json.loads(text)
-        except RecursionError:
-            raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from None
 
 
 class DuplicateKey(ValueError):
@@ -100,11 +96,16 @@ def duplicate_key(raw: bytes) -> str | None:
     return None
 
 
+
 class TornLineWarning(UserWarning):
     """The last line of a metrics file was cut off (a run killed mid-write) and was dropped."""
 
 
 LINE_INDEX = "<line>"
+# Fields taken as a line's step when it names no step_key and none is given, in this order.
+STEP_KEYS = ("step", "iteration", "global_step", "_step", "epoch")
+# orjson reads an integer outside [-2**63, 2**64) as the nearest float, whose size is at least this.
+_INT64_EDGE = 2.0**63
 
 
 def steps_at(line_steps: list[Any], lines: array) -> list[Any]:
@@ -143,7 +144,9 @@ class MetricsRun:
     # (kept-line index, file line number) wherever blank lines shifted the numbering
     line_offsets: list[tuple[int, int]] = field(default_factory=list)
     # (line indices, step key) per line shape; the per-line step key is derived on demand
-    shape_lines: list[tuple[list[int], str]] = field(default_factory=list, repr=False)
+    shape_lines: list[tuple[array, str]] = field(default_factory=list, repr=False)
+    # step fields taken from STEP_KEYS because lines named none (reports say so), in file order
+    detected_step_keys: list[str] = field(default_factory=list)
     _line_step_keys: list[str] | None = field(default=None, repr=False)
 
     def line_number(self, index: int) -> int:
@@ -203,69 +206,111 @@ def _parse_error(path: Path, lineno: int, raw: bytes, exc: Exception) -> InputEr
     return InputError(path, f"invalid JSON: {message}", lineno)
 
 
+_TORN: Any = object()  # what _slow_line returns for a cut-off last line
+_UNNAMED: Any = object()  # a shape whose lines have no "step_key" field
+
+
+def _slow_line(path: Path, raw: bytes, lineno: int) -> Any:
+    """A line orjson refused: Python's json (NaN, Infinity), None for a blank line, ``_TORN`` for a
+    cut-off last line (no newline: only the last line can lack one), else the line's InputError."""
+    if len(raw) > MAX_LINE_BYTES:
+        raise InputError(path, f"line is longer than {MAX_LINE_BYTES >> 20} MiB; not a metrics line", lineno)
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise InputError(path, f"invalid JSON: nested deeper than {MAX_DEPTH} levels", lineno) from None
+    except ValueError as exc:
+        if raw.endswith(b"\n"):  # written whole: an error like any other
+            raise _parse_error(path, lineno, raw, exc) from None
+        return _TORN
+
+
+def _not_an_object(path: Path, obj: Any, lineno: int) -> InputError:
+    return InputError(path, f"expected a JSON object, got {'null' if obj is None else _json_type(obj)}", lineno)
+
+
+def _step_error(path: Path, lineno: int, step_field: str, step: Any, detected: bool) -> InputError:
+    if type(step) is float:
+        what = f"{format_value(step)}, a fraction" if math.isfinite(step) else format_value(step)
+    elif step is None or type(step) is bool:
+        what = f"{format_value(step)}, a {'boolean' if step is not None else 'null'} (no step number)"
+    else:
+        what = f"{_json_type(step)} ({format_value(step)[:40]})"
+    why = (" (taken as the step because the line names no step_key; choose the step field with --step-key "
+           "or the card's step_key)") if detected else ""
+    return InputError(path, f"step {step_field!r} must be an integer, got {what}{why}", lineno)
+
+
 ROWS_PER_FLUSH = 8192
 
 
-class _Shape:
-    """Lines with the same keys (and step_key): their series are taken out in one C call each.
+def float_bytes(floats: Sequence[float]) -> bytes:
+    """Python floats as the bytes of an ``array('d')``: ``struct`` converts each in one C step,
+    where ``array.extend`` parses a format string per item (about twice as slow)."""
+    return struct.pack(f"{len(floats)}d", *floats)
 
-    Per line the reader only appends the line index and ``itemgetter(obj)``, a tuple of
-    the compared values; columns are built at the end with ``zip(*rows)``. That keeps the
-    per-value work in C and makes 200,000-line files fast to read.
+
+class _Shape:
+    """Lines with the same keys in the same order (and step_key): their values are taken out by
+    position, in C, when rows are flushed.
+
+    Per line the reader keeps the parsed object itself (no per-key lookup in Python); a flush
+    transposes the buffered objects' values (``zip(*map(dict.values, rows))``) and stores each
+    compared field as a column: ``array('d')`` while every value is a float, else a list. That
+    keeps the per-value work in C and makes 200,000-line files fast to read.
     """
 
-    __slots__ = ("step_key", "step_field", "keys", "getter", "lines", "rows", "single", "flat", "columns")
+    __slots__ = ("step_key", "step_field", "detected", "named", "keys", "positions", "lines", "rows", "columns",
+                 "fast")
 
-    def __init__(self, step_key: str, step_field: str | None, keys: list[str]) -> None:
+    def __init__(self, step_key: str, step_field: str | None, keys: list[str], positions: list[int],
+                 detected: bool = False, named: Any = _UNNAMED) -> None:
         self.step_key = step_key
+        self.named = named  # the lines' "step_key" value (_UNNAMED: they have no such field)
         self.step_field = step_field
-        self.keys = keys
-        self.single = len(keys) == 1
-        self.getter = itemgetter(*keys) if keys else None
-        self.lines: list[int] = []
-        self.rows: list[Any] = []
-        self.flat: array | None = array("d")  # row-major floats while every value is a float
-        self.columns: list[list[Any]] | None = None  # per-key values once a non-float appeared
+        self.detected = detected
+        self.keys = keys  # the compared fields
+        self.positions = positions  # where each sits in a line's values
+        self.lines: array = array("I")
+        self.rows: list[dict[str, Any]] = []
+        self.columns: list[array | list[Any]] = [array("d") for _ in keys]
+        self.fast = (step_field, self.lines.append, self.rows.append)  # what the per-line loop needs
 
     def flush(self) -> None:
-        """Move buffered rows into compact storage, so memory holds few Python floats at once."""
-        rows, self.rows = self.rows, []
+        """Move buffered rows into compact storage, so memory holds few Python objects at once."""
+        rows = self.rows
         if not rows:
             return
-        types = set(map(type, rows if self.single else chain.from_iterable(rows)))
-        if list in types or dict in types:
-            self._check_containers(rows)
-        if self.flat is not None:
-            if types == {float}:
-                self.flat.extend(rows if self.single else chain.from_iterable(rows))
-                return
-            width = len(self.keys)
-            self.columns = [self.flat[j::width].tolist() for j in range(width)]
-            self.flat = None
-        assert self.columns is not None
-        if self.single:
-            self.columns[0].extend(rows)
-        else:
-            for column, new in zip(self.columns, zip(*rows, strict=False), strict=False):
-                column.extend(new)
+        if self.keys:
+            fields = list(zip(*map(dict.values, rows), strict=True))
+            for j, position in enumerate(self.positions):
+                values = fields[position]
+                types = set(map(type, values))
+                if list in types or dict in types:
+                    self._check_containers(self.keys[j], values)
+                column = self.columns[j]
+                if type(column) is array:
+                    if types == {float}:
+                        column.frombytes(float_bytes(values))
+                        continue
+                    column = self.columns[j] = column.tolist()
+                column.extend(values)
+        rows.clear()
 
-    def _check_containers(self, rows: list[Any]) -> None:
-        first = len(self.lines) - len(rows)
-        for i, row in enumerate(rows):
-            for key, value in zip(self.keys, (row,) if self.single else row, strict=False):
-                if type(value) in (list, dict):
-                    problem = _container_problem(value)
-                    if problem is not None:
-                        raise _BadValue(self.lines[first + i], f"{key!r}: {problem}")
+    def _check_containers(self, key: str, values: Sequence[Any]) -> None:
+        first = len(self.lines) - len(values)
+        for i, value in enumerate(values):
+            if type(value) in (list, dict):
+                problem = _container_problem(value)
+                if problem is not None:
+                    raise _BadValue(self.lines[first + i], f"{key!r}: {problem}")
 
-    def take_columns(self) -> list[Any]:
-        """Per key: an array('d') (all floats) or a list of values."""
+    def take_columns(self) -> list[array | list[Any]]:
+        """Per compared key: an array('d') (all floats) or a list of values."""
         self.flush()
-        if self.flat is not None:
-            width = len(self.keys)
-            flat, self.flat = self.flat, None
-            return [flat[j::width] for j in range(width)]  # a column is a strided slice
-        columns, self.columns = self.columns or [], None
+        columns, self.columns = self.columns, []
         return columns
 
 
@@ -274,97 +319,109 @@ def read_metrics(
     *,
     default_step_key: str | None = None,
     exclusion: Exclusion | None = None,
+    detect_step_key: bool = True,
 ) -> MetricsRun:
     """Read a metrics JSONL file, streaming.
 
     Raises ``InputError`` (``FILE:LINE: message``) for anything that is not a JSON object
-    per line, an empty file, or a line whose step field is missing. A torn final line is
-    dropped with a ``TornLineWarning``.
+    per line, an empty file, a line whose step field is missing or whose step is no integer.
+    A torn final line is dropped with a ``TornLineWarning``. ``detect_step_key`` False: a line
+    without a step_key (and no default) is stepped by its index, as a standard recorded before
+    detection was (its series' step key ``<line>``).
     """
     path = Path(path)
     exclusion = exclusion or Exclusion()
     excluded: dict[str, str] = {}
-    shapes: dict[tuple[Any, ...], _Shape] = {}
+    shapes: dict[tuple[str, ...], _Shape] = {}  # by keys: the last shape seen with them
+    named_shapes: dict[tuple[Any, ...], _Shape] = {}  # by (step_key value, *keys): every shape
     line_steps: list[Any] = []
     line_offsets: list[tuple[int, int]] = []
     step_fields: dict[str, None] = {}
+    detected: dict[str, None] = {}
+    big_steps: list[tuple[int, str]] = []  # (line index, step field) of float steps of at least 2**63
     torn = False
     try:
         fh = open(path, "rb")
     except OSError as exc:
         raise InputError(path, f"cannot read metrics file: {exc.strerror or exc}") from None
+    # The loop keeps per-line work to a few C calls: it reads every line of 200,000-line runs.
+    # A line's number is its index plus the blank lines before it (counted where they are met).
     with fh:
-        pending: tuple[int, bytes, Exception] | None = None
-        lineno = 0
-        total = 0
         readline = fh.readline
-        while True:
-            raw = readline(MAX_LINE_BYTES + 1)
-            if not raw:
-                break
-            lineno += 1
-            total += len(raw)
-            if len(raw) > MAX_LINE_BYTES:
-                raise InputError(path, f"line is longer than {MAX_LINE_BYTES >> 20} MiB; not a metrics line", lineno)
-            if total > MAX_FILE_BYTES:
-                raise InputError(path, f"file is larger than {MAX_FILE_BYTES >> 30} GiB; not a metrics file", lineno)
-            if pending is not None:
-                raise _parse_error(path, *pending)
-            try:
-                obj = loads_line(raw)
-            except ValueError as exc:
-                if not raw.strip():
-                    line_offsets.append((len(line_steps), lineno + 1))
-                    continue  # blank lines carry nothing
-                pending = (lineno, raw, exc)
-                continue
-            if type(obj) is not dict:
-                if obj is None:
-                    raise InputError(path, "expected a JSON object, got null", lineno)
-                raise InputError(path, f"expected a JSON object, got {_json_type(obj)}", lineno)
-            # A key named twice leaves more colons than keys; so do nested objects and colons in
-            # strings, which the slow path then clears. A flat line costs one C-speed count.
-            if raw.count(b":") > len(obj) and (twice := duplicate_key(raw)) is not None:
-                raise InputError(path, f"duplicate key {twice!r} (JSON readers keep the last one silently; "
-                                       "name each key once)", lineno)
-            shape_key = (obj.get("step_key"), *obj)
-            shape = shapes.get(shape_key)
-            if shape is None:
-                shape = shapes[shape_key] = _new_shape(path, lineno, obj, default_step_key, exclusion, excluded)
-                if shape.step_field is not None:
-                    step_fields[shape.step_field] = None
-            index = len(line_steps)
-            if shape.step_field is not None:
-                step = obj[shape.step_field]
-                if type(step) in (list, dict):
-                    raise InputError(path, f"step {shape.step_field!r} must be a number or a string, got {_json_type(step)}", lineno)
-                line_steps.append(step)
-            else:
-                line_steps.append(index)
-            shape.lines.append(index)
-            if shape.getter is not None:
-                rows = shape.rows
-                rows.append(shape.getter(obj))
-                if len(rows) >= ROWS_PER_FLUSH:
-                    try:
-                        shape.flush()
-                    except _BadValue as bad:
-                        raise InputError(path, bad.message, _line_number(line_offsets, bad.line_index)) from None
-        if pending is not None:
-            # Only an unterminated last line is a torn write; a bad last line with its
-            # newline was written whole, so it is an error like any other.
-            lineno, raw, parse_error = pending
-            if raw.endswith(b"\n"):
-                raise _parse_error(path, lineno, raw, parse_error)
-            warnings.warn(f"{path}:{lineno}: last line is incomplete (run killed mid-write?); dropped",
-                          TornLineWarning, stacklevel=2)
-            torn = True
+        loads = _fast_loads
+        fast_error = _FastError
+        shape_of = shapes.get
+        add_step = line_steps.append
+        line_limit, file_limit, edge, unnamed = MAX_LINE_BYTES + 1, MAX_FILE_BYTES, _INT64_EDGE, _UNNAMED
+        flush_every = ROWS_PER_FLUSH
+        next_flush = flush_every
+        index = total = blanks = 0
+        try:
+            while True:
+                raw = readline(line_limit)
+                if not raw:
+                    break
+                total += len(raw)
+                if total > file_limit:
+                    raise InputError(path, f"file is larger than {file_limit >> 30} GiB; not a metrics file",
+                                     index + blanks + 1)
+                try:
+                    obj = loads(raw)
+                except fast_error:
+                    obj = _slow_line(path, raw, index + blanks + 1)
+                    if obj is None:  # a blank line carries nothing
+                        blanks += 1
+                        line_offsets.append((index, index + blanks + 1))
+                        continue
+                    if obj is _TORN:
+                        warnings.warn(f"{path}:{index + blanks + 1}: last line is incomplete (run killed mid-write?); "
+                                      "dropped", TornLineWarning, stacklevel=2)
+                        torn = True
+                        break
+                if type(obj) is not dict:
+                    raise _not_an_object(path, obj, index + blanks + 1)
+                # A key named twice leaves more colons than keys; so do nested objects and colons in
+                # strings, which the slow path then clears. A flat line costs one C-speed count.
+                if raw.count(b":") > len(obj) and (twice := duplicate_key(raw)) is not None:
+                    raise InputError(path, f"duplicate key {twice!r} (JSON readers keep the last one silently; "
+                                           "name each key once)", index + blanks + 1)
+                # Lines are grouped by their keys, in order; a line's step_key value is checked against
+                # its group's (a string compare, where hashing it into the key would cost more).
+                shape = shape_of((*obj,))
+                if shape is None or shape.named is not unnamed and obj["step_key"] != shape.named:
+                    shape = _shape_of(path, index + blanks + 1, obj, shapes, named_shapes, default_step_key,
+                                      detect_step_key, exclusion, excluded)
+                    if shape.step_field is not None:
+                        step_fields[shape.step_field] = None
+                        if shape.detected:
+                            detected[shape.step_field] = None
+                step_field, add_line, add_row = shape.fast
+                if step_field is None:
+                    add_step(index)
+                else:
+                    step = obj[step_field]
+                    if type(step) is not int:  # an int is the common case; the rest is checked here
+                        if type(step) is not float or not step.is_integer():
+                            raise _step_error(path, index + blanks + 1, step_field, step, shape.detected)
+                        if not -edge < step < edge:
+                            big_steps.append((index, step_field))
+                    add_step(step)
+                add_line(index)
+                add_row(obj)
+                index += 1
+                if index >= next_flush:
+                    next_flush += flush_every
+                    for each in named_shapes.values():
+                        each.flush()
+        except _BadValue as bad:
+            raise InputError(path, bad.message, _line_number(line_offsets, bad.line_index)) from None
     if not line_steps:
         raise InputError(path, "empty metrics file (no JSON lines)", None)
     try:
-        series = _assemble(shapes.values(), step_fields)
+        series = _assemble(named_shapes.values(), step_fields)
     except _BadValue as bad:
         raise InputError(path, bad.message, _line_number(line_offsets, bad.line_index)) from None
+    _exact_integers(path, series, line_steps, big_steps, line_offsets)
     return MetricsRun(
         path=str(path),
         series=series,
@@ -372,13 +429,36 @@ def read_metrics(
         excluded=dict(sorted(excluded.items())),
         torn_last_line=torn,
         line_offsets=line_offsets,
-        shape_lines=[(shape.lines, shape.step_key) for shape in shapes.values()],
+        shape_lines=[(shape.lines, shape.step_key) for shape in named_shapes.values()],
+        detected_step_keys=list(detected),
     )
 
 
-def _new_shape(path: Path, lineno: int, obj: dict[str, Any], default_step_key: str | None,
+def _shape_of(path: Path, lineno: int, obj: dict[str, Any], shapes: dict[tuple[str, ...], _Shape],
+              named_shapes: dict[tuple[Any, ...], _Shape], default_step_key: str | None, detect: bool,
+              exclusion: Exclusion, excluded: dict[str, str]) -> _Shape:
+    """The shape of a line whose keys or step_key value differ from the last line with those keys."""
+    keys = (*obj,)
+    value = obj.get("step_key", _UNNAMED)
+    if not (value is _UNNAMED or value is None or type(value) is str):
+        raise InputError(path, f"step_key must be a string, got {format_value(value)[:60]}", lineno)
+    named = (value, *keys)
+    shape = named_shapes.get(named)
+    if shape is None:
+        shape = named_shapes[named] = _new_shape(path, lineno, obj, default_step_key, detect, exclusion, excluded)
+    shapes[keys] = shape
+    return shape
+
+
+def _new_shape(path: Path, lineno: int, obj: dict[str, Any], default_step_key: str | None, detect: bool,
                exclusion: Exclusion, excluded: dict[str, str]) -> _Shape:
-    step_key = obj.get("step_key", default_step_key)
+    step_key = obj.get("step_key")
+    if step_key is None:  # no step_key field, or null: the option's, else detected
+        step_key = default_step_key
+    detected = False
+    if step_key is None and detect:
+        step_key = next((key for key in STEP_KEYS if key in obj), None)
+        detected = step_key is not None
     if step_key is None:
         step_key, step_field = LINE_INDEX, None
     elif not isinstance(step_key, str):
@@ -387,8 +467,8 @@ def _new_shape(path: Path, lineno: int, obj: dict[str, Any], default_step_key: s
         step_field = step_key
         if step_key not in obj:
             raise InputError(path, f"step field {step_key!r} is missing", lineno)
-    keys = []
-    for key in obj:
+    keys, positions = [], []
+    for position, key in enumerate(obj):
         if key == "step_key" or key == step_field:
             continue
         reason = exclusion.reason(key)
@@ -396,12 +476,13 @@ def _new_shape(path: Path, lineno: int, obj: dict[str, Any], default_step_key: s
             excluded[key] = reason
             continue
         keys.append(key)
-    return _Shape(step_key, step_field, keys)
+        positions.append(position)
+    return _Shape(step_key, step_field, keys, positions, detected, obj.get("step_key", _UNNAMED))
 
 
 def _assemble(shapes: Iterable[_Shape], step_fields: dict[str, None]) -> dict[str, Series]:
     """Columns per shape -> one Series per key, points in line order."""
-    parts: dict[str, list[tuple[list[int], Any, str, int]]] = {}
+    parts: dict[str, list[tuple[array, Any, str, int]]] = {}
     for shape in shapes:
         if not shape.lines or not shape.keys:
             continue
@@ -415,6 +496,7 @@ def _assemble(shapes: Iterable[_Shape], step_fields: dict[str, None]) -> dict[st
     series: dict[str, Series] = {}
     for order, (_, _, key) in enumerate(sorted(first_seen)):
         chunks = parts[key]
+        lines: array | list[int]
         if len(chunks) == 1:
             lines, values = chunks[0][0], chunks[0][1]
         else:  # the key appears in lines of several shapes: merge by line index
@@ -426,11 +508,104 @@ def _assemble(shapes: Iterable[_Shape], step_fields: dict[str, None]) -> dict[st
         if type(values) is array:
             stored = values
         elif set(map(type, values)) == {float}:
-            stored = array("d", values)
+            stored = array("d", float_bytes(values))
         else:
             stored = list(values)
-        series[key] = Series(key, first_chunk[2], array("I", lines), stored, order)
+        series[key] = Series(key, first_chunk[2], lines if type(lines) is array else array("I", lines), stored, order)
     return series
+
+
+# --- integers beyond 64 bits ----------------------------------------------------------------
+
+# Byte of a float64 that holds its sign and the top 7 bits of its exponent, and a table marking
+# the values of that byte where |x| >= 2**49 (a prefilter for "|x| >= 2**63", NaN and inf included).
+_HIGH_BYTE = 7 if sys.byteorder == "little" else 0
+_LARGE_EXPONENT = bytes(1 if (b & 0x7F) >= 0x43 else 0 for b in range(256))
+
+
+def _big_float(value: Any) -> bool:
+    """A finite float of at least 2**63: what orjson makes of an integer beyond 64 bits."""
+    return type(value) is float and abs(value) >= _INT64_EDGE and value - value == 0
+
+
+def _holds_big_float(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is list:
+            stack.extend(item)
+        elif type(item) is dict:
+            stack.extend(item.values())
+        elif _big_float(item):
+            return True
+    return False
+
+
+def _big_positions(values: array | list) -> list[int]:
+    """Positions of a column whose value is, or holds, a finite float of at least 2**63."""
+    if type(values) is array:
+        if not values:
+            return []
+        # One C pass over the exponent bytes; only the (rare) flagged floats are looked at in Python.
+        flags = values.tobytes()[_HIGH_BYTE::8].translate(_LARGE_EXPONENT)
+        found = []
+        at = flags.find(1)
+        while at >= 0:
+            if _big_float(values[at]):
+                found.append(at)
+            at = flags.find(1, at + 1)
+        return found
+    types = set(map(type, values))
+    if float not in types and list not in types and dict not in types:
+        return []
+    return [i for i, v in enumerate(values) if _big_float(v) or type(v) in (list, dict) and _holds_big_float(v)]
+
+
+def _exact_integers(path: Path, series: dict[str, Series], line_steps: list[Any], big_steps: list[tuple[int, str]],
+                    line_offsets: list[tuple[int, int]]) -> None:
+    """Put back the integers orjson read as floats: the lines holding a float of at least 2**63
+    (rare: no metric is near 9.2e18) are read again with Python's json, which keeps every integer
+    exact, and their steps and values replaced by what it read."""
+    wanted: dict[int, list[tuple[Series, int]]] = {index: [] for index, _ in big_steps}
+    for data in series.values():
+        for position in _big_positions(data.values):
+            wanted.setdefault(data.lines[position], []).append((data, position))
+    if not wanted:
+        return
+    exact = _read_lines_exactly(path, {_line_number(line_offsets, index): index for index in wanted})
+    for index, step_field in big_steps:
+        if exact[index] is not None:
+            line_steps[index] = exact[index][step_field]
+    for index, places in wanted.items():
+        if exact[index] is None:
+            continue
+        for data, position in places:
+            value = exact[index][data.name]
+            if type(data.values) is array:
+                if type(value) is float:
+                    continue  # a float token after all (1e19): the same float
+                data.values = data.values.tolist()
+            data.values[position] = value
+
+
+# An integer token of 19 digits or more (2**63 has 19): only such a token can be one orjson rounded.
+_LONG_INTEGER = re.compile(rb"(?<![0-9.eE+-])-?[0-9]{19,}(?![0-9.eE])")
+
+
+def _read_lines_exactly(path: Path, wanted: dict[int, int]) -> dict[int, Any]:
+    """line index -> the line parsed by Python's json, for the file line numbers in ``wanted``; None
+    for a line without a long integer token (its big floats were float tokens: 1e19, 1.2e+20)."""
+    found: dict[int, Any] = {}
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), 1):
+            index = wanted.get(lineno)
+            if index is not None:
+                found[index] = json.loads(raw) if _LONG_INTEGER.search(raw) else None
+                if len(found) == len(wanted):
+                    break
+    if len(found) != len(wanted):
+        raise InputError(path, "changed while it was read (lines holding integers beyond 64 bits are read twice)")
+    return found
 
 
 # Files at least this big are parsed in parallel worker processes (fork start-up and

@@ -34,7 +34,7 @@ from detaudit.run.plan import EnvHook, RunPlan, finish, read_run_metrics
 from detaudit.run.spec import RunState
 from detaudit.runner_class import RunnerClass
 from detaudit.standards.diff import diff_standards
-from detaudit.standards.formats import FORMATS, comparison_of, load_any, render_as
+from detaudit.standards.formats import FORMAT_NAMES, comparison_of, load_any, render_as
 from detaudit.standards.formats import drop_nan_series as drop_nan
 from detaudit.standards.standard import Standard, standard_lock
 from detaudit.standards.store import standard_path
@@ -191,8 +191,8 @@ def record_metrics(
 
 
 def _check_format(fmt: str | None, drop_nan_series: bool) -> None:
-    if fmt is not None and fmt not in FORMATS:
-        raise UsageError(f"unknown --format {fmt!r} (one of {', '.join(FORMATS)})")
+    if fmt is not None and fmt not in FORMAT_NAMES:
+        raise UsageError(f"unknown --format {fmt!r} (one of {', '.join(FORMAT_NAMES)})")
     if drop_nan_series and fmt != "miles":
         raise UsageError("--drop-nan-series is for --format miles (verifiers that compare with ==)")
 

@@ -96,6 +96,7 @@ def diff_document(report: DiffReport) -> dict[str, Any]:
         "excluded": report.excluded,
         "exclude_patterns": report.exclude_patterns,
         "torn_last_line": report.torn,
+        "detected_step_keys": report.detected_step_keys,
     }
 
 
@@ -128,11 +129,19 @@ def print_diff(report: DiffReport, console: Console, *, title: str = "detaudit d
         console.print("  by: " + escape("; ".join(reasons)))
     else:
         console.print("excluded: none")
+    if report.detected_step_keys:
+        console.print(escape(detected_steps_line(report.detected_step_keys)))
     if report.mismatched:
         console.print(mismatch_table(report.mismatched, len(runs)))
     if report.root is not None:
         line = f" (line {report.root.line} of run {report.root.run + 1})" if report.root.line else ""
         console.print(f"[bold]root divergence[/bold]{escape(line)}: {escape(root_summary(report.root))}")
+
+
+def detected_steps_line(keys: list[str]) -> str:
+    """Which fields were taken as steps by detection (lines that name no step_key)."""
+    return (f"steps: field {', '.join(map(repr, keys))}, detected (lines name no step_key; "
+            "--step-key or a card's step_key chooses another)")
 
 
 def mismatch_table(mismatched: list[SeriesMismatch], n_runs: int) -> Table:

@@ -43,6 +43,9 @@ def change_line(change: SeriesChange) -> str:
         parts.append(f"steps removed: {_steps_text(change.steps_removed)}")
     if change.step_keys:
         parts.append(f"step key {change.step_keys[0]!r} -> {change.step_keys[1]!r}")
+    if change.reordered:
+        parts.append(f"points in another order from step {format_value(change.reordered_at)} "
+                     "(verify compares them in order)")
     return f"changed: {change.name}: " + "; ".join(parts)
 
 
@@ -92,7 +95,7 @@ def print_review(diff: StandardDiff, console: Console) -> None:
                           f"+{len(c.steps_added)} / -{len(c.steps_removed)}" if c.status == "changed" else "")
         console.print(table)
         for c in changed:
-            if c.steps_added or c.steps_removed or c.step_keys:
+            if c.steps_added or c.steps_removed or c.step_keys or c.reordered:
                 console.print("  " + escape(change_line(c)))
     for f in diff.fields:
         console.print(escape(field_line(f)))

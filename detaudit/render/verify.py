@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from detaudit.render.console import PREFIX
-from detaudit.render.diff import divergence_document, divergence_line, names_text
+from detaudit.render.diff import detected_steps_line, divergence_document, divergence_line, names_text
 from detaudit.render.runs import print_failed_runs, print_workdir_note, runner_mismatch_message, runs_document
 from detaudit.render.suite import approximate_line, other_classes_text
 from detaudit.render.trace import print_runs_trace, runs_trace_json
@@ -25,6 +25,7 @@ def verify_document(result: VerifyResult, card: str | None) -> dict[str, Any]:
         "failures": [divergence_document(name, d) for name, d in result.failures],
         "extra_series": list(result.extra_series),
         "left_out": dict(result.left_out), "renamed": dict(result.renamed),
+        "detected_step_keys": list(result.run_metrics.detected_step_keys) if result.run_metrics is not None else [],
         "approximate": [{"series": s, "tolerance": t} for s, t in result.approximate],
         "runner_class": result.runner_here, "standard_runner_class": result.runner_standard,
         "other_classes": list(result.other_classes), "refusal": result.refusal,
@@ -49,6 +50,8 @@ def print_selection(result: VerifyResult, out: Console) -> None:
     if result.extra_series:
         out.print(f"{PREFIX} note: {len(result.extra_series)} series not in the standard: "
                   + escape(names_text(result.extra_series)))
+    if result.run_metrics is not None and result.run_metrics.detected_step_keys:
+        out.print(f"{PREFIX} " + escape(detected_steps_line(result.run_metrics.detected_step_keys)))
 
 
 def env_diff_command(result: VerifyResult) -> str:

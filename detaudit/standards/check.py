@@ -18,8 +18,8 @@ from pathlib import Path
 from detaudit.data.approximate import ApproximateRule, compare_within
 from detaudit.data.card import Card
 from detaudit.data.compare import PairDivergence, SeriesData
-from detaudit.data.exclusion import Exclusion, exclusion_for
-from detaudit.data.metrics import MetricsRun, read_metrics
+from detaudit.data.exclusion import Exclusion, exclusion_for, reasons_summary
+from detaudit.data.metrics import LINE_INDEX, MetricsRun, read_metrics
 from detaudit.errors import InputError, UsageError
 from detaudit.standards.formats.registry import comparison_of
 from detaudit.standards.model import Standard
@@ -38,13 +38,16 @@ class RunCheck:
     run: MetricsRun | None = field(default=None, repr=False)  # the run's metrics as read for the comparison
 
 
-def _chooser(exclude: tuple[str, ...], include: tuple[str, ...]) -> Exclusion:
-    return Exclusion(defaults=(), cli=tuple(exclude), include=tuple(include))
+def _chooser(exclude: tuple[str, ...], include: tuple[str, ...], std: Standard | None = None) -> Exclusion:
+    rule = comparison_of(std) if std is not None else None
+    own = (rule.name, rule.approximate_only, rule.approximate_reason) if rule is not None and rule.approximate_only else None
+    return Exclusion(defaults=(), cli=tuple(exclude), include=tuple(include), rule=own)
 
 
 def selection(std: Standard, exclude: tuple[str, ...] = (), include: tuple[str, ...] = ()) -> tuple[list[str], dict[str, str]]:
-    """(series to compare, left out -> reason): ``exclude`` globs leave series out, ``include`` takes them back."""
-    chooser = _chooser(exclude, include)
+    """(series to compare, left out -> reason): ``exclude`` globs leave series out, and so does the
+    rule of the standard's format (Megatron-LM's approximate-only series); ``include`` takes them back."""
+    chooser = _chooser(exclude, include, std)
     left_out = {name: reason for name in sorted(std.series) if (reason := chooser.reason(name)) is not None}
     return [name for name in sorted(std.series) if name not in left_out], left_out
 
@@ -66,6 +69,13 @@ def rename_map(std: Standard, card: Card | None) -> dict[str, str]:
     return merged
 
 
+def stepped_by_line(std: Standard) -> bool:
+    """A standard whose every series is stepped by line number (recorded before step keys were
+    detected, from lines naming no step_key): its run is read the same way, so that it still
+    verifies (a `step` field stays a series, as it was recorded)."""
+    return bool(std.series) and all(data.step_key == LINE_INDEX for data in std.series.values())
+
+
 def _nothing_to_compare(std: Standard, name: str) -> InputError:
     missing = std.native_series(name).get("missing", [])
     why = f"every one of its {len(missing)} steps is \"nan\"" if missing else "it has no points"
@@ -79,7 +89,8 @@ def compared_series(std: Standard, exclude: tuple[str, ...] = (), include: tuple
     series has a value to compare, and the rename maps agree."""
     names, left_out = selection(std, exclude, include)
     if std.series and not names:
-        raise UsageError(f"--exclude leaves none of the standard's {len(std.series)} series to compare", std.path)
+        raise UsageError(f"nothing to compare: every one of the standard's {len(std.series)} series is left out "
+                         f"({reasons_summary(left_out)})", std.path)
     for name in names:
         if not len(std.series[name]):
             raise _nothing_to_compare(std, name)
@@ -101,7 +112,8 @@ def check_run(std: Standard, metrics: Path, *, card: Card | None = None, step_ke
     exclusion = exclusion_for(card, include=keep) if card is not None else Exclusion(include=keep)
     with warnings.catch_warnings():
         warnings.simplefilter("always")
-        run = read_metrics(metrics, default_step_key=default_step_key, exclusion=exclusion)
+        run = read_metrics(metrics, default_step_key=default_step_key, exclusion=exclusion,
+                           detect_step_key=not stepped_by_line(std))
     rule = comparison_of(std)
     check = RunCheck(compared=len(names), left_out=left_out, run=run)
     for name in names:

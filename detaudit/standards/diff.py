@@ -8,7 +8,9 @@ hold the same information, whatever their formats; their byte layout does not co
 renders it). Points are matched by step (the n-th occurrence of a step with the n-th), so a
 series that gained or lost steps still has its common points compared. When either file's
 format cannot hold a step's JSON type (Megatron-LM, NeMo-RL, TorchTitan: steps are keys or
-text), steps are matched by numeric value.
+text), steps are matched by numeric value. Two series are identical only as ``verify`` would
+see them: the same points, in the same order (a point repeated counts each time), so the same
+points in another order are a change (``reordered_at``), as verify compares them in order.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ class SeriesChange:
     max_rel: float | None = None
     max_ulps: int | None = None
     step_keys: tuple[str, str] | None = None  # (old, new) when the step key differs
+    # The step where the common points' order first differs (verify compares points in order, so
+    # the same points in another order are no identical series); None when the order is the same.
+    reordered_at: Any = None
+    reordered: bool = False
 
     def to_json(self) -> dict[str, Any]:
         def finite(x: float | None) -> float | None:
@@ -63,6 +69,7 @@ class SeriesChange:
             "max_rel_diff": finite(self.max_rel),
             "max_ulps": self.max_ulps,
             "step_keys": list(self.step_keys) if self.step_keys else None,
+            "reordered_at": encode_value(self.reordered_at) if self.reordered else None,
         }
 
 
@@ -152,9 +159,14 @@ def compare_series_change(name: str, old: SeriesData, new: SeriesData, *, lenien
             ulps = ulp_distance(va, vb)
             if ulps is not None:
                 change.max_ulps = ulps if change.max_ulps is None else max(change.max_ulps, ulps)
+    order_old = [key for key in a if key in b]
+    order_new = [key for key in b if key in a]
+    if order_old != order_new:
+        change.reordered = True
+        change.reordered_at = a[next(x for x, y in zip(order_old, order_new, strict=True) if x != y)][0]
     if old.step_key != new.step_key:
         change.step_keys = (old.step_key, new.step_key)
-    if change.differing or change.steps_added or change.steps_removed or change.step_keys:
+    if change.differing or change.steps_added or change.steps_removed or change.step_keys or change.reordered:
         change.status = "changed"
     return change
 

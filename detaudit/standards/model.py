@@ -30,6 +30,7 @@ from detaudit.data.compare import SeriesData
 from detaudit.data.metrics import DuplicateKey, unique_pairs
 from detaudit.data.values import MAX_DEPTH
 from detaudit.errors import InputError
+from detaudit.fileio import read_bounded_text
 from detaudit.runner_class import RunnerClass
 
 # A standard holds a short run's metrics: megabytes. Reading stops here (bounded memory).
@@ -81,22 +82,7 @@ class Standard:
 
 def read_standard_text(path: str | Path) -> str:
     """A standard file's text: bounded in size, UTF-8, ``InputError`` naming the file otherwise."""
-    path = Path(path)
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_STANDARD_BYTES + 1)
-    except FileNotFoundError:
-        raise InputError(path, "standard file not found") from None
-    except IsADirectoryError:
-        raise InputError(path, "is a directory, not a standard file") from None
-    except OSError as exc:
-        raise InputError(path, f"cannot read standard: {exc.strerror or exc}") from None
-    if len(raw) > MAX_STANDARD_BYTES:
-        raise InputError(path, f"standard is larger than {MAX_STANDARD_BYTES >> 20} MiB; not a standard")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(path, "standard is not UTF-8") from None
+    return read_bounded_text(path, "standard", MAX_STANDARD_BYTES, missing="standard file not found")
 
 
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]]')

@@ -24,18 +24,19 @@ __all__ = [
     "MAX_STANDARD_BYTES", "SCHEMA", "Standard", "load_standard", "parse_json_document", "read_standard_text",
     "render_standard", "series_document", "standard_lock",
 ]
-FORMATS = ("detaudit", "miles")
+# The formats a card's standard is read and written in by load_standard/render_standard (record's own).
+CARD_STANDARD_FORMATS = ("detaudit", "miles")
 
 
 def render_standard(standard: Standard) -> str:
     """The file text of a detaudit or miles standard, in its format; the same input gives the same bytes."""
-    return render_as(standard, standard.format if standard.format in FORMATS else "detaudit")
+    return render_as(standard, standard.format if standard.format in CARD_STANDARD_FORMATS else "detaudit")
 
 
 def load_standard(path: str | Path) -> Standard:
     """Read a detaudit or miles standard; ``InputError`` names the file on any problem (another format too)."""
     std = load_any(path)
-    if std.format not in FORMATS:
+    if std.format not in CARD_STANDARD_FORMATS:
         raise InputError(path, f'not a detaudit or miles standard (a {std.format} file): expected "schema" '
                                '(detaudit) or "metrics" (miles) at the top level')
     return std

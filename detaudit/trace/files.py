@@ -329,22 +329,6 @@ def regular_file(path: Path, what: str, limit: int) -> int:
     return info.st_size
 
 
-def read_bounded_text(path: Path, what: str, limit: int) -> str:
-    """A small UTF-8 file (``meta.json``), read whole within ``limit`` bytes."""
-    regular_file(path, what, limit)
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(limit + 1)
-    except OSError as exc:
-        raise InputError(path, f"cannot read {what}: {exc.strerror or exc}") from None
-    if len(data) > limit:
-        raise InputError(path, f"larger than {limit >> 20} MiB; not {what}")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(path, f"not UTF-8 (byte {exc.start}); not {what}") from None
-
-
 def read_process(path: Path) -> ProcessTrace:
     proc = ProcessTrace(path)
     identity: dict[str, Any] | None = None

@@ -17,8 +17,9 @@ from typing import Any
 
 from detaudit.env.probes.envprobe import cpu_info
 from detaudit.errors import InputError, UsageError
+from detaudit.fileio import read_bounded_text
 from detaudit.trace import MODES
-from detaudit.trace.files import RunTrace, read_bounded_text, read_trace
+from detaudit.trace.files import RunTrace, read_trace, regular_file
 
 SAVED_SCHEMA = "detaudit/trace/1"
 MAX_META_BYTES = 1 << 20
@@ -56,7 +57,8 @@ def read_saved(directory: str | Path) -> tuple[dict[str, Any], RunTrace]:
     meta_path = directory / "meta.json"
     if not meta_path.exists() and not meta_path.is_symlink():
         raise InputError(meta_path, "not a saved trace (no meta.json; save one with `detaudit trace CARD --save DIR`)")
-    text = read_bounded_text(meta_path, "a saved trace's meta.json", MAX_META_BYTES)
+    regular_file(meta_path, "a saved trace's meta.json", MAX_META_BYTES)
+    text = read_bounded_text(meta_path, "saved trace's meta.json", MAX_META_BYTES)
     try:
         meta = json.loads(text)
     except (ValueError, RecursionError) as exc:

@@ -9,7 +9,7 @@ naming it, anything that would be lost.
 """
 
 from detaudit.standards.formats.registry import (
-    FORMATS,
+    FORMAT_NAMES,
     TABLE,
     Conversion,
     comparison_of,
@@ -24,7 +24,7 @@ from detaudit.standards.formats.registry import (
 )
 
 __all__ = [
-    "FORMATS",
+    "FORMAT_NAMES",
     "TABLE",
     "Conversion",
     "comparison_of",

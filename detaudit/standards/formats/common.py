@@ -60,6 +60,11 @@ class Format:
     # A golden that samples the run at its own steps (Megatron-LM): the run's series taken at the
     # golden's steps, for an update that keeps them. None: the file holds every point of the run.
     sample_run: Callable[[SeriesData, dict[str, Any], SeriesData], SeriesData] | None = None
+    # Series its framework checks only approximately (globs: Megatron-LM's wall-clock and memory
+    # figures): left out of the exact comparison by the format's own rule, each listed with
+    # ``approximate_reason``; ``verify --include`` takes one back.
+    approximate_only: tuple[str, ...] = ()
+    approximate_reason: str = ""
 
 
 # --- JSON byte layout ------------------------------------------------------------------------

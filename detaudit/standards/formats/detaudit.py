@@ -50,8 +50,9 @@ def detect(source: Source) -> bool:
 # --- reading -------------------------------------------------------------------------
 
 
-def points(path: Path, name: str, raw: Any) -> tuple[list[Any], list[Any]]:
-    """``[[step, value], ...]`` of one series (also miles'), non-finite floats decoded."""
+def points(path: Path, name: str, raw: Any, *, decode: bool = True) -> tuple[list[Any], list[Any]]:
+    """``[[step, value], ...]`` of one series (also miles'); ``decode``: ``{"float": "NaN"}`` is a NaN
+    (detaudit's files; miles' keep it as the object its checker sees)."""
     if not isinstance(raw, list):
         raise InputError(path, f"series {name!r}: points must be a list of [step, value]")
     steps, values = [], []
@@ -60,6 +61,10 @@ def points(path: Path, name: str, raw: Any) -> tuple[list[Any], list[Any]]:
             raise InputError(path, f"series {name!r}: point {i} must be [step, value]")
         if depth(point) > MAX_DEPTH:
             raise InputError(path, f"series {name!r}: point {i} is nested deeper than {MAX_DEPTH} levels")
+        if not decode:
+            steps.append(point[0])
+            values.append(point[1])
+            continue
         try:
             steps.append(decode_value(point[0]))
             values.append(decode_value(point[1]))

@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from detaudit.data.compare import ABSENT, PairDivergence, SeriesData, classify
+from detaudit.data.compare import ABSENT, PairDivergence, SeriesData, classify, first_divergence
 from detaudit.errors import InputError
 from detaudit.standards.formats.common import Format, JsonLayout, Source, detect_layout, dump_json, is_number
 from detaudit.standards.formats.detaudit import check_meta, points
@@ -42,7 +42,7 @@ def load(path: Path, source: Source) -> Standard:
     check_meta(path, meta)
     series = {}
     for name, raw in doc["metrics"].items():
-        steps, values = points(path, name, raw)
+        steps, values = points(path, name, raw, decode=False)  # miles reads its file with json.loads alone
         series[name] = SeriesData(name, "", steps, values)
     native: dict[str, Any] = {}
     layout = detect_layout(source.text, source.spellings)
@@ -71,12 +71,24 @@ def _sorted(value: Any) -> Any:
     return value
 
 
+def _isnan(value: Any) -> bool | None:
+    """``math.isnan(value)`` as miles calls it; None where that raises (a value that is no number,
+    an integer beyond float range): miles' check then fails with the error, whatever the run."""
+    try:
+        return math.isnan(value)
+    except (TypeError, OverflowError):
+        return None
+
+
 def values_match(expected: Any, actual: Any) -> bool:
-    """miles' ``_values_match`` without a tolerance: a NaN matches only a NaN, else Python ``==``."""
-    e_nan = type(expected) is float and math.isnan(expected)
-    a_nan = type(actual) is float and math.isnan(actual)
-    if e_nan or a_nan:
-        return e_nan and a_nan
+    """miles' ``_values_match(got, want)`` without a tolerance: ``math.isnan`` of both (an error,
+    so a failure, for anything that is no number: ``{"float": "NaN"}`` is an object to miles, not
+    a NaN), a NaN matches only a NaN, else Python ``==``."""
+    got, want = _isnan(actual), _isnan(expected)
+    if got is None or want is None:
+        return False
+    if got or want:
+        return got and want
     return bool(expected == actual)
 
 
@@ -88,21 +100,11 @@ def compare(expected: SeriesData, native: dict[str, Any], actual: SeriesData | N
     if actual is None:
         return PairDivergence(1, 0, "missing", expected.steps[0] if len(expected) else ABSENT,
                               expected.values[0] if len(expected) else ABSENT, ABSENT, len_a=len(expected))
-    n = min(len(expected), len(actual))
-    for i in range(n):
-        sa, sb, va, vb = expected.steps[i], actual.steps[i], expected.values[i], actual.values[i]
-        if not _same_step(sa, sb):
-            return PairDivergence(1, i, "steps", sa, va, vb, sa, sb, len(expected), len(actual))
-        if not values_match(va, vb):
-            return PairDivergence(1, i, classify(va, vb), sa, va, vb, sa, sb, len(expected), len(actual))
-    if len(expected) != len(actual):
-        longer = expected if len(expected) > len(actual) else actual
-        return PairDivergence(
-            1, n, "steps", longer.steps[n],
-            expected.values[n] if n < len(expected) else ABSENT, actual.values[n] if n < len(actual) else ABSENT,
-            expected.steps[n] if n < len(expected) else ABSENT, actual.steps[n] if n < len(actual) else ABSENT,
-            len(expected), len(actual))
-    return None
+    return first_divergence(expected, actual, _same_step, values_match, _kind)
+
+
+def _kind(expected: Any, actual: Any) -> str:
+    return "not a number" if _isnan(expected) is None or _isnan(actual) is None else classify(expected, actual)
 
 
 FORMAT = Format(
@@ -115,6 +117,7 @@ FORMAT = Format(
     render=render,
     compare=compare,
     rule="miles' registry: the same number of points; point by point the same step and value by Python == "
-         "(1 matches 1.0, 0.0 matches -0.0); a NaN matches only a NaN",
+         "(1 matches 1.0, 0.0 matches -0.0); a NaN matches only a NaN; a value that is no number fails "
+         "(its math.isnan raises: {\"float\": \"NaN\"} is an object there)",
     holds_step_types=True,
 )

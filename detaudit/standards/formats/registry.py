@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import math
 import pkgutil
 from dataclasses import dataclass, field
@@ -55,7 +56,8 @@ def _discover() -> tuple[Format, ...]:
 
 
 TABLE: tuple[Format, ...] = _discover()
-FORMATS: tuple[str, ...] = tuple(f.name for f in TABLE)
+# Every format's name, in table order: the CLI's --format choices.
+FORMAT_NAMES: tuple[str, ...] = tuple(f.name for f in TABLE)
 _BY_NAME = {f.name: f for f in TABLE}
 
 
@@ -64,7 +66,7 @@ def format_of(name: str) -> Format:
     try:
         return _BY_NAME[name]
     except KeyError:
-        raise UsageError(f"unknown format {name!r} (one of {', '.join(FORMATS)})") from None
+        raise UsageError(f"unknown format {name!r} (one of {', '.join(FORMAT_NAMES)})") from None
 
 
 def comparison_of(standard: Standard) -> Format:
@@ -87,7 +89,41 @@ def read_source(path: str | Path, text: str | None = None) -> Source:
     if not text.lstrip().startswith(("{", "[")):
         return Source(text)
     spellings: dict[str, str] = {}
-    return Source(text, parse_json_document(path, text, spellings), spellings)
+    try:
+        doc = parse_json_document(path, text, spellings)
+    except InputError:
+        lines = metrics_lines(text)
+        if lines:
+            raise InputError(path, f"a metrics JSONL file ({lines} lines, one JSON object each), not a standard: "
+                                   f"{FROM_METRICS_HINT}") from None
+        raise
+    return Source(text, doc, spellings)
+
+
+# What a metrics file needs to become a standard (said where one is given instead of a standard).
+FROM_METRICS_HINT = ("a standard holds what agreeing runs logged; make one from two or more agreeing metrics "
+                     "files with `detaudit record --metrics A.jsonl B.jsonl --out STD.json`")
+
+
+def metrics_lines(text: str) -> int:
+    """How many lines of ``text`` are JSON objects, when every non-blank line is one and there are
+    at least two (a metrics JSONL file); else 0."""
+    count = 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            if not isinstance(json.loads(line), dict):
+                return 0
+        except (ValueError, RecursionError):
+            return 0
+        count += 1
+    return count if count >= 2 else 0
+
+
+def _one_metrics_line(doc: Any) -> bool:
+    """A JSON object of scalars alone, as one line of a metrics file (no standard holds that)."""
+    return isinstance(doc, dict) and bool(doc) and all(not isinstance(v, (dict, list)) for v in doc.values())
 
 
 def _detect(path: str | Path, source: Source) -> Format:
@@ -102,6 +138,8 @@ def _detect(path: str | Path, source: Source) -> Format:
         raise InputError(path, "a standard must be a JSON object")
     if source.doc == {}:
         raise InputError(path, "an empty JSON object: no series (a golden with no metrics proves nothing)")
+    if _one_metrics_line(source.doc):
+        raise InputError(path, f"one line of metrics (an object of numbers), not a standard: {FROM_METRICS_HINT}")
     raise InputError(path, f"not a standard: expected {_shapes()}")
 
 
@@ -113,7 +151,7 @@ def detect_format(path: str | Path, text: str | None = None) -> str:
 def _checked(path: str | Path, standard: Standard) -> Standard:
     """What a detaudit file says about other formats (its rule, their native data) is valid."""
     if standard.comparison is not None and standard.comparison not in _BY_NAME:
-        raise InputError(path, f"comparison {standard.comparison!r} is not a format's rule (one of {', '.join(FORMATS)})")
+        raise InputError(path, f"comparison {standard.comparison!r} is not a format's rule (one of {', '.join(FORMAT_NAMES)})")
     if standard.native:
         owner = standard.native.get("format")
         if owner not in _BY_NAME or owner == DETAUDIT:
@@ -288,9 +326,10 @@ def convert(standard: Standard, fmt: str, *, target: str | Path, series: str | N
 
 
 def _check_bytes(source: Standard, fmt: str, text: str, back: Standard) -> None:
-    """A foreign file converted to its own format, or to detaudit and back, must give its very bytes."""
+    """A file converted to its own format (detaudit's included), or to detaudit and back, must give its
+    very bytes: a layout no writer of its format produces is refused, never rewritten silently."""
     original = source.source_text
-    if original is None or source.format == DETAUDIT or fmt not in (source.format, DETAUDIT):
+    if original is None or fmt not in (source.format, DETAUDIT):
         return
     again = text if fmt == source.format else render_as(back, source.format, target=str(source.path))
     if again != original:
