@@ -97,6 +97,8 @@ class RecordResult:
     runner_class: RunnerClass | None = None  # the class the runs were planned for
     standard_trace: Path | None = None  # traced and written: run 1's trace, saved next to the standard
     stale_trace_removed: Path | None = None  # --update without --trace: the old standard's trace, removed
+    card: Card | None = field(default=None, repr=False)  # the card as parsed (reports read it from here)
+    metrics: list[MetricsRun] | None = field(default=None, repr=False)  # the runs' metrics as compared
 
     @property
     def ok(self) -> bool:
@@ -130,6 +132,7 @@ class VerifyResult:
     renamed: dict[str, str] = field(default_factory=dict)  # run series -> standard series it was compared as
     refusal: str | None = None  # PROFILE_REFUSED: why this machine cannot honour the card's portable profile
     run_metrics: MetricsRun | None = field(default=None, repr=False)  # the run as the comparison read it (reports draw it)
+    card: Card | None = field(default=None, repr=False)  # the card as parsed (None with --metrics alone)
 
     @property
     def ok(self) -> bool:

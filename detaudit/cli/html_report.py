@@ -25,7 +25,7 @@ def html_options(*, scan: bool) -> Callable[[F], F]:
         func = click.option("--overwrite-html", is_flag=True, help="Replace the --html file if it exists.")(func)
         return click.option("--html", "html", type=click.Path(dir_okay=False, path_type=Path), metavar="PATH",
                             help="Also write a self-contained HTML page of the outcome (curves, first divergence, "
-                                 "environment, trace); needs matplotlib (the plot extra).")(func)
+                                 "environment, trace).")(func)
 
     return apply
 
@@ -40,9 +40,13 @@ def prepare_html(html: Path | None, overwrite: bool, scan_report: Path | None = 
         if overwrite:
             raise UsageError("--overwrite-html without --html")
         return None
-    from detaudit.render.html import check_html_target
+    from detaudit.errors import UsageError as Refused
+    from detaudit.render.html import OVERWRITE_FLAG
 
-    check_html_target(html, overwrite)
+    if html.exists() and not overwrite:
+        raise Refused(f"exists; pass {OVERWRITE_FLAG} to replace it", html)
+    if html.is_dir():
+        raise Refused("is a directory; --html takes a file name", html)
     if scan_report is None:
         return None
     from detaudit.render.html.findings import read_scan_findings

@@ -146,10 +146,9 @@ def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: 
     else:
         print_record(result, str(card), runs, written_word=nothing, out=out_console, err=err_console)
     if html is not None:
-        from detaudit.data.card import load_card
         from detaudit.render.html.views import record_page
 
-        page = record_page(result, str(card), runs, step_key=load_card(card).step_key, findings=findings)
+        page = record_page(result, str(card), runs, findings=findings)
         emit_html(html, overwrite_html, page, err_console)
     exit_with(result.ok)
 
@@ -243,9 +242,9 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
     else:
         print_verify(result, out=out_console, err=err_console)
     if html is not None:
-        from detaudit.render.html.views import verify_page
+        from detaudit.render.html.verify_view import verify_page
 
-        page = verify_page(result, str(card) if card is not None else None, step_key=step_key, findings=findings)
+        page = verify_page(result, str(card) if card is not None else None, findings=findings)
         emit_html(html, overwrite_html, page, err_console)
     exit_with(result.ok)
 

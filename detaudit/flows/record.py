@@ -106,8 +106,10 @@ def record(
         plan = run_card(card, runs, placement=placement, parallel=parallel, workdir=workdir, extra_args=extra_args,
                         exclude=exclude, include=include, env_hooks=env_hooks, trace=trace, label="record",
                         on_plan=started, on_update=on_update)
-        return _judge(plan, path, old, update=update, allow_partial=allow_partial, fmt=fmt,
-                      drop_nan_series=drop_nan_series)
+        result = _judge(plan, path, old, update=update, allow_partial=allow_partial, fmt=fmt,
+                        drop_nan_series=drop_nan_series)
+    result.card = card  # reports read the card from the result, never parse it again
+    return result
 
 
 def check_trace_destination(path: Path, *, traced: bool) -> None:
@@ -134,7 +136,8 @@ def _judge(plan: RunPlan, path: Path | None, old: Standard | None, *, update: bo
     parsed = read_run_metrics(plan)
     report = diff_runs(parsed, labels=[f"run{i + 1}" for i in range(len(plan.specs))])
     report.exclude_patterns = plan.exclusion.patterns()
-    result = RecordResult(RecordStatus.DISAGREE, path, states, plan.workdir, report=report, runner_class=plan.runner_class)
+    result = RecordResult(RecordStatus.DISAGREE, path, states, plan.workdir, report=report, runner_class=plan.runner_class,
+                          metrics=parsed)
     traced = any(MODE_ENV in spec.overlay for spec in plan.specs)
     if traced:
         result.trace = audit_runs([run_trace_dir(spec.workdir) for spec in plan.specs])

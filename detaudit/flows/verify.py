@@ -91,7 +91,8 @@ def verify(
     if placement is not None and placement.refusal is not None:  # before any run: nothing could be proven
         assert card is not None and here is not None
         refused = Path(standard) if standard is not None else standard_path(card, here)
-        return VerifyResult(VerifyStatus.PROFILE_REFUSED, refused, None, runner_here=here, refusal=placement.refusal)
+        return VerifyResult(VerifyStatus.PROFILE_REFUSED, refused, None, runner_here=here, refusal=placement.refusal,
+                            card=card)
     if standard is not None:
         path = Path(standard)
     else:
@@ -107,9 +108,10 @@ def verify(
             return VerifyResult(
                 VerifyStatus.SKIPPED if allow_other_runner else VerifyStatus.NOT_VERIFIED, first_path, first, runner_here=here,
                 runner_standard=first.runner_class, other_classes=[c for _, s in others if (c := s.runner_class) is not None],
+                card=card,
             )
     std = load_any(path)  # any format, detected from the content
-    result = VerifyResult(VerifyStatus.PASSED, path, std, runner_here=here, runner_standard=std.runner_class)
+    result = VerifyResult(VerifyStatus.PASSED, path, std, runner_here=here, runner_standard=std.runner_class, card=card)
     approximate = None
     if (rule is not None and std.runner_class is not None and here != std.runner_class
             and "-".join(std.runner_class) == rule.against):

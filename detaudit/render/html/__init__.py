@@ -1,10 +1,11 @@
 """``--html PATH``: one self-contained HTML page per gate (``record``, ``verify``, ``verify --suite``,
 ``diff``, ``standard diff``).
 
-``views`` builds what a page shows from a command's result, ``series`` prepares the numbers,
-``plots`` draws them with matplotlib, ``page`` writes the HTML, ``findings`` reads a
-``scan-rng --format json`` report. Only this package imports matplotlib and numpy, and only when
-a page is written.
+``views`` and ``verify_view`` build what a page shows (``model``) from a command's result,
+``panels`` and ``series`` work out the curves, ``trace_view`` the trace section, ``charts`` the
+chart data and sparklines, ``page`` writes the HTML, ``findings`` reads a
+``scan-rng --format json`` report. Plain Python throughout: the page needs no numpy and no
+matplotlib (the vendored uPlot draws the charts in the browser).
 """
 
 from __future__ import annotations
@@ -15,21 +16,9 @@ from typing import TYPE_CHECKING
 from detaudit.fileio import write_atomic
 
 if TYPE_CHECKING:
-    from detaudit.render.html.views import Page
+    from detaudit.render.html.model import Page
 
 OVERWRITE_FLAG = "--overwrite-html"
-
-
-def check_html_target(path: Path, overwrite: bool) -> None:
-    """Before anything runs: matplotlib is there, and the page would not replace a file unasked."""
-    from detaudit.errors import UsageError
-    from detaudit.render.html.plots import require_matplotlib
-
-    require_matplotlib()
-    if path.exists() and not overwrite:
-        raise UsageError(f"exists; pass {OVERWRITE_FLAG} to replace it", path)
-    if path.is_dir():
-        raise UsageError("is a directory; --html takes a file name", path)
 
 
 def write_html(path: Path, page: Page, *, overwrite: bool = False) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from detaudit.data.card import Card
 from detaudit.errors import InputError
 
 # A scan report of a large tree is a few MB; reading stops here (bounded memory).
@@ -76,16 +77,11 @@ def read_scan_findings(path: str | Path) -> Findings:
     return Findings(path, doc)
 
 
-def main_modules(card: str | None) -> set[str]:
+def main_modules(card: Card | None) -> set[str]:
     """The modules whose ``__main__`` the card's command runs (``-m MODULE`` or a script)."""
     if card is None:
         return set()
-    from detaudit.data.card import load_card
-
-    try:
-        command = list(load_card(card).command)
-    except InputError:
-        return set()
+    command = list(card.command)
     modules = set()
     for i, word in enumerate(command):
         if word == "-m" and i + 1 < len(command):
@@ -122,7 +118,7 @@ def _row(item: dict[str, Any]) -> FindingRow:
                       "runs in: " + ", ".join(parts) if parts else str(item.get("note", "")))
 
 
-def findings_view(findings: Findings, traced: list[tuple[str, str]] | None, card: str | None) -> FindingsView:
+def findings_view(findings: Findings, traced: list[tuple[str, str]] | None, card: Card | None) -> FindingsView:
     """The findings split into those naming a process of this run and the rest."""
     rows = [(item, _row(item)) for item in findings.items]
     if traced is None:

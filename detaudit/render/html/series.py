@@ -1,4 +1,8 @@
-"""The numbers behind a page's plots: x positions, run-to-run differences, downsampling.
+"""The numbers behind a page's charts: x positions, run-to-run differences, downsampling.
+
+Plain Python (the page needs no numpy): the work per point is done by C loops where it matters
+(``map``, ``min``/``max``/``sum`` over slices of an ``array('d')``), and only the panels a page
+draws are worked out.
 
 A series is plotted against its steps when every step is a finite number, else against the
 point index (the page says which). Points of two runs are paired by index up to the first
@@ -9,41 +13,40 @@ Long series are downsampled for drawing: per bucket the minimum and maximum (an 
 that keeps spikes), the first NaN, and every point within ``FULL_AROUND`` of the first
 divergence, which is always kept exactly. The tables and the marked step always come from the
 full data, never from the downsampled curves.
-
-numpy is there whenever a page is written: matplotlib, which draws the plots, requires it.
 """
 
 from __future__ import annotations
 
 import math
+import operator
+from array import array
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-# Points a curve keeps at most (two per bucket): a 7-inch plot has fewer pixel columns than this.
+NAN = math.nan
+INF = math.inf
+# Points a curve keeps at most (two per bucket): a chart has fewer pixel columns than this.
 MAX_BUCKETS = 320
 # Around the first divergence every point is kept, so zooming in there shows the real data.
 FULL_AROUND = 40
 # Points of a sparkline (identical series): the shape only.
 SPARK_BUCKETS = 40
 
+Floats = Sequence[float]  # a list of floats, or an array('d')
+
 
 @dataclass
 class Points:
     """One run's series as numbers: x (steps or point index) and y (NaN where not a number)."""
 
-    x: np.ndarray
-    y: np.ndarray
+    x: Floats
+    y: Floats
     numeric: bool  # every value is a number (int or float; NaN and infinities count)
 
     def __len__(self) -> int:
         return len(self.y)
-
-
-def _is_number(v: Any) -> bool:
-    return type(v) in (int, float)
 
 
 def _as_float(v: Any) -> float:
@@ -53,105 +56,125 @@ def _as_float(v: Any) -> float:
         try:
             return float(v)
         except OverflowError:
-            return math.copysign(math.inf, v)
-    return math.nan
+            return math.copysign(INF, v)
+    return NAN
 
 
-def values_array(values: Sequence[Any]) -> tuple[np.ndarray, bool]:
-    """Values as float64 (bits of floats kept; non-numbers NaN) and whether all were numbers."""
-    if isinstance(values, np.ndarray):
-        return values.astype(np.float64, copy=False), True
-    if getattr(values, "typecode", None) == "d":  # array('d'): every value a float, zero-copy
-        return np.frombuffer(values, dtype=np.float64), True  # type: ignore[call-overload]
-    numeric = all(map(_is_number, values))
-    return np.fromiter((_as_float(v) for v in values), dtype=np.float64, count=len(values)), numeric
+def values_floats(values: Sequence[Any]) -> tuple[Floats, bool]:
+    """Values as floats (bits of floats kept; non-numbers NaN) and whether all were numbers."""
+    if isinstance(values, array) and values.typecode == "d":
+        return values, True  # every value a float already: used as it is
+    types = set(map(type, values))
+    numeric = types <= {int, float}
+    if types <= {float}:
+        return list(values), True
+    return [_as_float(v) for v in values], numeric
 
 
-def steps_array(steps: Sequence[Any]) -> np.ndarray | None:
-    """The steps as float64 when every one is a finite int or float, else None (then the plot's
+def steps_numbers(steps: Sequence[Any]) -> list[float] | None:
+    """The steps as floats when every one is a finite int or float, else None (then the chart's
     x axis is the point index). Bools and numeric strings are not numbers here."""
+    if not set(map(type, steps)) <= {int, float}:
+        return None
     try:
-        raw = np.asarray(steps)  # ints and floats give an int or float array, in C; anything else does not
-    except (ValueError, OverflowError):
+        x = list(map(float, steps))
+    except OverflowError:  # an int beyond float range
         return None
-    if raw.dtype.kind not in "iuf" or raw.ndim != 1:
-        return None
-    x = raw.astype(np.float64, copy=False)
-    return x if np.all(np.isfinite(x)) else None
+    return x if all(map(math.isfinite, x)) else None
 
 
-def points(values: Sequence[Any], x: np.ndarray | None) -> Points:
+def points(values: Sequence[Any], x: Floats | None) -> Points:
     """A series' points; ``x`` None: against the point index."""
-    y, numeric = values_array(values)
-    if x is None:
-        x = np.arange(len(y), dtype=np.float64)
-    return Points(x, y, numeric)
+    y, numeric = values_floats(values)
+    return Points(x if x is not None else list(map(float, range(len(y)))), y, numeric)
 
 
-def paired(a: Points, b: Points, steps_a: Sequence[Any], steps_b: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def any_finite(y: Floats) -> bool:
+    return any(map(math.isfinite, y))
+
+
+def increasing(x: Floats) -> bool:
+    """Every x larger than the one before."""
+    return all(map(operator.lt, x, x[1:]))
+
+
+def paired(a: Points, b: Points, steps_a: Sequence[Any], steps_b: Sequence[Any]) -> tuple[Floats, Floats, Floats]:
     """(x, a's values, b's values) at the points the two runs have in common (see module doc)."""
     n = min(len(a), len(b))
     same = n
-    if steps_a[:n] != steps_b[:n]:  # equal steps compare at C speed; find where they part otherwise
+    if list(steps_a[:n]) != list(steps_b[:n]):  # equal steps compare at C speed; find where they part otherwise
         same = next(i for i in range(n) if steps_a[i] != steps_b[i] or type(steps_a[i]) is not type(steps_b[i]))
-    x, ya, yb = a.x[:same], a.y[:same], b.y[:same]
-    if same < max(len(a), len(b)) and same < len(a) and same < len(b):
+    x, ya, yb = list(a.x[:same]), list(a.y[:same]), list(b.y[:same])
+    if same < len(a) and same < len(b):
         rest_a, rest_b = a.x[same:], b.x[same:]
-        if rest_a.size and rest_b.size and np.all(np.diff(rest_a) > 0) and np.all(np.diff(rest_b) > 0):
-            common, ia, ib = np.intersect1d(rest_a, rest_b, assume_unique=True, return_indices=True)
-            x = np.concatenate([x, common])
-            ya = np.concatenate([ya, a.y[same:][ia]])
-            yb = np.concatenate([yb, b.y[same:][ib]])
+        if increasing(rest_a) and increasing(rest_b):
+            where_b = {v: same + i for i, v in enumerate(rest_b)}
+            for i, v in enumerate(rest_a, start=same):
+                j = where_b.get(v)
+                if j is not None:
+                    x.append(v)
+                    ya.append(a.y[i])
+                    yb.append(b.y[j])
     return x, ya, yb
 
 
-def differences(ya: np.ndarray, yb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """|a - b| and |a - b| / max(|a|, |b|) (the figures a divergence reports), NaN where
-    either is NaN or both are equal (nothing to draw on a log scale)."""
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        absolute = np.abs(ya - yb)
-        scale = np.maximum(np.abs(ya), np.abs(yb))
-        relative = absolute / scale
-    absolute[~(absolute > 0) | ~np.isfinite(absolute)] = np.nan
-    relative[~(relative > 0) | ~np.isfinite(relative)] = np.nan
+def differences(ya: Floats, yb: Floats) -> tuple[list[float], list[float]]:
+    """|a - b| and |a - b| / max(|a|, |b|) (the figures a divergence reports), NaN where either
+    is NaN, where they are equal or where the difference is infinite (nothing to draw on a log
+    scale)."""
+    absolute = [d if 0.0 < d < INF else NAN for d in map(abs, map(operator.sub, ya, yb))]
+    scale = map(max, map(abs, ya), map(abs, yb))
+    # where the difference is finite and positive, both values are finite and the scale is > 0
+    relative = [d / s if d == d else NAN for d, s in zip(absolute, scale, strict=True)]
     return absolute, relative
 
 
-def keep_indices(y: np.ndarray, buckets: int, around: int | None = None, full: int = FULL_AROUND) -> np.ndarray:
+def _bucket_extremes(chunk: Floats) -> tuple[int, int, int | None]:
+    """Indices in ``chunk`` of its minimum, its maximum and its first NaN (None when it has none)."""
+    total = sum(chunk)
+    if total == total:  # no NaN (a NaN, or +inf beside -inf, makes the sum NaN): min and max in C
+        return chunk.index(min(chunk)), chunk.index(max(chunk)), None
+    first_nan = next((i for i, v in enumerate(chunk) if v != v), None)
+    numbers = [(v, i) for i, v in enumerate(chunk) if v == v]
+    if not numbers:
+        return 0, 0, first_nan
+    return min(numbers)[1], max(numbers, key=lambda t: (t[0], -t[1]))[1], first_nan
+
+
+def keep_indices(y: Floats, buckets: int, around: int | None = None, full: int = FULL_AROUND) -> list[int]:
     """Sorted indices of the points to draw: all of them when few, else per bucket the minimum,
     the maximum and the first NaN, plus the first and last point and every point within
     ``full`` of ``around`` (the first divergence)."""
     n = len(y)
     if n <= 2 * buckets:
-        return np.arange(n)
+        return list(range(n))
     size = -(-n // buckets)
-    padded = np.full(size * buckets, np.nan)
-    padded[:n] = y
-    grid = padded.reshape(buckets, size)
-    nan = np.isnan(grid)
-    low = np.where(nan, np.inf, grid).argmin(axis=1)
-    high = np.where(nan, -np.inf, grid).argmax(axis=1)
-    base = np.arange(buckets) * size
-    parts = [base + low, base + high, np.array([0, n - 1])]
-    has_nan = nan.any(axis=1)
-    if has_nan.any():
-        parts.append((base + nan.argmax(axis=1))[has_nan])
+    keep = {0, n - 1}
+    for start in range(0, n, size):
+        low, high, nan = _bucket_extremes(y[start:start + size])
+        keep.update((start + low, start + high))
+        if nan is not None:
+            keep.add(start + nan)
     if around is not None and 0 <= around < n:
-        parts.append(np.arange(max(0, around - full), min(n, around + full + 1)))
-    keep = np.unique(np.concatenate(parts))
-    return keep[keep < n]
+        keep.update(range(max(0, around - full), min(n, around + full + 1)))
+    return sorted(keep)
 
 
-def downsample(x: np.ndarray, y: np.ndarray, buckets: int = MAX_BUCKETS, around: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def take(values: Floats, indices: Sequence[int]) -> list[float]:
+    if len(indices) > 1:
+        return list(operator.itemgetter(*indices)(values))
+    return [values[i] for i in indices]
+
+
+def downsample(x: Floats, y: Floats, buckets: int = MAX_BUCKETS, around: int | None = None) -> tuple[list[float], list[float]]:
     keep = keep_indices(y, buckets, around)
-    return x[keep], y[keep]
+    return take(x, keep), take(y, keep)
 
 
-def envelope_top(x: np.ndarray, y: np.ndarray, buckets: int = MAX_BUCKETS, around_x: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """A difference curve for a log plot: the largest difference per bucket (how it grows), and
-    every point near ``around_x`` (the first divergence)."""
-    n = len(y)
-    if n <= 2 * buckets:
-        return x, y
-    around = int(np.searchsorted(x, around_x)) if around_x is not None and np.all(np.diff(x) >= 0) else None
+def envelope_top(x: Floats, y: Floats, buckets: int = MAX_BUCKETS, around_x: float | None = None) -> tuple[list[float], list[float]]:
+    """A difference curve for a log plot: the extremes per bucket (how it grows), and every point
+    near ``around_x`` (the first divergence)."""
+    if len(y) <= 2 * buckets:
+        return list(x), list(y)
+    around = bisect_left(x, around_x) if around_x is not None and all(map(operator.le, x, x[1:])) else None
     return downsample(x, y, buckets, around)
