@@ -52,8 +52,8 @@ from typing import Any, NoReturn
 
 import pytest
 
-from detaudit.ci.environment import ci_variable
 from detaudit.errors import InputError
+from detaudit.render.ci.environment import ci_variable
 
 UPDATE_FAILED, UPDATE_ALL = "failed", "all"
 STANDARDS_DIR_INI = "detaudit_standards_dir"

@@ -162,6 +162,31 @@ class TraceResult:
 
 
 @dataclass
+class DiffResult:
+    """``detaudit diff``: the runs' comparison and the runs as read."""
+
+    report: DiffReport
+    runs: list[MetricsRun] = field(repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.report.ok
+
+
+@dataclass
+class ReviewResult:
+    """``detaudit standard diff``: the two standards, as read, and how they differ."""
+
+    diff: StandardDiff
+    old: Standard = field(repr=False)
+    new: Standard = field(repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.diff.identical
+
+
+@dataclass
 class SuitePlan:
     suite: str | None
     cards: list[Card]

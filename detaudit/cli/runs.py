@@ -9,8 +9,7 @@ from typing import Any, NoReturn
 import click
 from rich.markup import escape
 
-from detaudit.cli.base import EXIT_FAIL, ci_error_reports, default_card, exit_with, handle_errors, warn
-from detaudit.cli.html_report import emit_html, html_options, prepare_html
+from detaudit.cli.base import EXIT_FAIL, ci_error_reports, default_card, exit_with, handle_errors
 from detaudit.cli.options import (
     card_and_extra_args,
     cluster_option,
@@ -21,20 +20,13 @@ from detaudit.cli.options import (
     trace_option,
     workdir_option,
 )
+from detaudit.cli.outputs import Reports, emit_outcome, html_options
 from detaudit.render.console import PREFIX, RunDisplay, console
 from detaudit.runner_class import RunnerClass
 from detaudit.standards.formats.registry import FORMATS
 
 # Heavy or rarely used modules are imported inside the commands: nothing here may import torch,
 # and `verify --metrics` must start fast.
-
-
-def _ci_reports(junit_xml: Path | None, title: str, cases: list[Any], verdict: str, detail: str = "") -> None:
-    """--junit-xml FILE, and the GitHub job summary when GITHUB_STEP_SUMMARY is set."""
-    from detaudit.ci import write_ci_reports
-
-    for text in write_ci_reports(junit_xml, title, cases, verdict, detail):
-        warn(text)
 
 
 def _interrupted(err: Any, exc: KeyboardInterrupt, what: str) -> NoReturn:
@@ -46,15 +38,13 @@ def _interrupted(err: Any, exc: KeyboardInterrupt, what: str) -> NoReturn:
     sys.exit(EXIT_FAIL)
 
 
-def _warn_est_time(err: Any, card_path: Path | None, elapsed: list[float]) -> None:
+def _warn_est_time(err: Any, card: Any, elapsed: list[float]) -> None:
     """Warn when a run took longer than the card's est_time (suite plans read it)."""
-    if card_path is None or not elapsed:
+    if card is None or not elapsed:
         return
-    from detaudit.data.card import load_card
     from detaudit.flows.suite import over_estimate
     from detaudit.render.runs import print_est_time_warning
 
-    card = load_card(card_path)
     slowest = max(elapsed)
     if card.est_time is not None and over_estimate(card, slowest):
         print_est_time_warning(err, card.name, card.est_time, slowest)
@@ -99,57 +89,43 @@ def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: 
       detaudit record recipes/sd3_pickscore_nft.toml --update      # re-record, printing what changed
       detaudit record recipes/sd3_pickscore_nft.toml --no-write -- --no-seed-rollout-manager
     """
-    from detaudit.ci import cases_from_record
+    from detaudit.data.card import load_card
     from detaudit.flows.record import record as run_record
-    from detaudit.render.jsonout import dump_json
-    from detaudit.render.record import print_record, record_document
-    from detaudit.render.runs import print_failed_runs, print_jobs, print_workdir_note
+    from detaudit.render.runs import print_jobs
 
     if no_write and (update or out is not None or allow_partial or fmt is not None or drop_nan_series):
         raise click.UsageError("--no-write writes nothing: it takes no --update, --out, --allow-partial or --format")
     card = card or default_card()
-    findings = prepare_html(html, overwrite_html, scan_report)
+    reports = Reports(f"detaudit record {card}", card=str(card), subject=str(card), as_json=as_json, ci=True,
+                      junit_xml=junit_xml, html=html, overwrite_html=overwrite_html, scan_report=scan_report)
+    reports.prepare([(card, "the card")])  # the standard's path joins them in the flow, before any run
+    loaded = load_card(card)
     out_console, err_console = console(), console(stderr=True)
     display = RunDisplay(err_console, runs, f"detaudit record {card}")
     nothing = "nothing written" if no_write else "no standard written"
 
     def on_start(base: Path, cls: RunnerClass) -> None:
         if not no_doctor:  # the preflight, once the command is known to be valid: warnings, the runs decide
-            from detaudit.data.card import load_card
             from detaudit.env.doctor import run_doctor
             from detaudit.render.environment import print_doctor
 
-            print_doctor(run_doctor(load_card(card), ray=False), err_console, only_failing=True)
+            print_doctor(run_doctor(loaded, ray=False), err_console, only_failing=True)
         where = f" as Ray jobs on {cluster}" if cluster else ""
         err_console.print(f"{PREFIX} runner class {cls}; {runs} runs{escape(where)} in {base}")
 
     try:
         with display:
             result = run_record(
-                card, runs=runs, parallel=parallel, out=out, update=update, allow_partial=allow_partial, fmt=fmt,
+                loaded, runs=runs, parallel=parallel, out=out, update=update, allow_partial=allow_partial, fmt=fmt,
                 drop_nan_series=drop_nan_series, extra_args=extra_args, exclude=exclude, include=include, workdir=workdir,
                 write=not no_write, cluster=cluster, on_update=display.update, on_start=on_start, trace=trace,
+                paths=reports.paths,
             )
     except KeyboardInterrupt as exc:
         _interrupted(err_console, exc, nothing)
     print_jobs(err_console, result.runs)
-    record_cases = cases_from_record(result, f"detaudit.record.{card.stem}")
-    failed = sum(1 for c in record_cases if not c.ok)
-    _ci_reports(junit_xml, f"detaudit record {card}", record_cases, str(result.status).upper(),
-                f"{len(record_cases) - failed} of {len(record_cases)} series identical across {runs} runs")
-    _warn_est_time(err_console, card, _elapsed(result.runs))
-    if as_json:
-        if result.status == "run-failed":
-            print_failed_runs(err_console, result.runs)
-        click.echo(dump_json(record_document(result, str(card), runs)))
-        print_workdir_note(err_console, result.workdir, result.workdir_removed, result.ok)
-    else:
-        print_record(result, str(card), runs, written_word=nothing, out=out_console, err=err_console)
-    if html is not None:
-        from detaudit.render.html.views import record_page
-
-        page = record_page(result, str(card), runs, findings=findings)
-        emit_html(html, overwrite_html, page, err_console)
+    _warn_est_time(err_console, result.card, _elapsed(result.runs))
+    emit_outcome(result, reports, out_console, err_console)
     exit_with(result.ok)
 
 
@@ -192,13 +168,9 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
       detaudit verify --metrics run/metrics.jsonl --standard golden_values.json
       detaudit verify --suite cpu --cards recipes
     """
-    from detaudit.ci import cases_from_verify
+    from detaudit.data.card import load_card
     from detaudit.flows.verify import verify as run_verify
-    from detaudit.render.jsonout import dump_json
-    from detaudit.render.runs import print_failed_runs, print_jobs, print_workdir_note
-    from detaudit.render.suite import status_detail
-    from detaudit.render.verify import print_verify, verify_document
-    from detaudit.results import VerifyStatus
+    from detaudit.render.runs import print_jobs
 
     if strict_runner and allow_other_runner:
         raise click.UsageError("--strict-runner and --allow-other-runner contradict each other")
@@ -209,56 +181,46 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
                                    "--cluster, --trace, --json, --exclude, --include or extra args (--junit-xml gives "
                                    "one report)")
         _verify_suite(suite, cards, allow_other_runner, junit_xml, html, overwrite_html, scan_report)
-    findings = prepare_html(html, overwrite_html, scan_report)
     if card is None and metrics is None:
         card = default_card()
+    subject = str(card if card is not None else metrics)
+    reports = Reports(f"detaudit verify {subject}", card=str(card) if card is not None else None, subject=subject,
+                      as_json=as_json, ci=True, junit_xml=junit_xml, html=html, overwrite_html=overwrite_html,
+                      scan_report=scan_report)
+    # the standard found from the card and the runner class joins them in the flow, before the run
+    reports.prepare([(card, "the card"), (metrics, "the metrics it checks (--metrics)"),
+                     (standard, "the standard it checks (--standard)")])
     out_console, err_console = console(), console(stderr=True)
     display = RunDisplay(err_console, 1, f"detaudit verify {card}")
     try:
         with display:
-            result = run_verify(card, metrics=metrics, standard=standard, allow_other_runner=allow_other_runner,
-                                step_key=step_key, extra_args=extra_args, workdir=workdir, cluster=cluster,
-                                on_update=display.update, trace=trace, exclude=exclude, include=include)
+            result = run_verify(load_card(card) if card is not None else None, metrics=metrics, standard=standard,
+                                allow_other_runner=allow_other_runner, step_key=step_key, extra_args=extra_args,
+                                workdir=workdir, cluster=cluster, on_update=display.update, trace=trace, exclude=exclude,
+                                include=include, paths=reports.paths)
     except KeyboardInterrupt as exc:
         _interrupted(err_console, exc, "not verified")
-    label = card.stem if card is not None else Path(str(metrics)).stem
-    status = VerifyStatus(result.status)
-    _ci_reports(junit_xml, f"detaudit verify {card or metrics}",
-                cases_from_verify(result, f"detaudit.verify.{label}", time_s=result.run.elapsed if result.run else 0.0),
-                status.label, f"{status_detail(status, result)} ({result.standard_path})")
     if metrics is None and result.run is not None:
-        _warn_est_time(err_console, card, _elapsed([result.run]))
+        _warn_est_time(err_console, result.card, _elapsed([result.run]))
     if result.run is not None:
         print_jobs(err_console, [result.run])
     if result.standard_trace is not None:
         err_console.print(f"{PREFIX} the standard carries a trace ({escape(str(result.standard_trace))}): this run "
                           "was traced and compared with it")
-    if as_json:
-        if status == VerifyStatus.RUN_FAILED and result.run is not None:
-            print_failed_runs(err_console, [result.run])
-        click.echo(dump_json(verify_document(result, str(card) if card is not None else None)))
-        if result.workdir is not None:
-            print_workdir_note(err_console, result.workdir, result.workdir_removed, result.ok)
-    else:
-        print_verify(result, out=out_console, err=err_console)
-    if html is not None:
-        from detaudit.render.html.verify_view import verify_page
-
-        page = verify_page(result, str(card) if card is not None else None, findings=findings)
-        emit_html(html, overwrite_html, page, err_console)
+    emit_outcome(result, reports, out_console, err_console)
     exit_with(result.ok)
 
 
 def _verify_suite(suite: str, cards_dir: Path, allow_other_runner: bool, junit_xml: Path | None, html: Path | None = None,
                   overwrite_html: bool = False, scan_report: Path | None = None) -> None:
-    from detaudit.ci import cases_from_suite
     from detaudit.flows.suite import find_cards, over_estimate, verify_suite
     from detaudit.render.runs import print_est_time_warning
-    from detaudit.render.suite import print_suite, suite_passed_text
 
-    findings = prepare_html(html, overwrite_html, scan_report)
-    out_console, err_console = console(), console(stderr=True)
+    reports = Reports(f"detaudit verify --suite {suite}", subject=suite, ci=True, junit_xml=junit_xml, html=html,
+                      overwrite_html=overwrite_html, scan_report=scan_report)
     found = find_cards(cards_dir, suite)
+    reports.prepare((c.path, f"the card {c.name}") for c in found)
+    out_console, err_console = console(), console(stderr=True)
     total = len(found)
 
     def on_card(card: Any) -> None:
@@ -272,17 +234,11 @@ def _verify_suite(suite: str, cards_dir: Path, allow_other_runner: bool, junit_x
                                   on_update=display.update)
     except KeyboardInterrupt as exc:
         _interrupted(err_console, exc, "not verified")
-    print_suite(result, out_console)
     for o in result.outcomes:
         run_time = o.run_elapsed
         if run_time is not None and o.card.est_time is not None and over_estimate(o.card, run_time):
             print_est_time_warning(err_console, o.card.name, o.card.est_time, run_time)
-    _ci_reports(junit_xml, f"detaudit verify --suite {suite}", cases_from_suite(result),
-                {0: "PASSED", 1: "FAILED"}.get(result.exit_code, "ERROR"), suite_passed_text(result))
-    if html is not None:
-        from detaudit.render.html.views import suite_page
-
-        emit_html(html, overwrite_html, suite_page(result, findings=findings), err_console)
+    emit_outcome(result, reports, out_console, err_console)
     sys.exit(result.exit_code)
 
 

@@ -11,13 +11,13 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from detaudit import __version__
-from detaudit.data.card import load_card, standard_path
+from detaudit.data.card import Card, load_card, standard_path
 from detaudit.data.compare import DiffReport, SeriesData, diff_runs
 from detaudit.data.metrics import MetricsRun
 from detaudit.data.values import encode_value
 from detaudit.env.provenance import git_state, standard_runner
 from detaudit.errors import InputError, UsageError
-from detaudit.fileio import write_atomic
+from detaudit.fileio import OutputPaths, write_atomic
 from detaudit.results import RecordResult, RecordStatus
 from detaudit.run.card_runs import place, run_card
 from detaudit.run.executor import runner_mismatch
@@ -35,7 +35,7 @@ from detaudit.trace.saved import carries_trace, check_replaceable, save_trace, s
 
 
 def record(
-    card_path: str | Path,
+    card_path: str | Path | Card,
     *,
     runs: int = 3,
     parallel: int = 1,
@@ -54,8 +54,12 @@ def record(
     on_update: Callable[[list[RunState]], None] | None = None,
     on_start: Callable[[Path, RunnerClass], None] | None = None,
     trace: str | None = None,
+    paths: OutputPaths | None = None,
 ) -> RecordResult:
     """Run the card ``runs`` times and write its standard if every compared series agrees.
+
+    ``card_path``: the card's file, or the card as parsed. ``paths``: the command's other inputs
+    and outputs (its reports); the standard's path joins them and all are checked before any run.
 
     ``trace`` ("rng" or "modules"): every run traces its global-RNG draws (and module calls)
     into ``runN/trace/``; the result carries the first draw that differs between runs, and
@@ -82,7 +86,7 @@ def record(
         raise UsageError("--drop-nan-series is for --format miles (verifiers that compare with ==)")
     if trace is not None and trace not in MODES:
         raise UsageError(f"unknown trace mode {trace!r} (one of {', '.join(MODES)})")
-    card = load_card(card_path)
+    card = card_path if isinstance(card_path, Card) else load_card(card_path)
     placement = place(card, cluster=cluster, parallel=parallel)
     if placement.refusal is not None:  # a standard recorded here would carry a promise this machine breaks
         raise InputError(card.path, f"cannot record card {card.name!r} here: {placement.refusal}")
@@ -92,6 +96,10 @@ def record(
     old: Standard | None = None
     if write:
         path = Path(out) if out is not None else standard_path(card, runner_class)
+        if paths is not None:  # the standard among the command's paths: none may be another, all fit to write
+            paths.writes(path, "the standard (--out)" if out is not None else "the standard", replace_flag="--update",
+                         overwrite=update)
+            paths.check()
         if path.exists() and not update:
             raise UsageError("exists; pass --update to replace it", path)
         check_trace_destination(path, traced=bool(trace))  # before any run, and again before writing

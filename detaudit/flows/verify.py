@@ -19,6 +19,7 @@ from detaudit.env.provenance import (
     provenance_differences,
 )
 from detaudit.errors import InputError, UsageError
+from detaudit.fileio import OutputPaths
 from detaudit.results import VerifyResult, VerifyStatus
 from detaudit.run.card_runs import Placement, place, run_card
 from detaudit.run.executor import runner_mismatch
@@ -38,7 +39,7 @@ from detaudit.trace.saved import carries_trace, read_saved, standard_trace_dir
 
 
 def verify(
-    card_path: str | Path | None = None,
+    card_path: str | Path | Card | None = None,
     *,
     metrics: str | Path | None = None,
     standard: str | Path | None = None,
@@ -53,8 +54,12 @@ def verify(
     trace: str | None = None,
     exclude: tuple[str, ...] = (),
     include: tuple[str, ...] = (),
+    paths: OutputPaths | None = None,
 ) -> VerifyResult:
     """Compare one run with a standard; see the module doc for what passes.
+
+    ``card_path``: the card's file, or the card as parsed. ``paths``: the command's inputs and
+    outputs (its reports); the standard found for the card joins the inputs, checked before the run.
 
     ``exclude`` / ``include``: globs over the standard's series; a series ``exclude`` names is left
     out (and reported) unless ``include`` names it too.
@@ -79,7 +84,8 @@ def verify(
         raise UsageError("--cluster runs the card; with --metrics nothing runs")
     if trace is not None and trace not in MODES:
         raise UsageError(f"unknown trace mode {trace!r} (one of {', '.join(MODES)})")
-    card: Card | None = load_card(card_path) if card_path is not None else None
+    card: Card | None = (card_path if isinstance(card_path, Card) else load_card(card_path)) \
+        if card_path is not None else None
     info: dict[str, Any] | None = None
     here = None
     placement: Placement | None = None
@@ -110,6 +116,9 @@ def verify(
                 runner_standard=first.runner_class, other_classes=[c for _, s in others if (c := s.runner_class) is not None],
                 card=card,
             )
+    if paths is not None:  # no report may be written over the standard this verify reads
+        paths.reads(path, "the standard it checks")
+        paths.check()
     std = load_any(path)  # any format, detected from the content
     result = VerifyResult(VerifyStatus.PASSED, path, std, runner_here=here, runner_standard=std.runner_class, card=card)
     approximate = None

@@ -4,7 +4,7 @@ result, ``panels`` draws a panel's curves, ``page`` writes it as HTML."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,28 +46,59 @@ class FirstDivergence:
 
 
 class Source:
-    """A run's (or a standard's) series as a panel draws it. Steps and their numbers are worked
-    out only for the panels that are drawn (a page of 1,000 differing series draws a few)."""
+    """A series as a panel draws it: its values, and its steps, made numbers only at the points
+    drawn (a page of 1,000 differing series draws a few, and of a 100,000-point series a few
+    hundred points)."""
 
-    def __init__(self, label: str, values: Sequence[Any], steps: Callable[[], Sequence[Any]],
-                 numbers: Callable[[], list[float] | None] | None = None) -> None:
+    def __init__(self, label: str, values: Sequence[Any]) -> None:
         self.label = label
         self.values = values
-        self._steps = steps
-        self._numbers = numbers
 
     def steps(self) -> Sequence[Any]:
-        return self._steps()
+        raise NotImplementedError
 
-    def step_numbers(self) -> list[float] | None:
-        """Every step as a float when all are finite numbers, else None (then: the point index)."""
-        from detaudit.render.html.series import steps_numbers
+    def numeric_steps(self) -> bool:
+        """Every step a finite number (else the chart's x axis is the point index)."""
+        raise NotImplementedError
 
-        return self._numbers() if self._numbers is not None else steps_numbers(self.steps())
+    def x_at(self, indices: Sequence[int]) -> list[float]:
+        """The steps at ``indices`` as floats (``numeric_steps`` is true)."""
+        raise NotImplementedError
 
-    @classmethod
-    def of(cls, label: str, steps: Sequence[Any], values: Sequence[Any]) -> Source:
-        return cls(label, values, lambda: steps)
+    def same_steps(self, other: Source, n: int) -> bool:
+        """The first ``n`` steps are those of ``other``."""
+        return list(self.steps()[:n]) == list(other.steps()[:n])
+
+    @staticmethod
+    def of(label: str, steps: Sequence[Any], values: Sequence[Any]) -> Source:
+        return ListSource(label, steps, values)
+
+
+class ListSource(Source):
+    """A series whose steps are a list (a standard's)."""
+
+    def __init__(self, label: str, steps: Sequence[Any], values: Sequence[Any]) -> None:
+        super().__init__(label, values)
+        self._steps = steps
+        self._numbers: list[float] | None | bool = False  # False: not worked out yet
+
+    def steps(self) -> Sequence[Any]:
+        return self._steps
+
+    def _x(self) -> list[float] | None:
+        if self._numbers is False:
+            from detaudit.render.html.series import steps_numbers
+
+            self._numbers = steps_numbers(self._steps)
+        return self._numbers  # type: ignore[return-value]
+
+    def numeric_steps(self) -> bool:
+        return self._x() is not None
+
+    def x_at(self, indices: Sequence[int]) -> list[float]:
+        x = self._x()
+        assert x is not None
+        return [x[i] for i in indices]
 
 
 @dataclass

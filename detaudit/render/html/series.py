@@ -11,8 +11,10 @@ where both runs' x only grow; where neither holds, the difference curve stops.
 
 Long series are downsampled for drawing: per bucket the minimum and maximum (an envelope
 that keeps spikes), the first NaN, and every point within ``FULL_AROUND`` of the first
-divergence, which is always kept exactly. The tables and the marked step always come from the
-full data, never from the downsampled curves.
+divergence, which is always kept exactly; a difference curve keeps each bucket's largest
+difference, and the relative difference is drawn at those points. The work is done on point indices: a run's steps are looked up (made numbers) only
+at the points drawn. The tables and the marked step always come from the full data, never from
+the downsampled curves.
 """
 
 from __future__ import annotations
@@ -20,9 +22,7 @@ from __future__ import annotations
 import math
 import operator
 from array import array
-from bisect import bisect_left
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 NAN = math.nan
@@ -35,18 +35,6 @@ FULL_AROUND = 40
 SPARK_BUCKETS = 40
 
 Floats = Sequence[float]  # a list of floats, or an array('d')
-
-
-@dataclass
-class Points:
-    """One run's series as numbers: x (steps or point index) and y (NaN where not a number)."""
-
-    x: Floats
-    y: Floats
-    numeric: bool  # every value is a number (int or float; NaN and infinities count)
-
-    def __len__(self) -> int:
-        return len(self.y)
 
 
 def _as_float(v: Any) -> float:
@@ -83,12 +71,6 @@ def steps_numbers(steps: Sequence[Any]) -> list[float] | None:
     return x if all(map(math.isfinite, x)) else None
 
 
-def points(values: Sequence[Any], x: Floats | None) -> Points:
-    """A series' points; ``x`` None: against the point index."""
-    y, numeric = values_floats(values)
-    return Points(x if x is not None else list(map(float, range(len(y)))), y, numeric)
-
-
 def any_finite(y: Floats) -> bool:
     return any(map(math.isfinite, y))
 
@@ -98,47 +80,59 @@ def increasing(x: Floats) -> bool:
     return all(map(operator.lt, x, x[1:]))
 
 
-def paired(a: Points, b: Points, steps_a: Sequence[Any], steps_b: Sequence[Any]) -> tuple[Floats, Floats, Floats]:
-    """(x, a's values, b's values) at the points the two runs have in common (see module doc)."""
+def pair_tail(xa: Floats, xb: Floats, start: int) -> tuple[list[int], list[int]]:
+    """Past ``start`` (where the two runs' steps part): the indices in each run of the x the two
+    have in common, where both runs' x only grow (else none: the difference curve stops there)."""
+    rest_a, rest_b = xa[start:], xb[start:]
+    if not (increasing(rest_a) and increasing(rest_b)):
+        return [], []
+    where_b = {v: start + i for i, v in enumerate(rest_b)}
+    ia, ib = [], []
+    for i, v in enumerate(rest_a, start=start):
+        j = where_b.get(v)
+        if j is not None:
+            ia.append(i)
+            ib.append(j)
+    return ia, ib
+
+
+def first_unequal(a: Floats, b: Floats) -> int:
+    """The first index where ``a`` and ``b`` differ (bit for bit, for float arrays), or the shorter
+    length: a binary search over equal prefixes, each compared in C (``memcmp`` for arrays)."""
     n = min(len(a), len(b))
-    same = n
-    if list(steps_a[:n]) != list(steps_b[:n]):  # equal steps compare at C speed; find where they part otherwise
-        same = next(i for i in range(n) if steps_a[i] != steps_b[i] or type(steps_a[i]) is not type(steps_b[i]))
-    x, ya, yb = list(a.x[:same]), list(a.y[:same]), list(b.y[:same])
-    if same < len(a) and same < len(b):
-        rest_a, rest_b = a.x[same:], b.x[same:]
-        if increasing(rest_a) and increasing(rest_b):
-            where_b = {v: same + i for i, v in enumerate(rest_b)}
-            for i, v in enumerate(rest_a, start=same):
-                j = where_b.get(v)
-                if j is not None:
-                    x.append(v)
-                    ya.append(a.y[i])
-                    yb.append(b.y[j])
-    return x, ya, yb
+    if isinstance(a, array) and isinstance(b, array) and a.typecode == b.typecode:
+        sa: Sequence[Any] = a.tobytes()
+        sb: Sequence[Any] = b.tobytes()
+        width = a.itemsize
+    else:
+        sa, sb, width = a, b, 1
+    if sa[:n * width] == sb[:n * width]:
+        return n
+    lo, hi = 0, n  # the first lo points are equal; the first hi are not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if sa[:mid * width] == sb[:mid * width]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
-def differences(ya: Floats, yb: Floats) -> tuple[list[float], list[float]]:
-    """|a - b| and |a - b| / max(|a|, |b|) (the figures a divergence reports), NaN where either
-    is NaN, where they are equal or where the difference is infinite (nothing to draw on a log
-    scale)."""
-    absolute = [d if 0.0 < d < INF else NAN for d in map(abs, map(operator.sub, ya, yb))]
-    scale = map(max, map(abs, ya), map(abs, yb))
-    # where the difference is finite and positive, both values are finite and the scale is > 0
-    relative = [d / s if d == d else NAN for d, s in zip(absolute, scale, strict=True)]
-    return absolute, relative
+def absolute_differences(ya: Floats, yb: Floats) -> list[float]:
+    """|a - b| point by point, in C loops. Not cleaned: 0 where equal, NaN where either is NaN,
+    inf where the difference is (``envelope_top`` draws only the finite positive ones)."""
+    return list(map(abs, map(operator.sub, ya, yb)))
 
 
-def _bucket_extremes(chunk: Floats) -> tuple[int, int, int | None]:
-    """Indices in ``chunk`` of its minimum, its maximum and its first NaN (None when it has none)."""
-    total = sum(chunk)
-    if total == total:  # no NaN (a NaN, or +inf beside -inf, makes the sum NaN): min and max in C
-        return chunk.index(min(chunk)), chunk.index(max(chunk)), None
-    first_nan = next((i for i, v in enumerate(chunk) if v != v), None)
-    numbers = [(v, i) for i, v in enumerate(chunk) if v == v]
-    if not numbers:
-        return 0, 0, first_nan
-    return min(numbers)[1], max(numbers, key=lambda t: (t[0], -t[1]))[1], first_nan
+def relative_difference(a: float, b: float) -> float:
+    """|a - b| / max(|a|, |b|), the figure a divergence reports (NaN where it is none)."""
+    scale = max(abs(a), abs(b))
+    return _clean(abs(a - b) / scale) if scale > 0 and scale < INF else NAN
+
+
+def _clean(v: float) -> float:
+    """A difference as a log scale draws it: NaN unless finite and positive."""
+    return v if 0.0 < v < INF else NAN
 
 
 def keep_indices(y: Floats, buckets: int, around: int | None = None, full: int = FULL_AROUND) -> list[int]:
@@ -150,31 +144,55 @@ def keep_indices(y: Floats, buckets: int, around: int | None = None, full: int =
         return list(range(n))
     size = -(-n // buckets)
     keep = {0, n - 1}
+    total = sum(y)
+    plain = total == total  # no NaN anywhere (nor +inf beside -inf): every bucket takes the C path
     for start in range(0, n, size):
-        low, high, nan = _bucket_extremes(y[start:start + size])
-        keep.update((start + low, start + high))
-        if nan is not None:
-            keep.add(start + nan)
+        chunk = y[start:start + size]
+        if plain or sum(chunk) == sum(chunk):
+            keep.update((start + chunk.index(min(chunk)), start + chunk.index(max(chunk))))
+            continue
+        numbers = [(v, i) for i, v in enumerate(chunk) if v == v]
+        first_nan = next((i for i, v in enumerate(chunk) if v != v), None)
+        if first_nan is not None:
+            keep.add(start + first_nan)
+        if numbers:
+            keep.update((start + min(numbers)[1], start + max(numbers, key=lambda t: (t[0], -t[1]))[1]))
     if around is not None and 0 <= around < n:
         keep.update(range(max(0, around - full), min(n, around + full + 1)))
     return sorted(keep)
 
 
-def take(values: Floats, indices: Sequence[int]) -> list[float]:
+def envelope_top(y: Floats, buckets: int = MAX_BUCKETS, around: int | None = None,
+                 full: int = FULL_AROUND) -> tuple[list[int], list[float]]:
+    """A difference curve for a log plot, as (indices, values): per bucket the largest finite
+    difference (how it grows), and every point within ``full`` of ``around`` (the first
+    divergence); values that are not finite and positive are NaN (no point on a log scale).
+    ``y`` holds no negative values (differences)."""
+    n = len(y)
+    if n <= 2 * buckets:
+        return list(range(n)), [_clean(v) for v in y]
+    size = -(-n // buckets)
+    total = sum(y)
+    plain = total < INF  # no NaN, no inf anywhere: max() of each bucket, in C
+    keep = set()
+    for start in range(0, n, size):
+        chunk = y[start:start + size]
+        if plain:
+            top = max(chunk)
+            if top > 0:
+                keep.add(start + chunk.index(top))
+            continue
+        finite = [(v, i) for i, v in enumerate(chunk) if 0.0 < v < INF]
+        if finite:
+            keep.add(start + max(finite)[1])
+    if around is not None and 0 <= around < n:
+        keep.update(range(max(0, around - full), min(n, around + full + 1)))
+    indices = sorted(keep)
+    return indices, [_clean(v) for v in take(y, indices)]
+
+
+def take(values: Sequence[Any], indices: Sequence[int]) -> list[Any]:
+    """``values`` at ``indices`` (one C call for many)."""
     if len(indices) > 1:
         return list(operator.itemgetter(*indices)(values))
     return [values[i] for i in indices]
-
-
-def downsample(x: Floats, y: Floats, buckets: int = MAX_BUCKETS, around: int | None = None) -> tuple[list[float], list[float]]:
-    keep = keep_indices(y, buckets, around)
-    return take(x, keep), take(y, keep)
-
-
-def envelope_top(x: Floats, y: Floats, buckets: int = MAX_BUCKETS, around_x: float | None = None) -> tuple[list[float], list[float]]:
-    """A difference curve for a log plot: the extremes per bucket (how it grows), and every point
-    near ``around_x`` (the first divergence)."""
-    if len(y) <= 2 * buckets:
-        return list(x), list(y)
-    around = bisect_left(x, around_x) if around_x is not None and all(map(operator.le, x, x[1:])) else None
-    return downsample(x, y, buckets, around)

@@ -130,7 +130,7 @@ def _fill_verify_series(page: Page, result: VerifyResult, std: Standard, run: Me
 def _run_source(actual: SeriesData | None) -> Source | None:
     if actual is None:
         return None
-    return Source("run", actual.values, lambda: actual.steps)
+    return Source.of("run", actual.steps, actual.values)
 
 
 NOT_IN_RUN = 1 << 62  # the series' first divergent point is on no line of the run
