@@ -566,3 +566,31 @@ def test_chromium_renders_the_failing_verify_page(tmp_path: Path) -> None:
     probe = tmp_path / "probe.html"
     probe.write_text('<!DOCTYPE html><img src="http://example.invalid/x.png">')
     assert page_requests(probe, tmp_path) == ["http://example.invalid/x.png"]
+
+
+@pytest.mark.slow
+def test_a_page_of_1000_differing_series_stays_small_and_names_every_one(tmp_path: Path) -> None:
+    """Past the first MAX_DRAWN (drawn in the order they first differ) every differing series is a
+    row with its first divergence, as --json gives it; the page stays under 2 MB."""
+    from detaudit.render.html.views import MAX_DRAWN
+
+    names = [f"train/metric_{i:04d}" for i in range(1000)]
+    for file, bump in (("a.jsonl", 0.0), ("b.jsonl", 1e-9)):
+        with open(tmp_path / file, "w") as fh:
+            for step in range(60):
+                fh.write(json.dumps({"step_key": "train/step", "train/step": step, **{
+                    n: 1.0 / (1 + step) + i * 1e-3 + (bump * (1 + i % 7) if step >= 20 + i % 30 else 0.0)
+                    for i, n in enumerate(names)}}) + "\n")
+    files = (str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"))
+    doc = json.loads(run_cli("diff", *files, "--json").out)
+    assert len(doc["mismatched"]) == 1000
+    page = tmp_path / "many.html"
+    assert run_cli("diff", *files, "--html", str(page)).code == 1
+    text, dom = _page(page)
+    order = [m["series"] for m in doc["mismatched"]]
+    assert list(dom.articles) == order[:MAX_DRAWN] and list(dom.summarised) == order[MAX_DRAWN:]
+    assert text.count('class="chart-data"') == MAX_DRAWN
+    for m in doc["mismatched"]:
+        entry = dom.articles.get(m["series"]) or dom.summarised[m["series"]]
+        assert (entry["data-first-step"], entry["data-kind"]) == (_step_text(m["step"]), m["kind"])
+    assert page.stat().st_size < 2_000_000
