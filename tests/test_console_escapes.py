@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from conftest import run_cli
@@ -55,7 +56,9 @@ def test_a_newline_in_a_name_starts_no_line_of_its_own(tmp_path: Path) -> None:
     for text in (result.out, result.err, summary.read_text(), page.read_text()):
         assert not any(line.lstrip("| `").startswith("[detaudit] PASSED") for line in text.splitlines()), text
     assert "loss\\n[detaudit] PASSED" in result.out
-    assert "loss\\n[detaudit] PASSED" in junit.read_text()  # as a name, never a line
+    case = ET.parse(junit).getroot().find("testsuite/testcase")
+    assert case is not None and case.get("name") == SPOOF.replace("\n", "\\n")  # the name, one line
+    assert "\n" not in case.find("failure").get("message")
     other = tmp_path / "other.jsonl"
     other.write_text("".join(json.dumps({"step": s, SPOOF: v}) + "\n" for s, v in ((0, 1.0), (1, 2.0))))
     for args in (("diff", str(run), str(other)), ("standard", "diff", str(standard), str(standard))):
