@@ -216,7 +216,7 @@ def _check_writable(out: _Output) -> None:
     except FileNotFoundError:
         st = None
     except OSError as exc:  # a component that is a file (ENOTDIR), a loop, a name too long, no access
-        raise _refused(out, _os_reason(path, exc)) from None
+        raise _refused(out, _os_reason(out, exc)) from None
     if st is not None:
         if stat.S_ISDIR(st.st_mode):
             raise _refused(out, f"is a directory; {out.what} takes a file name")
@@ -241,14 +241,14 @@ def _existing_parent(out: _Output) -> Path:
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir():
-        raise _refused(out, f"cannot create {out.what} under {parent}: it is a file, not a folder")
+        raise _refused(out, f"cannot write {out.what}: {parent} is a file, not a folder")
     return parent
 
 
-def _os_reason(path: Path, exc: OSError) -> str:
+def _os_reason(out: _Output, exc: OSError) -> str:
     if exc.errno == errno.ENOTDIR:
-        return "cannot be created: a part of its path is a file, not a folder"
-    return f"cannot be written: {exc.strerror or exc}"
+        return f"cannot write {out.what}: a part of its path is a file, not a folder"
+    return f"cannot write {out.what}: {exc.strerror or exc}"
 
 
 def _refused(out: _Output, why: str) -> OutputRefused:

@@ -185,7 +185,8 @@ def test_an_unfit_step_summary_is_refused_before_anything_runs(tmp_path: Path) -
     metrics, standard = metrics_and_standard(tmp_path, ["train/loss"])
     junit = tmp_path / "junit.xml"
     for target, why in ((tmp_path, "is a directory"),
-                        (Path("/etc/hostname/summary.md"), "cannot be created: a part of its path is a file")):
+                        (Path("/etc/hostname/summary.md"),
+                         "cannot write the step summary (GITHUB_STEP_SUMMARY): a part of its path is a file")):
         result = run_cli("verify", "--metrics", str(metrics), "--standard", str(standard), "--junit-xml", str(junit),
                          env={"GITHUB_STEP_SUMMARY": str(target)})
         assert result.code == 2, result.text
