@@ -27,6 +27,17 @@ def metrics_and_standard(tmp_path: Path) -> tuple[Path, Path]:
     return metrics, standard
 
 
+def null_device(tmp_path: Path) -> Path:
+    """A character device to refuse. As root, a node of its own (major 1, minor 3, as /dev/null) in
+    ``tmp_path``: if the check ever let it through, the machine's /dev/null would be replaced by a
+    regular file for everyone; as another user, /dev/null itself, which that user cannot replace."""
+    if os.geteuid() != 0:
+        return Path("/dev/null")
+    device = tmp_path / "null"
+    os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    return device
+
+
 def _refused(result: object, path: Path, why: str) -> None:
     code, err = result.code, result.err  # type: ignore[attr-defined]
     assert code == 2, result
@@ -79,12 +90,13 @@ def test_two_outputs_of_one_command_never_share_a_file(tmp_path: Path) -> None:
 def test_devices_fifos_folders_and_paths_under_a_file_are_refused(tmp_path: Path) -> None:
     metrics, standard = metrics_and_standard(tmp_path)
     verify = ("verify", "--metrics", str(metrics), "--standard", str(standard))
-    null_before = os.stat("/dev/null")
-    _refused(run_cli(*verify, "--junit-xml", "/dev/null"), Path("/dev/null"), "is a device, not a regular file")
-    _refused(run_cli(*verify, "--html", "/dev/null", "--overwrite-html"), Path("/dev/null"), "is a device")
-    _refused(run_cli(*verify, env={"GITHUB_STEP_SUMMARY": "/dev/null"}), Path("/dev/null"), "is a device")
-    after = os.stat("/dev/null")  # still the device (run as root, a rename would have replaced it)
-    assert stat.S_ISCHR(after.st_mode) and after.st_rdev == null_before.st_rdev
+    device = null_device(tmp_path)
+    before = os.stat(device)
+    _refused(run_cli(*verify, "--junit-xml", str(device)), device, "is a device, not a regular file")
+    _refused(run_cli(*verify, "--html", str(device), "--overwrite-html"), device, "is a device")
+    _refused(run_cli(*verify, env={"GITHUB_STEP_SUMMARY": str(device)}), device, "is a device")
+    after = os.stat(device)  # still the device (run as root, a rename would have replaced it)
+    assert stat.S_ISCHR(after.st_mode) and after.st_rdev == before.st_rdev
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     _refused(run_cli(*verify, "--junit-xml", str(fifo)), fifo, "is a FIFO, not a regular file")
@@ -98,7 +110,7 @@ def test_devices_fifos_folders_and_paths_under_a_file_are_refused(tmp_path: Path
     _refused(run_cli(*verify, "--html", str(deeper)), deeper, "a part of its path is a file")
     unwritable = UNWRITABLE / "report.xml"
     _refused(run_cli(*verify, "--junit-xml", str(unwritable)), unwritable, "no permission to create files in")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "run.jsonl", "std.json"]  # nothing written
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "null") == ["fifo", "run.jsonl", "std.json"]
     assert not any(p.name.endswith((".tmp", ".xml", ".html")) for p in tmp_path.iterdir())
 
 
@@ -128,7 +140,7 @@ def test_record_checks_every_path_before_its_first_run(tmp_path: Path) -> None:
     standard.parent.mkdir()
     for args in (("--junit-xml", str(standard)), ("--html", str(standard)),
                  ("--out", str(tmp_path / "x.json"), "--junit-xml", str(tmp_path / "x.json")),
-                 ("--html", str(UNWRITABLE / "page.html")), ("--junit-xml", "/dev/null")):
+                 ("--html", str(UNWRITABLE / "page.html")), ("--junit-xml", str(null_device(tmp_path)))):
         result = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--workdir", str(tmp_path / "runs"), *args)
         assert result.code == 2 and result.err.count("\n") == 1, result.text
         assert not (tmp_path / "runs").exists() and not standard.exists() and not (tmp_path / "x.json").exists()
