@@ -150,3 +150,22 @@ def test_record_checks_every_path_before_its_first_run(tmp_path: Path) -> None:
     # and a usage error found while parsing the options writes no JUnit report over the card either
     result = run_cli("record", str(card), "--junit-xml", str(card), "--runs", "1")
     assert result.code == 2 and card.read_text().startswith('name = "toy"'), result.text
+
+
+@pytest.mark.slow
+def test_no_report_over_a_standard_of_the_card_of_any_runner_class(tmp_path: Path) -> None:
+    """The card's standard for another runner class is not this run's input, but a report over it
+    would still destroy it: record and verify refuse it (verify with no standard for this class too)."""
+    card = write_card(tmp_path / "toy.toml")
+    assert run_cli("record", str(card), "--runs", "2", "--no-doctor").code == 0
+    standard = tmp_path / "standards" / "toy.cpu-test.json"
+    kept = standard.read_bytes()
+    card.write_text(card.read_text().replace('runner = ["cpu", "test"]', 'runner = ["cpu", "other"]'))
+    for args in (("verify", str(card)), ("record", str(card), "--runs", "2", "--no-doctor"),
+                 ("record", str(card), "--runs", "2", "--no-write")):
+        result = run_cli(*args, "--junit-xml", str(standard))
+        _refused(result, standard, "a standard of the card")
+        assert standard.read_bytes() == kept
+    # the standard a record replaces (--update) is its output, not an input: that is allowed
+    card.write_text(card.read_text().replace('runner = ["cpu", "other"]', 'runner = ["cpu", "test"]'))
+    assert run_cli("record", str(card), "--runs", "2", "--no-doctor", "--update").code == 0, standard

@@ -22,7 +22,7 @@ from detaudit.results import RecordResult, RecordStatus
 from detaudit.run.card_runs import place, run_card
 from detaudit.run.executor import runner_mismatch
 from detaudit.run.local import interrupts_as_exceptions
-from detaudit.run.plan import EnvHook, RunPlan, finish, read_run_metrics
+from detaudit.run.plan import EnvHook, RunPlan, finish, read_run_metrics, standards_of_card
 from detaudit.run.spec import RunState
 from detaudit.runner_class import RunnerClass
 from detaudit.standards.diff import diff_standards
@@ -96,10 +96,15 @@ def record(
     old: Standard | None = None
     if write:
         path = Path(out) if out is not None else standard_path(card, runner_class)
-        if paths is not None:  # the standard among the command's paths: none may be another, all fit to write
+    if paths is not None:  # the standard among the command's paths, the card's other standards as inputs: checked
+        if path is not None:
             paths.writes(path, "the standard (--out)" if out is not None else "the standard", replace_flag="--update",
                          overwrite=update)
-            paths.check()
+        for other, _ in standards_of_card(card):
+            if path is None or os.path.realpath(other) != os.path.realpath(path):  # (the one it replaces: its output)
+                paths.reads(other, "a standard of the card")
+        paths.check()
+    if path is not None:
         if path.exists() and not update:
             raise UsageError("exists; pass --update to replace it", path)
         check_trace_destination(path, traced=bool(trace))  # before any run, and again before writing

@@ -111,6 +111,10 @@ def verify(
             if not others:
                 raise InputError(path, f"no standard for card {card.name!r} (record one with `detaudit record {card.path}`)")
             first_path, first = others[0]
+            if paths is not None:  # nor over another runner class's standard
+                for other_path, _ in others:
+                    paths.reads(other_path, "a standard of the card")
+                paths.check()
             return VerifyResult(
                 VerifyStatus.SKIPPED if allow_other_runner else VerifyStatus.NOT_VERIFIED, first_path, first, runner_here=here,
                 runner_standard=first.runner_class, other_classes=[c for _, s in others if (c := s.runner_class) is not None],
