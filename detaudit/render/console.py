@@ -17,17 +17,12 @@ from detaudit.run.spec import RunState, RunStatus
 PREFIX = "\\[detaudit]"  # "[detaudit]", escaped for rich markup
 
 
-def visible(text: str) -> str:
-    """``text`` as one line, control characters (newline included) and lone surrogates shown as
-    escapes (``train\x1bloss`` -> ``train\\x1bloss``): a series name or path from someone else's
-    file can neither drive the reader's terminal (colours, cursor moves, a cleared screen) nor
-    start a line of its own (``render.escapes``)."""
-    return one_line(text)
-
-
 class SafeConsole(Console):
     """A rich console that never writes a control character it was given in a string: every
-    string it prints is one line (a text of several lines is printed a line at a time)."""
+    string it prints is one line, control characters (newline included) and lone surrogates shown
+    as escapes (``render.escapes``), so that a series name or path from someone else's file can
+    neither drive the reader's terminal nor start a line of its own. A text of several lines (a
+    run's log tail) is printed a line at a time."""
 
     def render_str(self, text: str, **kwargs: Any) -> Any:  # every str rich prints, table cells included
         return super().render_str(one_line(text), **kwargs)
