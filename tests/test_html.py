@@ -572,7 +572,7 @@ def test_chromium_renders_the_failing_verify_page(tmp_path: Path) -> None:
 def test_a_page_of_1000_differing_series_stays_small_and_names_every_one(tmp_path: Path) -> None:
     """Past the first MAX_DRAWN (drawn in the order they first differ) every differing series is a
     row with its first divergence, as --json gives it; the page stays under 2 MB."""
-    from detaudit.render.html.views import MAX_DRAWN
+    from detaudit.render.html.page_parts import MAX_DRAWN
 
     names = [f"train/metric_{i:04d}" for i in range(1000)]
     for file, bump in (("a.jsonl", 0.0), ("b.jsonl", 1e-9)):

@@ -1,10 +1,10 @@
 """``--html PATH``: one self-contained HTML page per gate (``record``, ``verify``, ``verify --suite``,
 ``diff``, ``standard diff``).
 
-``views`` and ``verify_view`` build what a page shows (``model``) from a command's result,
-``panels`` and ``series`` work out the curves, ``trace_view`` the trace section, ``charts`` the
-chart data and sparklines, ``page`` writes the HTML, ``findings`` reads a
-``scan-rng --format json`` report. Plain Python throughout: the page needs no numpy and no
+``views`` and ``verify_view`` build what a page shows (``model``) from a command's result, with
+the parts they share (``page_parts``); ``panels`` and ``series`` work out the curves,
+``trace_view`` the trace section, ``charts`` the chart data and sparklines, ``page`` writes the
+HTML, ``findings`` reads a ``scan-rng --format json`` report. Plain Python throughout: the page needs no numpy and no
 matplotlib (the vendored uPlot draws the charts in the browser).
 """
 

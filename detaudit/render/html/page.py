@@ -26,7 +26,7 @@ from detaudit.render.escapes import one_line, visible_lines
 from detaudit.render.html.charts import DIFF_COLOURS, MARK_COLOUR, RUN_COLOURS, chart_data, json_script, sparkline_svg
 from detaudit.render.html.findings import FindingRow, FindingsView
 from detaudit.render.html.model import FirstDivergence, Page, Panel, TraceView
-from detaudit.render.html.views import MAX_DRAWN, MAX_SPARKS
+from detaudit.render.html.page_parts import MAX_DRAWN, MAX_SPARKS
 
 UPLOT_VERSION = "1.6.32"
 _BANNER = re.compile(r"\A/\*!.*?\*/\s*", re.S)

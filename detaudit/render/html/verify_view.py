@@ -10,8 +10,7 @@ from detaudit.data.values import format_value
 from detaudit.render.diff import divergence_line, kind_label
 from detaudit.render.html.findings import Findings, findings_view
 from detaudit.render.html.model import Page, Source
-from detaudit.render.html.trace_view import trace_view, traced_processes
-from detaudit.render.html.views import (
+from detaudit.render.html.page_parts import (
     differing_panel,
     draw_panels,
     environment_rows,
@@ -19,6 +18,7 @@ from detaudit.render.html.views import (
     identical_panel,
     pattern_facts,
 )
+from detaudit.render.html.trace_view import trace_view, traced_processes
 from detaudit.render.suite import approximate_line, status_detail
 from detaudit.results import VerifyResult, VerifyStatus
 from detaudit.runner_class import class_text

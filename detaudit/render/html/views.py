@@ -1,6 +1,5 @@
 """What a page shows, built from a command's result: ``diff``, ``record``, ``standard diff`` and
-``verify --suite`` here, ``verify`` in ``verify_view``; the parts they share (facts, left-out
-series, the environment's differences, which panels are drawn) too.
+``verify --suite`` here, ``verify`` in ``verify_view``; the parts they share are in ``page_parts``.
 
 Builders take the typed results (``detaudit.results``, ``DiffReport``, ``StandardDiff``) and the
 parsed series they carry; nothing is read from disk again. Sentences come from the text
@@ -9,12 +8,11 @@ say the same thing in the same words.
 
 A page of many differing series draws the first ``MAX_DRAWN`` of them (in the order they first
 differ) and lists the rest with their first divergence, in one table; the same for the shapes of
-identical series past ``MAX_SPARKS``. Every series stays in the command's ``--json``.
+identical series past ``MAX_SPARKS`` (``page_parts``). Every series stays in the command's ``--json``.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,93 +22,23 @@ from detaudit.data.values import format_value
 from detaudit.render.diff import divergence_line, kind_label, root_summary
 from detaudit.render.html import panels
 from detaudit.render.html.findings import Findings, findings_view
-from detaudit.render.html.model import Page, Panel, Source
+from detaudit.render.html.model import Page, Source
+from detaudit.render.html.page_parts import (
+    differing_panel,
+    draw_panels,
+    environment_rows,
+    failed_runs,
+    identical_panel,
+    pattern_facts,
+)
 from detaudit.render.html.trace_view import trace_view, traced_processes
+from detaudit.render.html.verify_view import verify_page
 from detaudit.render.review import change_line
 from detaudit.render.suite import status_detail
 from detaudit.results import CardOutcome, RecordResult, RecordStatus, SuiteResult, VerifyStatus
 from detaudit.runner_class import class_text
 from detaudit.standards.diff import StandardDiff
 from detaudit.standards.standard import Standard
-
-# Differing series drawn as charts (the rest: a row each with the first divergence's figures),
-# identical series drawn as a sparkline: bounds that keep a page of 1,000 differing series
-# under 2 MB and its writing under a few seconds.
-MAX_DRAWN = 20
-MAX_SPARKS = 200
-
-
-# --- shared --------------------------------------------------------------------------------------
-
-
-def values_at(sources: Sequence[Source | None], index: int, labels: Sequence[str]) -> list[tuple[str, Any]]:
-    """Each source's value at point ``index`` (ABSENT where it has none), labelled."""
-    return [(s.label if s is not None else label,
-             s.values[index] if s is not None and index < len(s.values) else ABSENT)
-            for s, label in zip(sources, labels, strict=True)]
-
-
-def differing_panel(name: str, step_key: str, state: str, sources: list[Source | None],
-                    first: PairDivergence | None, summary: str = "", runs: str = "",
-                    labels: Sequence[str] | None = None) -> Panel:
-    """A differing series with the figures of its first divergence (its curves are drawn later)."""
-    panel = Panel(name, step_key, state, step_key, sources=sources, first=first)
-    if first is not None:
-        names = labels or [f"run {i + 1}" for i in range(len(sources))]
-        panel.divergence = panels.divergence_figures(first, step_key, values_at(sources, first.index, names), summary, runs)
-    return panel
-
-
-def identical_panel(page: Page, name: str, step_key: str, source: Source | None) -> None:
-    """An identical series: its sparkline while the page has fewer than ``MAX_SPARKS``."""
-    if source is None:
-        page.identical.append(Panel(name, step_key, "identical", note="its points are not in the result"))
-    elif len(page.identical) < MAX_SPARKS:
-        page.identical.append(panels.spark(name, step_key, source))
-    else:
-        page.identical.append(Panel(name, step_key, "identical", points=len(source.values)))
-
-
-def draw_panels(page: Page) -> None:
-    """Draw the curves of the first ``MAX_DRAWN`` differing series (the page's order is final)."""
-    for panel in page.differing[:MAX_DRAWN]:
-        panels.draw(panel)
-
-
-def pattern_facts(patterns: dict[str, list[str]]) -> list[tuple[str, str]]:
-    facts = []
-    for source, words in (("default", "default exclude patterns"), ("card", "card exclude"), ("cli", "--exclude"),
-                          ("include", "included back")):
-        if patterns.get(source):
-            facts.append((words, ", ".join(patterns[source])))
-    return facts
-
-
-_ENV_LINE = re.compile(r"^(?P<field>[^:]+): standard (?P<old>.*), here (?P<new>.*)$")
-
-
-def environment_rows(lines: list[str]) -> tuple[list[tuple[str, str, str]], list[str]]:
-    """The environment-difference lines of ``env.provenance`` as (field, standard, here) rows; the
-    lines that are not of that shape are returned apart."""
-    rows, other = [], []
-    for line in lines:
-        m = _ENV_LINE.match(line)
-        if m:
-            rows.append((m["field"], m["old"], m["new"]))
-        else:
-            other.append(line)
-    return rows, other
-
-
-def failed_runs(page: Page, states: list[Any]) -> None:
-    from detaudit.run.local import log_tail
-
-    for s in states:
-        if not s.ok:
-            tail = log_tail(s.spec.log_path)
-            page.notes.append(f"run {s.spec.index + 1}: {s.status} (exit code {s.returncode}); log {s.spec.log_path}"
-                              + ("\n" + tail if tail else ""))
-
 
 # --- diff and record ------------------------------------------------------------------------------
 
@@ -219,8 +147,6 @@ def record_page(result: RecordResult, card: str, runs_requested: int, *, finding
 
 def suite_page(result: SuiteResult, *, findings: Findings | None = None) -> Page:
     """``detaudit verify --suite``: a row per card, and each card's page below."""
-    from detaudit.render.html.verify_view import verify_page
-
     passed = sum(1 for o in result.outcomes if o.status == VerifyStatus.PASSED)
     ok = result.exit_code == 0
     page = Page(f"detaudit verify --suite {result.suite}", "PASSED" if ok else "FAILED", ok,
