@@ -51,8 +51,10 @@ def write_error_reports(junit_xml: Path | None, title: str, classname: str, name
 
     The error may have come before the command checked its paths (a bad option): each report
     path is checked here as ``OutputPaths`` would, against ``other_paths`` (the other paths the
-    command was given), and one that fails is not written (a warning says so). A path the
-    command itself refused (``OutputRefused``) is not written either."""
+    command was given, as far as they were parsed), and one that fails is not written (a warning
+    says so); nor is an existing file that is not a JUnit report (an input the failed parse did not
+    name yet: the card in `record CARD --junit-xml CARD --runs 1`). A path the command itself
+    refused (``OutputRefused``) is not written either."""
     refused = error.refused if isinstance(error, OutputRefused) else ()
     others = list(other_paths)
     warnings: list[str] = []
@@ -71,12 +73,29 @@ def write_error_reports(junit_xml: Path | None, title: str, classname: str, name
             warnings.append(f"{exc} (the report of this error: not written)")
             usable.append(None)
             continue
+        if not append and not _absent_or_junit(path):  # an option that failed to parse leaves inputs unknown
+            warnings.append(f"{path}: exists and is not a JUnit report; the report of this error is not written "
+                            "over it")
+            usable.append(None)
+            continue
         usable.append(path)
     try:
         return warnings + write_ci_reports(usable[0], title, [error_case(classname, name, message)], verdict, message,
                                            usable[1])
     except InputError as exc:
         return warnings + [f"{exc} (the JUnit report of this error)"]
+
+
+def _absent_or_junit(path: Path) -> bool:
+    """No file there, or one that begins as the JUnit reports written here do."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(256)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return head.startswith(b"<?xml") and b"<testsuites" in head
 
 
 def _same_file(a: Path, b: Path) -> bool:
