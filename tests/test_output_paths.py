@@ -156,10 +156,13 @@ def test_record_checks_every_path_before_its_first_run(tmp_path: Path) -> None:
 def test_no_report_over_a_standard_of_the_card_of_any_runner_class(tmp_path: Path) -> None:
     """The card's standard for another runner class is not this run's input, but a report over it
     would still destroy it: record and verify refuse it (verify with no standard for this class too)."""
-    card = write_card(tmp_path / "toy.toml")
+    card = write_card(tmp_path / "toy.toml", extra='suite = "s"\n')
     assert run_cli("record", str(card), "--runs", "2", "--no-doctor").code == 0
     standard = tmp_path / "standards" / "toy.cpu-test.json"
     kept = standard.read_bytes()
+    _refused(run_cli("verify", "--suite", "s", "--cards", str(tmp_path), "--junit-xml", str(standard)), standard,
+             "a standard of card toy")  # a suite: every card's standards, before the first card runs
+    assert standard.read_bytes() == kept
     card.write_text(card.read_text().replace('runner = ["cpu", "test"]', 'runner = ["cpu", "other"]'))
     for args in (("verify", str(card)), ("record", str(card), "--runs", "2", "--no-doctor"),
                  ("record", str(card), "--runs", "2", "--no-write")):

@@ -219,7 +219,10 @@ def _verify_suite(suite: str, cards_dir: Path, allow_other_runner: bool, junit_x
     reports = Reports(f"detaudit verify --suite {suite}", subject=suite, ci=True, junit_xml=junit_xml, html=html,
                       overwrite_html=overwrite_html, scan_report=scan_report)
     found = find_cards(cards_dir, suite)
-    reports.prepare((c.path, f"the card {c.name}") for c in found)
+    from detaudit.run.plan import standards_of_card
+
+    reports.prepare([(c.path, f"the card {c.name}") for c in found]
+                    + [(p, f"a standard of card {c.name}") for c in found for p, _ in standards_of_card(c)])
     out_console, err_console = console(), console(stderr=True)
     total = len(found)
 

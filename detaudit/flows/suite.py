@@ -66,7 +66,7 @@ def verify_suite(
             on_card(card)
         started = time.monotonic()
         try:
-            outcome = verify(card.path, allow_other_runner=allow_other_runner, on_update=on_update)
+            outcome = verify(card, allow_other_runner=allow_other_runner, on_update=on_update)  # parsed once
         except InputError as exc:
             result.outcomes.append(CardOutcome(card, VerifyStatus.ERROR, error=str(exc), elapsed=time.monotonic() - started))
             continue
