@@ -9,6 +9,7 @@ import click
 from detaudit.cli.base import exit_with, handle_errors
 from detaudit.cli.outputs import Reports, emit_outcome, html_options
 from detaudit.render.console import console
+from detaudit.render.escapes import one_line
 from detaudit.standards.formats.registry import FORMATS
 
 
@@ -55,13 +56,13 @@ def standard_convert(source: Path, dest: Path, fmt: str, series: str | None, dro
     std = load_any(source)
     dropped = drop_nan(std) if drop_nan_series else []
     for name in dropped:
-        click.echo(f"detaudit: dropped {name} (holds NaN)", err=True)
+        click.echo(one_line(f"detaudit: dropped {name} (holds NaN)"), err=True)
     conversion = convert(std, fmt, target=dest, series=series)
     write_conversion(dest, conversion, overwrite=overwrite)
     for note in conversion.notes:
-        click.echo(f"detaudit: note: {note}", err=True)
+        click.echo(one_line(f"detaudit: note: {note}"), err=True)
     n = 1 if series else len(std.series)
-    click.echo(f"detaudit: converted {source} ({std.format}) -> {dest} ({fmt}), {n} series")
+    click.echo(one_line(f"detaudit: converted {source} ({std.format}) -> {dest} ({fmt}), {n} series"))
 
 
 @standard_group.command("diff")
