@@ -1,13 +1,16 @@
 """Files written whole or not at all: atomic writes that honour the user's umask and never replace
-a file without being told to. Every file the tool writes (standards, reports, baselines) goes
-through here."""
+a file without being told to; and the output paths of one command (``OutputPaths``), checked
+before anything runs. Every file the tool writes (standards, reports, baselines) goes through here."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from detaudit.errors import InputError, UsageError
 
@@ -26,8 +29,8 @@ def os_error(path: Path, exc: OSError, doing: str) -> InputError:
     return InputError(path, f"cannot {doing}: {exc.strerror or exc}")
 
 
-def write_atomic(path: str | Path, text: str, *, overwrite: bool, replace_flag: str = "--update") -> None:
-    """Write ``text`` to ``path`` via a temporary file and a rename: readers never see half.
+def write_atomic(path: str | Path, text: str | bytes, *, overwrite: bool, replace_flag: str = "--update") -> None:
+    """Write ``text`` (UTF-8) or bytes to ``path`` via a temporary file and a rename: readers never see half.
 
     Without ``overwrite`` an existing file is never replaced (``UsageError`` naming
     ``replace_flag``, the option that would replace it), also when
@@ -38,6 +41,12 @@ def write_atomic(path: str | Path, text: str, *, overwrite: bool, replace_flag: 
     as it was.
     """
     path = Path(path)
+    if isinstance(text, str):
+        try:
+            text = text.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate (a name from a file that is not UTF-8)
+            bad = exc.object[exc.start:exc.end].encode("unicode_escape").decode("ascii")
+            raise InputError(path, f"cannot write the file: its text holds {bad}, which UTF-8 cannot carry") from None
     if overwrite and path.is_symlink():
         path = Path(os.path.realpath(path))
     created = make_parents(path)
@@ -45,7 +54,7 @@ def write_atomic(path: str | Path, text: str, *, overwrite: bool, replace_flag: 
     try:
         try:
             fd, tmp = _temporary_beside(path, created)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            with os.fdopen(fd, "wb") as fh:
                 os.fchmod(fh.fileno(), _new_file_mode(path))
                 fh.write(text)
                 fh.flush()
@@ -153,3 +162,130 @@ def read_bounded_text(path: str | Path, what: str, limit: int, *, missing: str |
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(path, f"{what} is not UTF-8 (byte {exc.start})") from None
+# --- the output paths of one command -----------------------------------------------------------
+
+
+class OutputRefused(UsageError):
+    """An output path that must not be written (the one-line error names it and why).
+    ``refused``: every path the refusal concerns; the command writes none of them, not even the
+    report of its own error."""
+
+    def __init__(self, message: str, path: Path, refused: tuple[Path, ...] = ()) -> None:
+        super().__init__(message, path)
+        self.refused = refused or (path,)
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        return (OutputRefused, (self.message, Path(self.path or ""), self.refused))
+
+
+@dataclass
+class _Output:
+    path: Path
+    what: str  # how the user named it: "--junit-xml", "DEST", "the standard (--out)", ...
+    replace_flag: str | None  # the option that lets it replace an existing file (None: replaced freely)
+    append: bool  # appended to (the GitHub step summary), not replaced
+
+
+def _identity(path: Path) -> tuple[str, tuple[int, int] | None]:
+    """What makes two names the same file: the real path, and (device, inode) when it exists
+    (a hard link has another real path)."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError:
+        return real, None
+    return real, (st.st_dev, st.st_ino)
+
+
+def _same(a: tuple[str, tuple[int, int] | None], b: tuple[str, tuple[int, int] | None]) -> bool:
+    return a[0] == b[0] or (a[1] is not None and a[1] == b[1])
+
+
+class OutputPaths:
+    """The files one command reads and the files it writes, checked together before anything
+    runs (``check``): every output is refused when it is an input of the same command, another
+    output of it, a directory, a device, a FIFO or a socket, under a regular file, in a folder
+    this user cannot write, or an existing file without the flag that replaces it. Every command
+    that writes a file (a standard, a report, a baseline) states its paths here.
+
+    Writes then go through ``write_atomic`` (regular files, renamed into place) or, for an
+    appended file (the step summary), an append; the check cannot stop another process from
+    changing a path afterwards, and ``write_atomic`` still refuses to replace a file unasked."""
+
+    def __init__(self) -> None:
+        self.inputs: list[tuple[Path, str]] = []
+        self.outputs: list[_Output] = []
+
+    def reads(self, path: str | Path | None, what: str) -> None:
+        if path is not None:
+            self.inputs.append((Path(path), what))
+
+    def writes(self, path: str | Path | None, what: str, *, replace_flag: str | None = None,
+               overwrite: bool = False, append: bool = False) -> None:
+        """An output. ``replace_flag``: the option that allows replacing an existing file (given:
+        ``overwrite``); None: the file is a report, replaced freely."""
+        if path is not None:
+            self.outputs.append(_Output(Path(path), what, None if overwrite else replace_flag, append))
+
+    def check(self) -> None:
+        """``OutputRefused`` for the first output that must not be written (see the class doc)."""
+        inputs = [(p, what, _identity(p)) for p, what in self.inputs]
+        seen: list[tuple[_Output, tuple[str, tuple[int, int] | None]]] = []
+        for out in self.outputs:
+            ident = _identity(out.path)
+            for path, what, other in inputs:
+                if _same(ident, other):
+                    raise OutputRefused(f"{out.what} would write over {what} ({path}), which this command reads; "
+                                        "give another path", out.path, (out.path, path))
+            for earlier, other in seen:
+                if _same(ident, other):
+                    raise OutputRefused(f"{out.what} and {earlier.what} name the same file; give each its own path",
+                                        out.path, (out.path, earlier.path))
+            _check_writable(out)
+            seen.append((out, ident))
+
+
+def _check_writable(out: _Output) -> None:
+    path = out.path
+    try:
+        st = os.stat(path)  # follows a symbolic link: what would be written is its target
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:  # a component that is a file (ENOTDIR), a loop, a name too long, no access
+        raise _refused(out, _os_reason(out, exc)) from None
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            raise _refused(out, f"is a directory; {out.what} takes a file name")
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device"
+            raise _refused(out, f"is {kind}, not a regular file; {out.what} writes a file (give a file name)")
+        if out.append:
+            if not os.access(path, os.W_OK):
+                raise _refused(out, f"cannot write {out.what}: permission denied")
+            return
+        if out.replace_flag is not None:
+            raise _refused(out, f"exists; pass {out.replace_flag} to replace it")
+    folder = _existing_parent(out)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise _refused(out, f"cannot write {out.what}: no permission to create files in {folder}")
+
+
+def _existing_parent(out: _Output) -> Path:
+    """The nearest folder above the path that exists (``make_parents`` creates the rest); refused
+    when what exists there is not a folder."""
+    parent = Path(os.path.realpath(out.path)).parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise _refused(out, f"cannot write {out.what}: {parent} is a file, not a folder")
+    return parent
+
+
+def _os_reason(out: _Output, exc: OSError) -> str:
+    if exc.errno == errno.ENOTDIR:
+        return f"cannot write {out.what}: a part of its path is a file, not a folder"
+    return f"cannot write {out.what}: {exc.strerror or exc}"
+
+
+def _refused(out: _Output, why: str) -> OutputRefused:
+    return OutputRefused(why, out.path)

@@ -97,8 +97,9 @@ class RecordResult:
     runner_class: RunnerClass | None = None  # the class the runs were planned for
     standard_trace: Path | None = None  # traced and written: run 1's trace, saved next to the standard
     stale_trace_removed: Path | None = None  # --update without --trace: the old standard's trace, removed
-    card: Card | None = None  # the card the runs ran (parsed once per command)
-    metrics: list[Path] = field(default_factory=list)  # ``record --metrics``: the files compared
+    card: Card | None = field(default=None, repr=False)  # the card as parsed (reports read it from here)
+    metrics: list[MetricsRun] | None = field(default=None, repr=False)  # the runs' metrics as compared
+    metrics_files: list[Path] = field(default_factory=list)  # ``record --metrics``: the files compared
     unchanged: bool = False  # an update with identical series that left the file's bytes (keep_unchanged)
 
     @property
@@ -136,7 +137,7 @@ class VerifyResult:
     renamed: dict[str, str] = field(default_factory=dict)  # run series -> standard series it was compared as
     refusal: str | None = None  # PROFILE_REFUSED: why this machine cannot honour the card's portable profile
     run_metrics: MetricsRun | None = field(default=None, repr=False)  # the run as the comparison read it (reports draw it)
-    card: Card | None = None  # the card verified (parsed once per command)
+    card: Card | None = field(default=None, repr=False)  # the card as parsed (None with --metrics alone)
     # Why the run's runner class was not checked against the standard's (None: it was, or no class
     # is known on either side): ``verify --metrics`` without a card or ``--runner-class``.
     runner_unchecked: str | None = None
@@ -166,6 +167,31 @@ class TraceResult:
         # An incomplete trace (a process not traced, or killed before its ledger ended) proves nothing.
         return (self.status == TraceStatus.OK and (self.comparison is None or self.comparison.identical)
                 and not (self.trace is not None and self.trace.problems))
+
+
+@dataclass
+class DiffResult:
+    """``detaudit diff``: the runs' comparison and the runs as read."""
+
+    report: DiffReport
+    runs: list[MetricsRun] = field(repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.report.ok
+
+
+@dataclass
+class ReviewResult:
+    """``detaudit standard diff``: the two standards, as read, and how they differ."""
+
+    diff: StandardDiff
+    old: Standard = field(repr=False)
+    new: Standard = field(repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.diff.identical
 
 
 @dataclass

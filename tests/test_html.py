@@ -40,6 +40,7 @@ class Dom(HTMLParser):
         super().__init__()
         self.articles: dict[str, dict[str, str]] = {}
         self.identical: list[str] = []
+        self.summarised: dict[str, dict[str, str]] = {}  # differing series past the drawn ones: a row each
         self.attributes: list[tuple[str, str, str]] = []  # (tag, name, value)
         self.tags: list[str] = []
         self.sections: dict[str, str] = {}
@@ -56,8 +57,10 @@ class Dom(HTMLParser):
         self.attributes += [(tag, k, v) for k, v in a.items()]
         if tag == "article" and "series" in a.get("class", ""):
             self.articles[a["data-series"]] = a
-        if tag == "tr" and "data-series" in a:
+        if tag == "tr" and "data-series" in a and self._table and self._table[-1] == "identical":
             self.identical.append(a["data-series"])
+        if tag == "tr" and "data-series" in a and self._table and self._table[-1] == "more-differing":
+            self.summarised[a["data-series"]] = a
         if tag == "section" and "id" in a:
             self._section = a["id"]
             self.sections.setdefault(self._section, "")
@@ -116,11 +119,11 @@ def test_diff_page_holds_each_differing_series_its_first_step_and_the_root(tmp_p
     following = [m["series"] for m in doc["mismatched"][1:]]
     listed = re.findall(r'<ol class="following">(.*?)</ol>', text)[0]
     assert [html.unescape(n) for n in re.findall(r'<a href="#[^"]+">([^<]*)</a> @ ', listed)] == following
-    assert f"{len(doc['excluded'])} excluded series" in dom.sections["compared"]
+    assert f"{len(doc['excluded'])} series left out of the comparison" in dom.sections["compared"]
     assert [r[0] for r in dom.rows["excluded"][1:]] == sorted(doc["excluded"])
-    # every differing series carries its curves: a static SVG, and the data of the interactive chart
-    assert text.count('<svg class="plot"') == len(doc["mismatched"])
+    # every differing series carries the data of its chart (uPlot draws it), and no matplotlib SVG
     assert text.count('class="chart-data"') == len(doc["mismatched"])
+    assert '<svg class="plot"' not in text
     # the difference curves start at the first divergence with the figures the text report gives
     charts = {name: json.loads(data) for name, data in re.findall(
         r'<article class="series" id="[^"]*" data-series="([^"]*)".*?class="chart-data">(.*?)</script>', text, re.S)}
@@ -229,6 +232,7 @@ def _standard_from(metrics: Path, dest: Path) -> Path:
 
 def _fixture_record(status: str = "disagree") -> Any:
     """The RecordResult of `record --trace` over the fixture runs (their metrics and traces)."""
+    from detaudit.data.card import load_card
     from detaudit.data.compare import diff_runs
     from detaudit.data.metrics import read_metrics_many
     from detaudit.results import RecordResult, RecordStatus
@@ -242,7 +246,8 @@ def _fixture_record(status: str = "disagree") -> Any:
               for i, d in enumerate(dirs)]
     return RecordResult(RecordStatus(status), None, states, FIXTURES,
                         report=diff_runs(runs, labels=["run1", "run2"]), trace=audit_runs([d / "trace" for d in dirs]),
-                        runner_class=RunnerClass.of(["cpu", "amd-25.1", "avx2"]))
+                        runner_class=RunnerClass.of(["cpu", "amd-25.1", "avx2"]), metrics=runs,
+                        card=load_card(REPO / "recipes" / "sd3_pickscore_nft.toml"))
 
 
 @pytest.mark.slow
@@ -354,13 +359,42 @@ def test_html_options_bad_input_one_line_exit_2_nothing_written(tmp_path: Path) 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json", "page.html"]  # no temp file left
 
 
-def test_without_matplotlib_html_is_an_input_error_before_anything_runs(tmp_path: Path) -> None:
-    code = ("import sys; sys.modules['matplotlib'] = None; from detaudit.cli import main; "
-            f"sys.argv = ['detaudit', 'diff', {str(RUN1)!r}, {str(RUN2)!r}, '--html', {str(tmp_path / 'p.html')!r}]; main()")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
-    assert proc.returncode == 2
-    assert proc.stderr == "detaudit: error: --html needs matplotlib: pip install 'detaudit[plot]'\n"
-    assert proc.stdout == "" and not (tmp_path / "p.html").exists()
+# Imports the --html path must never make: the page works on the base install (`pip install detaudit`).
+BLOCKED = ("numpy", "matplotlib", "PIL")
+BLOCKER = """
+import builtins, sys
+blocked = {blocked!r}
+real_import = builtins.__import__
+def guarded(name, *args, **kwargs):
+    if name.split(".")[0] in blocked:
+        raise ImportError("the --html path imported " + name)
+    return real_import(name, *args, **kwargs)
+builtins.__import__ = guarded
+for name in list(sys.modules):
+    if name.split(".")[0] in blocked:
+        del sys.modules[name]
+from detaudit.cli import main
+sys.argv = ["detaudit", *{argv!r}]
+main()
+"""
+
+
+def test_the_html_path_imports_no_numpy_and_no_matplotlib(tmp_path: Path) -> None:
+    """diff --html and verify --metrics --html with numpy and matplotlib made unimportable: the page is
+    written, the verdict is the command's own (exit 1, the runs differ), nothing on stderr but the page's line."""
+    for argv in (["diff", str(RUN1), str(RUN2), "--html", str(tmp_path / "diff.html")],
+                 ["verify", "--metrics", str(RUN2), "--standard", str(TINY_STANDARD), "--html",
+                  str(tmp_path / "verify.html")]):
+        proc = subprocess.run([sys.executable, "-c", BLOCKER.format(blocked=BLOCKED, argv=argv)], capture_output=True,
+                              text=True, cwd=REPO)
+        assert proc.returncode == 1, proc.stderr[-3000:]
+        assert "HTML report: " in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr and "imported" not in proc.stderr
+        assert Path(argv[-1]).read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    # the blocker bites: an import of numpy under it fails
+    proc = subprocess.run([sys.executable, "-c", BLOCKER.format(blocked=BLOCKED, argv=["--version"]).replace(
+        "from detaudit.cli import main", "import numpy")], capture_output=True, text=True)
+    assert proc.returncode != 0 and "the --html path imported numpy" in proc.stderr
 
 
 # --- self-contained, deterministic, small ----------------------------------------------------------
@@ -394,45 +428,41 @@ def test_pages_name_no_host_and_fetch_nothing(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_same_inputs_give_a_byte_identical_page(tmp_path: Path) -> None:
-    a, b, c = tmp_path / "a.html", tmp_path / "b.html", tmp_path / "c.html"
+    a, b = tmp_path / "a.html", tmp_path / "b.html"
     for page in (a, b):
         assert run_cli("diff", str(RUN1), str(RUN2), "--html", str(page)).code == 1
     assert a.read_bytes() == b.read_bytes()
-    # the plots drawn in one process give the same page as drawn in two
-    assert run_cli("diff", str(RUN1), str(RUN2), "--html", str(c), env={"DETAUDIT_JOBS": "1"}).code == 1
-    assert c.read_bytes() == a.read_bytes()
-    text = a.read_text()
-    assert "<dc:date>" not in text and "<metadata>" not in text and "Matplotlib v" not in text
 
 
-def test_a_plot_depends_only_on_its_own_data() -> None:
-    """What makes reusing figures, and drawing in two processes, safe: the plots drawn before
-    (one with nothing finite to draw among them) leave no trace in the next."""
-    import numpy as np
+def test_downsampling_keeps_each_buckets_extremes_its_first_nan_and_the_divergence() -> None:
+    """The drawn points of a long series, against a brute-force reading of the rule: per bucket the
+    minimum, the maximum and the first NaN, the ends, every point near the first divergence."""
+    import random
+    from array import array
 
-    from detaudit.data.compare import diff_runs
-    from detaudit.data.metrics import read_metrics_many
-    from detaudit.render.html.plots import Plotter
-    from detaudit.render.html.views import Curve, DiffCurve, Panel, diff_page
+    from detaudit.render.html.series import FULL_AROUND, keep_indices
 
-    runs = read_metrics_many([RUN1, RUN2])
-    page = diff_page(diff_runs(runs), runs)
-    panel, other = page.differing[0], page.differing[-1]
-    x = np.array([0.0, 1.0])
-    nothing = Panel("nothing", "step", "differs", "step", curves=[Curve("run 1", x, np.array([math.nan, math.nan]), 2)],
-                    diffs=[DiffCurve("run 2 vs run 1", x, np.array([1e-3, 1e-2]), x, np.array([1e-3, 1e-2]))])
-    with Plotter() as plotter:
-        alone = plotter.panel_svg(panel, "p")
-    with Plotter() as plotter:
-        plotter.panel_svg(other, "o")
-        plotter.panel_svg(nothing, "n")
-        after = plotter.panel_svg(panel, "p")
-    assert after == alone
+    rng = random.Random(7)
+    y = [rng.gauss(0.0, 1.0) for _ in range(10_000)]
+    y[4321], y[4400], y[9000] = math.nan, math.nan, math.inf
+    y[1234] = 50.0  # a spike
+    buckets, around = 50, 7777
+    keep = keep_indices(array("d", y), buckets, around)
+    size = -(-len(y) // buckets)
+    expected = {0, len(y) - 1} | set(range(around - FULL_AROUND, around + FULL_AROUND + 1))
+    for start in range(0, len(y), size):
+        chunk = [(v, i) for i, v in enumerate(y[start:start + size], start=start)]
+        numbers = [(v, i) for v, i in chunk if not math.isnan(v)]
+        expected |= {min(numbers)[1], max(numbers, key=lambda t: (t[0], -t[1]))[1]}
+        expected |= {next(i for v, i in chunk if math.isnan(v))} if len(numbers) < len(chunk) else set()
+    assert keep == sorted(expected)
+    assert {1234, 4321, 9000} <= set(keep)
+    assert keep_indices(y[:100], buckets) == list(range(100))  # short series: every point
 
 
 @pytest.mark.slow
 def test_a_long_pair_is_drawn_downsampled_and_marks_the_exact_first_step(tmp_path: Path) -> None:
-    from detaudit.render.html.page import chart_data
+    from detaudit.render.html.charts import chart_data
 
     n, first = 60_000, 41_237
     for name, bump in (("a.jsonl", 0.0), ("b.jsonl", 1e-13)):
@@ -519,7 +549,7 @@ def test_chromium_renders_the_failing_verify_page(tmp_path: Path) -> None:
         assert dom.articles[f["series"]]["data-first-step"] == _step_text(f["step"])
     canvases = proc.stdout.count("<canvas")
     assert canvases >= len(doc["failures"])  # uPlot drew every series' chart
-    assert proc.stdout.count('class="static" hidden') >= len(doc["failures"])
+    assert proc.stdout.count('class="chart enhanced"') == len(doc["failures"])
     # the screenshot is the page, not a blank: the red verdict on top, plots below
     shot = tmp_path / "shot.png"
     proc = browse(page, tmp_path, f"--screenshot={shot}", "--window-size=1200,1600")
@@ -536,3 +566,31 @@ def test_chromium_renders_the_failing_verify_page(tmp_path: Path) -> None:
     probe = tmp_path / "probe.html"
     probe.write_text('<!DOCTYPE html><img src="http://example.invalid/x.png">')
     assert page_requests(probe, tmp_path) == ["http://example.invalid/x.png"]
+
+
+@pytest.mark.slow
+def test_a_page_of_1000_differing_series_stays_small_and_names_every_one(tmp_path: Path) -> None:
+    """Past the first MAX_DRAWN (drawn in the order they first differ) every differing series is a
+    row with its first divergence, as --json gives it; the page stays under 2 MB."""
+    from detaudit.render.html.page_parts import MAX_DRAWN
+
+    names = [f"train/metric_{i:04d}" for i in range(1000)]
+    for file, bump in (("a.jsonl", 0.0), ("b.jsonl", 1e-9)):
+        with open(tmp_path / file, "w") as fh:
+            for step in range(60):
+                fh.write(json.dumps({"step_key": "train/step", "train/step": step, **{
+                    n: 1.0 / (1 + step) + i * 1e-3 + (bump * (1 + i % 7) if step >= 20 + i % 30 else 0.0)
+                    for i, n in enumerate(names)}}) + "\n")
+    files = (str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"))
+    doc = json.loads(run_cli("diff", *files, "--json").out)
+    assert len(doc["mismatched"]) == 1000
+    page = tmp_path / "many.html"
+    assert run_cli("diff", *files, "--html", str(page)).code == 1
+    text, dom = _page(page)
+    order = [m["series"] for m in doc["mismatched"]]
+    assert list(dom.articles) == order[:MAX_DRAWN] and list(dom.summarised) == order[MAX_DRAWN:]
+    assert text.count('class="chart-data"') == MAX_DRAWN
+    for m in doc["mismatched"]:
+        entry = dom.articles.get(m["series"]) or dom.summarised[m["series"]]
+        assert (entry["data-first-step"], entry["data-kind"]) == (_step_text(m["step"]), m["kind"])
+    assert page.stat().st_size < 2_000_000

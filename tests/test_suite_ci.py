@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from markdown_it import MarkdownIt
 
 from conftest import REPO, TOY, run_cli, write_card
 
-from detaudit.ci import Case, summary_markdown
+from detaudit.render.ci import Case, summary_markdown
 
 JUNIT_SCHEMA = etree.XMLSchema(etree.parse(str(REPO / "tests" / "data" / "junit-10.xsd")))
 
@@ -178,16 +179,21 @@ def test_interrupted_verify_writes_its_reports(tmp_path: Path) -> None:
     assert "**INTERRUPTED**" in summary.read_text()
 
 
-def test_unwritable_step_summary_is_a_warning_and_the_verdict_stands(tmp_path: Path) -> None:
+def test_an_unfit_step_summary_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """GITHUB_STEP_SUMMARY naming a folder or a path through a file: exit 2 before anything runs, one
+    line, the JUnit report of the refusal written (its own path is fine), the summary not."""
     metrics, standard = metrics_and_standard(tmp_path, ["train/loss"])
     junit = tmp_path / "junit.xml"
-    for target in (tmp_path, Path("/etc/hostname/summary.md")):  # a folder; a path through a file
+    for target, why in ((tmp_path, "is a directory"),
+                        (Path("/etc/hostname/summary.md"),
+                         "cannot write the step summary (GITHUB_STEP_SUMMARY): a part of its path is a file")):
         result = run_cli("verify", "--metrics", str(metrics), "--standard", str(standard), "--junit-xml", str(junit),
                          env={"GITHUB_STEP_SUMMARY": str(target)})
-        assert result.code == 0, result.text
-        assert f"detaudit: warning: {target}: cannot append the step summary (GITHUB_STEP_SUMMARY)" in result.err
-        assert "Traceback" not in result.err
-        assert valid_junit(junit).find("testsuite").get("failures") == "0"
+        assert result.code == 2, result.text
+        assert result.err == f"detaudit: error: {target}: {why}" + result.err.split(why, 1)[1]
+        assert result.err.count("\n") == 1 and "Traceback" not in result.err
+        error = valid_junit(junit).find("testsuite/testcase/error")
+        assert error is not None and why in error.get("message")
 
 
 @pytest.mark.slow
@@ -277,3 +283,39 @@ def test_not_verified_on_a_new_runner_class_says_how_to_go_on(tmp_path: Path) ->
         assert "no standard for runner class cpu-hosted" in text
         assert "record a standard on this runner class (detaudit record CARD" in text
         assert "the workflow's record job uploads it as an artifact" in text and "--allow-other-runner" in text
+
+
+def test_left_out_series_are_reported_as_left_out_everywhere(tmp_path: Path) -> None:
+    """verify --exclude: the series it leaves out are skipped (with the reason) in JUnit, the step
+    summary, the JSON, the text and the page; never passed."""
+    metrics, standard = metrics_and_standard(tmp_path, ["train/loss", "debug/a", "debug/b"])
+    junit, summary, page = tmp_path / "j.xml", tmp_path / "s.md", tmp_path / "p.html"
+    args = ("verify", "--metrics", str(metrics), "--standard", str(standard), "--exclude", "debug/*")
+    result = run_cli(*args, "--junit-xml", str(junit), "--html", str(page), env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert result.code == 0, result.text
+    suite = valid_junit(junit).find("testsuite")
+    assert (suite.get("tests"), suite.get("skipped"), suite.get("failures")) == ("3", "2", "0")
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    for name in ("debug/a", "debug/b"):
+        skipped = cases[name].find("skipped")
+        assert skipped is not None and "left out of the comparison" in skipped.get("message")
+        assert "--exclude 'debug/*'" in skipped.get("message") or "debug/*" in skipped.get("message")
+    assert cases["train/loss"].find("skipped") is None
+    text = summary.read_text()
+    assert "| ⏭️ skipped | `debug/a` | `left out of the comparison:" in text
+    assert "| ✅ passed | `debug/a`" not in text and "| ✅ passed | `train/loss` |" in text
+    assert "left out (2" in result.out and "debug/a" in result.out
+    doc = json.loads(run_cli(*args, "--json").out)
+    assert sorted(doc["left_out"]) == ["debug/a", "debug/b"] and doc["compared"] == 1
+    html_text = page.read_text()
+    left = re.findall(r'<tr data-left-out="([^"]+)">', html_text)
+    assert left == ["debug/a", "debug/b"] and "left out of the comparison: none" not in html_text
+    identical = re.search(r'<section id="identical">(.*?)</section>', html_text, re.S).group(1)
+    assert "debug/a" not in identical and "train/loss" in identical
+    # many left out: folded into one count line of their own, never counted as passed
+    many = [f"debug/{i:02d}" for i in range(40)]
+    metrics, standard = metrics_and_standard(tmp_path, ["train/loss", *many])
+    summary.unlink()
+    result = run_cli("verify", "--metrics", str(metrics), "--standard", str(standard), "--exclude", "debug/*",
+                     env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert result.code == 0 and "| ⏭️ skipped | 40 more | |" in summary.read_text(), summary.read_text()

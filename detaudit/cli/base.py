@@ -14,6 +14,7 @@ import click
 
 from detaudit.data.card import Card, load_card
 from detaudit.errors import InputError, UsageError
+from detaudit.render.escapes import one_line
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
 JUNIT_PARAM = "junit_xml"  # commands with --junit-xml write CI reports on every outcome
@@ -24,7 +25,7 @@ def _one_line_warning(message: Any, category: type, filename: str, lineno: int, 
 
 
 def warn(message: str) -> None:
-    click.echo(f"detaudit: warning: {message}", err=True)
+    click.echo(f"detaudit: warning: {one_line(message)}", err=True)
 
 
 def ci_title(ctx: click.Context) -> str:
@@ -42,16 +43,19 @@ def ci_title(ctx: click.Context) -> str:
     return f"{command} {target}" if target else command
 
 
-def ci_error_reports(ctx: click.Context | None, message: str, verdict: str = "ERROR", case: str = "bad input") -> None:
+def ci_error_reports(ctx: click.Context | None, message: str, verdict: str = "ERROR", case: str = "bad input",
+                     error: BaseException | None = None) -> None:
     """For a command with --junit-xml that ends without a verdict: a JUnit file holding one
     ``<error>`` case, and the step summary, so CI shows why (pytest does the same for an error
-    at collection). Commands without --junit-xml write no CI report."""
+    at collection). Commands without --junit-xml write no CI report; none is written over a path
+    the command was given (or refused: ``error``)."""
     if ctx is None or not any(p.name == JUNIT_PARAM for p in ctx.command.params):
         return
-    from detaudit.ci import write_error_reports
+    from detaudit.render.ci import write_error_reports
 
+    given = [v for k, v in ctx.params.items() if k != JUNIT_PARAM and isinstance(v, Path)]
     for text in write_error_reports(ctx.params.get(JUNIT_PARAM), ci_title(ctx), f"detaudit.{ctx.info_name}", case,
-                                    message, verdict=verdict):
+                                    one_line(message), verdict=verdict, error=error, other_paths=given):
         warn(text)
 
 
@@ -64,8 +68,8 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return func(*args, **kwargs)
         except InputError as exc:
-            click.echo(f"detaudit: error: {exc}", err=True)
-            ci_error_reports(click.get_current_context(silent=True), str(exc))
+            click.echo(f"detaudit: error: {one_line(str(exc))}", err=True)
+            ci_error_reports(click.get_current_context(silent=True), str(exc), error=exc)
             sys.exit(EXIT_INPUT)
         except click.ClickException as exc:  # raised in the body: OneLineErrors.main reports it
             if getattr(exc, "ctx", None) is None:
@@ -108,7 +112,7 @@ class OneLineErrors(click.Group):
             where = f"{ctx.info_name}: " if ctx is not None and ctx.parent is not None else ""
             hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
             message = " ".join(exc.format_message().split())
-            click.echo(f"detaudit: error: {where}{message}{hint}", err=True)
+            click.echo(f"detaudit: error: {one_line(where + message + hint)}", err=True)
             ci_error_reports(ctx, message)
             sys.exit(EXIT_INPUT)
         sys.exit(code if isinstance(code, int) else EXIT_OK)

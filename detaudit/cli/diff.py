@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from detaudit.cli.base import exit_with, handle_errors
-from detaudit.cli.html_report import emit_html, html_options, prepare_html
 from detaudit.cli.options import exclude_include, step_key_option
+from detaudit.cli.outputs import Reports, emit_outcome, html_options
 from detaudit.render.console import console
 
 
@@ -37,22 +37,16 @@ def diff(runs: tuple[Path, ...], as_json: bool, step_key: str | None, exclude: t
     from detaudit.data.compare import diff_runs, require_compared
     from detaudit.data.exclusion import Exclusion
     from detaudit.data.metrics import read_metrics_many
-    from detaudit.render.diff import diff_json, print_diff
+    from detaudit.results import DiffResult
 
     if len(runs) < 2:
         raise click.UsageError("diff needs at least two metrics files")
-    prepare_html(html, overwrite_html)
+    reports = Reports("detaudit diff", as_json=as_json, html=html, overwrite_html=overwrite_html)
+    reports.prepare((path, "a metrics file it compares") for path in runs)
     exclusion = Exclusion(cli=exclude, include=include)
     parsed = read_metrics_many(runs, default_step_key=step_key, exclusion=exclusion)
     report = diff_runs(parsed, labels=[str(p) for p in runs])
     report.exclude_patterns = exclusion.patterns()
     require_compared(report, parsed)
-    if as_json:
-        click.echo(diff_json(report))
-    else:
-        print_diff(report, console())
-    if html is not None:
-        from detaudit.render.html.views import diff_page
-
-        emit_html(html, overwrite_html, diff_page(report, parsed), console(stderr=True))
+    emit_outcome(DiffResult(report, parsed), reports, console(), console(stderr=True))
     exit_with(report.ok)

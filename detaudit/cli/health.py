@@ -35,10 +35,16 @@ def health(metrics: Path, metric: str, window: int, buckets: int, worst: int, pn
     from detaudit.render.health import plot, print_health
     from detaudit.render.jsonout import dump_json
 
+    target = None if no_png else png or metrics.with_name(f"{metrics.stem}.{metric.replace('/', '_')}.png")
+    if target is not None:  # checked before anything is read: not the metrics, not a device or a folder, writable
+        from detaudit.fileio import OutputPaths
+
+        outputs = OutputPaths()
+        outputs.reads(metrics, "METRICS")
+        outputs.writes(target, "the plot (--png)")
+        outputs.check()
     report = curve_health(metrics, metric, window=window, buckets=buckets, worst=worst, step_key=step_key)
-    written = None
-    if not no_png:
-        written = plot(report, png or metrics.with_name(f"{metrics.stem}.{metric.replace('/', '_')}.png"))
+    written = plot(report, target) if target is not None else None
     if as_json:
         doc = report.to_json()
         doc["png"] = str(written) if written else None

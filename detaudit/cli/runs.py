@@ -9,8 +9,7 @@ from typing import Any, NoReturn
 import click
 from rich.markup import escape
 
-from detaudit.cli.base import EXIT_FAIL, card_or_demo, ci_error_reports, exit_with, handle_errors, warn
-from detaudit.cli.html_report import emit_html, html_options, prepare_html
+from detaudit.cli.base import EXIT_FAIL, card_or_demo, ci_error_reports, exit_with, handle_errors
 from detaudit.cli.options import (
     card_and_extra_args,
     cluster_option,
@@ -21,21 +20,13 @@ from detaudit.cli.options import (
     trace_option,
     workdir_option,
 )
-from detaudit.data.card import Card
+from detaudit.cli.outputs import Reports, emit_outcome, html_options
 from detaudit.render.console import PREFIX, RunDisplay, console
 from detaudit.runner_class import RunnerClass
 from detaudit.standards.formats.registry import FORMAT_NAMES
 
 # Heavy or rarely used modules are imported inside the commands: nothing here may import torch,
 # and `verify --metrics` must start fast.
-
-
-def _ci_reports(junit_xml: Path | None, title: str, cases: list[Any], verdict: str, detail: str = "") -> None:
-    """--junit-xml FILE, and the GitHub job summary when GITHUB_STEP_SUMMARY is set."""
-    from detaudit.ci import write_ci_reports
-
-    for text in write_ci_reports(junit_xml, title, cases, verdict, detail):
-        warn(text)
 
 
 def _interrupted(err: Any, exc: KeyboardInterrupt, what: str) -> NoReturn:
@@ -47,7 +38,7 @@ def _interrupted(err: Any, exc: KeyboardInterrupt, what: str) -> NoReturn:
     sys.exit(EXIT_FAIL)
 
 
-def _warn_est_time(err: Any, card: Card | None, elapsed: list[float]) -> None:
+def _warn_est_time(err: Any, card: Any, elapsed: list[float]) -> None:
     """Warn when a run took longer than the card's est_time (suite plans read it)."""
     if card is None or not elapsed:
         return
@@ -123,27 +114,25 @@ def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: 
       detaudit record --metrics night1.jsonl night2.jsonl --out standards/train.json
       detaudit record recipes/sd3_pickscore_nft.toml --no-write -- --no-seed-rollout-manager
     """
-    from detaudit.ci import cases_from_record
     from detaudit.flows.record import record as run_record
-    from detaudit.render.jsonout import dump_json
-    from detaudit.render.record import print_record, record_document
-    from detaudit.render.runs import print_failed_runs, print_jobs, print_workdir_note
+    from detaudit.render.runs import print_jobs
 
     if no_write and (update or out is not None or allow_partial or fmt is not None or drop_nan_series):
         raise click.UsageError("--no-write writes nothing: it takes no --update, --out, --allow-partial or --format")
     if from_metrics:
         files = tuple(p for p in (card, *(Path(a) for a in extra_args)) if p is not None)
-        _record_metrics(files, runs=runs, parallel=parallel, out=out, update=update, no_write=no_write,
-                        allow_partial=allow_partial, fmt=fmt, drop_nan_series=drop_nan_series, runner_class=runner_class,
-                        step_key=step_key, exclude=exclude, include=include, workdir=workdir, cluster=cluster,
-                        junit_xml=junit_xml, no_doctor=no_doctor, as_json=as_json, trace=trace, html=html,
-                        overwrite_html=overwrite_html, scan_report=scan_report)
+        _record_metrics(files, out=out, update=update, no_write=no_write, allow_partial=allow_partial, fmt=fmt,
+                        drop_nan_series=drop_nan_series, runner_class=runner_class, step_key=step_key, exclude=exclude,
+                        include=include, workdir=workdir, cluster=cluster, junit_xml=junit_xml, no_doctor=no_doctor,
+                        as_json=as_json, trace=trace, html=html, overwrite_html=overwrite_html, scan_report=scan_report)
     if runner_class is not None or step_key is not None:
         raise click.UsageError("--runner-class and --step-key are for --metrics: a CARD's runs are probed, and its "
                                "step_key is the card's")
     loaded = card_or_demo(card)
     card = loaded.path
-    findings = prepare_html(html, overwrite_html, scan_report)
+    reports = Reports(f"detaudit record {card}", card=str(card), subject=str(card), as_json=as_json, ci=True,
+                      junit_xml=junit_xml, html=html, overwrite_html=overwrite_html, scan_report=scan_report)
+    reports.prepare([(card, "the card")])  # the standard's path joins them in the flow, before any run
     out_console, err_console = console(), console(stderr=True)
     display = RunDisplay(err_console, runs, f"detaudit record {card}")
     nothing = "nothing written" if no_write else "no standard written"
@@ -163,41 +152,23 @@ def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: 
                 loaded, runs=runs, parallel=parallel, out=out, update=update, allow_partial=allow_partial, fmt=fmt,
                 drop_nan_series=drop_nan_series, extra_args=extra_args, exclude=exclude, include=include, workdir=workdir,
                 write=not no_write, cluster=cluster, on_update=display.update, on_start=on_start, trace=trace,
+                paths=reports.paths,
             )
     except KeyboardInterrupt as exc:
         _interrupted(err_console, exc, nothing)
     print_jobs(err_console, result.runs)
-    record_cases = cases_from_record(result, f"detaudit.record.{card.stem}")
-    failed = sum(1 for c in record_cases if not c.ok)
-    _ci_reports(junit_xml, f"detaudit record {card}", record_cases, str(result.status).upper(),
-                f"{len(record_cases) - failed} of {len(record_cases)} series identical across {runs} runs")
-    _warn_est_time(err_console, loaded, _elapsed(result.runs))
-    if as_json:
-        if result.status == "run-failed":
-            print_failed_runs(err_console, result.runs)
-        click.echo(dump_json(record_document(result, str(card), runs)))
-        print_workdir_note(err_console, result.workdir, result.workdir_removed, result.ok)
-    else:
-        print_record(result, str(card), runs, written_word=nothing, out=out_console, err=err_console)
-    if html is not None:
-        from detaudit.render.html.views import record_page
-
-        page = record_page(result, str(card), runs, step_key=loaded.step_key, findings=findings)
-        emit_html(html, overwrite_html, page, err_console)
+    _warn_est_time(err_console, result.card, _elapsed(result.runs))
+    emit_outcome(result, reports, out_console, err_console)
     exit_with(result.ok)
 
 
-def _record_metrics(files: tuple[Path, ...], *, runs: int, parallel: int, out: Path | None, update: bool,
-                    no_write: bool, allow_partial: bool, fmt: str | None, drop_nan_series: bool,
-                    runner_class: RunnerClass | None, step_key: str | None, exclude: tuple[str, ...],
-                    include: tuple[str, ...], workdir: Path | None, cluster: str | None, junit_xml: Path | None,
-                    no_doctor: bool, as_json: bool, trace: str | None, html: Path | None, overwrite_html: bool,
-                    scan_report: Path | None) -> NoReturn:
+def _record_metrics(files: tuple[Path, ...], *, out: Path | None, update: bool, no_write: bool, allow_partial: bool,
+                    fmt: str | None, drop_nan_series: bool, runner_class: RunnerClass | None, step_key: str | None,
+                    exclude: tuple[str, ...], include: tuple[str, ...], workdir: Path | None, cluster: str | None,
+                    junit_xml: Path | None, no_doctor: bool, as_json: bool, trace: str | None, html: Path | None,
+                    overwrite_html: bool, scan_report: Path | None) -> NoReturn:
     """``record --metrics FILE FILE...``: a standard from runs already made, by record's rules."""
-    from detaudit.ci import cases_from_record
     from detaudit.flows.record import record_metrics
-    from detaudit.render.jsonout import dump_json
-    from detaudit.render.record import print_record, record_document
 
     ctx = click.get_current_context()
     given = [name for name, value in (("--parallel", ctx.get_parameter_source("parallel")),
@@ -210,28 +181,18 @@ def _record_metrics(files: tuple[Path, ...], *, runs: int, parallel: int, out: P
                                f"{', '.join(given)}")
     if not files:
         raise click.UsageError("--metrics needs the metrics files (two or more) of runs that should agree")
-    prepare_html(html, overwrite_html, None)
-    out_console, err_console = console(), console(stderr=True)
     label = " ".join(str(f) for f in files)
+    reports = Reports(f"detaudit record --metrics {label}", card=label, subject=label, as_json=as_json, ci=True,
+                      junit_xml=junit_xml, html=html, overwrite_html=overwrite_html)
+    reports.prepare([(f, "a metrics file it compares") for f in files])
+    out_console, err_console = console(), console(stderr=True)
     result = record_metrics(files, out=out, update=update, allow_partial=allow_partial, fmt=fmt,
                             drop_nan_series=drop_nan_series, exclude=exclude, include=include, step_key=step_key,
-                            runner_class=runner_class, write=not no_write)
-    record_cases = cases_from_record(result, "detaudit.record.metrics")
-    failed = sum(1 for c in record_cases if not c.ok)
-    _ci_reports(junit_xml, f"detaudit record --metrics {label}", record_cases, str(result.status).upper(),
-                f"{len(record_cases) - failed} of {len(record_cases)} series identical across {len(files)} files")
-    nothing = "nothing written" if no_write else "no standard written"
-    if as_json:
-        click.echo(dump_json(record_document(result, label, len(files))))
-    else:
-        print_record(result, label, len(files), written_word=nothing, out=out_console, err=err_console)
-        if result.standard is not None and result.standard.runner_class is None and result.ok and not no_write:
-            err_console.print(f"{PREFIX} note: no --runner-class: the standard names none, so verify cannot check "
-                              "where a run ran")
-    if html is not None:
-        from detaudit.render.html.views import record_page
-
-        emit_html(html, overwrite_html, record_page(result, label, len(files), step_key=step_key), err_console)
+                            runner_class=runner_class, write=not no_write, paths=reports.paths)
+    emit_outcome(result, reports, out_console, err_console)
+    if result.standard is not None and result.standard.runner_class is None and result.ok and not no_write:
+        err_console.print(f"{PREFIX} note: no --runner-class: the standard names none, so verify cannot check "
+                          "where a run ran")
     exit_with(result.ok)
 
 
@@ -259,8 +220,8 @@ def _record_metrics(files: tuple[Path, ...], *, runs: int, parallel: int, out: P
 @handle_errors
 def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None, standard: Path | None,
            allow_other_runner: bool, strict_runner: bool, runner_class: RunnerClass | None, step_key: str | None,
-           exclude: tuple[str, ...],
-           include: tuple[str, ...], workdir: Path | None, cluster: str | None, suite: str | None, cards: Path,
+           exclude: tuple[str, ...], include: tuple[str, ...], workdir: Path | None, cluster: str | None,
+           suite: str | None, cards: Path,
            junit_xml: Path | None, trace: str | None, as_json: bool, html: Path | None, overwrite_html: bool,
            scan_report: Path | None) -> None:
     """Check one run of CARD (or --metrics RUN.jsonl) against its standard, exactly.
@@ -278,13 +239,8 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
       detaudit verify --metrics run/metrics.jsonl --standard golden_values.json --runner-class h100-1gpu
       detaudit verify --suite cpu --cards recipes
     """
-    from detaudit.ci import cases_from_verify
     from detaudit.flows.verify import verify as run_verify
-    from detaudit.render.jsonout import dump_json
-    from detaudit.render.runs import print_failed_runs, print_jobs, print_workdir_note
-    from detaudit.render.suite import status_detail
-    from detaudit.render.verify import print_verify, verify_document
-    from detaudit.results import VerifyStatus
+    from detaudit.render.runs import print_jobs
 
     if strict_runner and allow_other_runner:
         raise click.UsageError("--strict-runner and --allow-other-runner contradict each other")
@@ -295,9 +251,15 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
                                    "--cluster, --trace, --json, --exclude, --include or extra args (--junit-xml gives "
                                    "one report)")
         _verify_suite(suite, cards, allow_other_runner, junit_xml, html, overwrite_html, scan_report)
-    findings = prepare_html(html, overwrite_html, scan_report)
     loaded = card_or_demo(card) if card is not None or metrics is None else None
     card = loaded.path if loaded is not None else None
+    subject = str(card if card is not None else metrics)
+    reports = Reports(f"detaudit verify {subject}", card=str(card) if card is not None else None, subject=subject,
+                      as_json=as_json, ci=True, junit_xml=junit_xml, html=html, overwrite_html=overwrite_html,
+                      scan_report=scan_report)
+    # the standard found from the card and the runner class joins them in the flow, before the run
+    reports.prepare([(card, "the card"), (metrics, "the metrics it checks (--metrics)"),
+                     (standard, "the standard it checks (--standard)")])
     out_console, err_console = console(), console(stderr=True)
     display = RunDisplay(err_console, 1, f"detaudit verify {card}")
     try:
@@ -305,47 +267,33 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
             result = run_verify(loaded, metrics=metrics, standard=standard, allow_other_runner=allow_other_runner,
                                 step_key=step_key, extra_args=extra_args, workdir=workdir, cluster=cluster,
                                 on_update=display.update, trace=trace, exclude=exclude, include=include,
-                                runner_class=runner_class)
+                                runner_class=runner_class, paths=reports.paths)
     except KeyboardInterrupt as exc:
         _interrupted(err_console, exc, "not verified")
-    label = card.stem if card is not None else Path(str(metrics)).stem
-    status = VerifyStatus(result.status)
-    _ci_reports(junit_xml, f"detaudit verify {card or metrics}",
-                cases_from_verify(result, f"detaudit.verify.{label}", time_s=result.run.elapsed if result.run else 0.0),
-                status.label, f"{status_detail(status, result)} ({result.standard_path})")
     if metrics is None and result.run is not None:
-        _warn_est_time(err_console, loaded, _elapsed([result.run]))
+        _warn_est_time(err_console, result.card, _elapsed([result.run]))
     if result.run is not None:
         print_jobs(err_console, [result.run])
     if result.standard_trace is not None:
         err_console.print(f"{PREFIX} the standard carries a trace ({escape(str(result.standard_trace))}): this run "
                           "was traced and compared with it")
-    if as_json:
-        if status == VerifyStatus.RUN_FAILED and result.run is not None:
-            print_failed_runs(err_console, [result.run])
-        click.echo(dump_json(verify_document(result, str(card) if card is not None else None)))
-        if result.workdir is not None:
-            print_workdir_note(err_console, result.workdir, result.workdir_removed, result.ok)
-    else:
-        print_verify(result, out=out_console, err=err_console)
-    if html is not None:
-        from detaudit.render.html.views import verify_page
-
-        page = verify_page(result, str(card) if card is not None else None, step_key=step_key, findings=findings)
-        emit_html(html, overwrite_html, page, err_console)
+    emit_outcome(result, reports, out_console, err_console)
     exit_with(result.ok)
 
 
 def _verify_suite(suite: str, cards_dir: Path, allow_other_runner: bool, junit_xml: Path | None, html: Path | None = None,
                   overwrite_html: bool = False, scan_report: Path | None = None) -> None:
-    from detaudit.ci import cases_from_suite
     from detaudit.flows.suite import find_cards, over_estimate, verify_suite
     from detaudit.render.runs import print_est_time_warning
-    from detaudit.render.suite import print_suite, suite_passed_text
 
-    findings = prepare_html(html, overwrite_html, scan_report)
-    out_console, err_console = console(), console(stderr=True)
+    reports = Reports(f"detaudit verify --suite {suite}", subject=suite, ci=True, junit_xml=junit_xml, html=html,
+                      overwrite_html=overwrite_html, scan_report=scan_report)
     found = find_cards(cards_dir, suite)
+    from detaudit.standards.store import standards_of_card
+
+    reports.prepare([(c.path, f"the card {c.name}") for c in found]
+                    + [(p, f"a standard of card {c.name}") for c in found for p, _ in standards_of_card(c)])
+    out_console, err_console = console(), console(stderr=True)
     total = len(found)
 
     def on_card(card: Any) -> None:
@@ -359,17 +307,11 @@ def _verify_suite(suite: str, cards_dir: Path, allow_other_runner: bool, junit_x
                                   on_update=display.update)
     except KeyboardInterrupt as exc:
         _interrupted(err_console, exc, "not verified")
-    print_suite(result, out_console)
     for o in result.outcomes:
         run_time = o.run_elapsed
         if run_time is not None and o.card.est_time is not None and over_estimate(o.card, run_time):
             print_est_time_warning(err_console, o.card.name, o.card.est_time, run_time)
-    _ci_reports(junit_xml, f"detaudit verify --suite {suite}", cases_from_suite(result),
-                {0: "PASSED", 1: "FAILED"}.get(result.exit_code, "ERROR"), suite_passed_text(result))
-    if html is not None:
-        from detaudit.render.html.views import suite_page
-
-        emit_html(html, overwrite_html, suite_page(result, findings=findings), err_console)
+    emit_outcome(result, reports, out_console, err_console)
     sys.exit(result.exit_code)
 
 

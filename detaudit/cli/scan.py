@@ -64,6 +64,14 @@ def scan_rng(paths: tuple[Path, ...], fmt: str, fail_on: str, baseline: Path | N
         return
     if not paths:
         raise InputError(None, "scan-rng: give at least one PATH (or --explain RULE)")
+    if write_baseline is not None:  # checked before the scan: not an input, not a device or a folder, writable
+        from detaudit.fileio import OutputPaths
+
+        outputs = OutputPaths()
+        for path, what in [(p, "a path it scans") for p in paths] + [(baseline, "--baseline"), (config, "--config")]:
+            outputs.reads(path, what)
+        outputs.writes(write_baseline, "--write-baseline")
+        outputs.check()
     cfg = ScanConfig.load(config)
     cfg = replace(cfg, unknown_process=unknown_process, force_exclude=force_exclude,
                   tests_as_pipeline=tests_as_pipeline or cfg.tests_as_pipeline)

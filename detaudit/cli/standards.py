@@ -7,8 +7,9 @@ from pathlib import Path
 import click
 
 from detaudit.cli.base import exit_with, handle_errors
-from detaudit.cli.html_report import emit_html, html_options, prepare_html
+from detaudit.cli.outputs import Reports, emit_outcome, html_options
 from detaudit.render.console import console
+from detaudit.render.escapes import one_line
 from detaudit.standards.formats.registry import FORMAT_NAMES
 
 
@@ -44,19 +45,24 @@ def standard_convert(source: Path, dest: Path, fmt: str, series: str | None, dro
       detaudit standard convert golden_values_dev.json std.json --format detaudit
       detaudit standard convert std.json golden.json --format megatron --overwrite
     """
+    from detaudit.fileio import OutputPaths
     from detaudit.standards.formats import convert, load_any, write_conversion
     from detaudit.standards.formats import drop_nan_series as drop_nan
 
+    paths = OutputPaths()
+    paths.reads(source, "SOURCE")
+    paths.writes(dest, "DEST", replace_flag="--overwrite", overwrite=overwrite)
+    paths.check()
     std = load_any(source)
     dropped = drop_nan(std) if drop_nan_series else []
     for name in dropped:
-        click.echo(f"detaudit: dropped {name} (holds NaN)", err=True)
+        click.echo(one_line(f"detaudit: dropped {name} (holds NaN)"), err=True)
     conversion = convert(std, fmt, target=dest, series=series)
     write_conversion(dest, conversion, overwrite=overwrite)
     for note in conversion.notes:
-        click.echo(f"detaudit: note: {note}", err=True)
+        click.echo(one_line(f"detaudit: note: {note}"), err=True)
     n = 1 if series else len(std.series)
-    click.echo(f"detaudit: converted {source} ({std.format}) -> {dest} ({fmt}), {n} series")
+    click.echo(one_line(f"detaudit: converted {source} ({std.format}) -> {dest} ({fmt}), {n} series"))
 
 
 @standard_group.command("diff")
@@ -76,21 +82,15 @@ def standard_diff(old: Path, new: Path, as_json: bool, html: Path | None, overwr
       git show HEAD:standards/sd3_pickscore_nft.cpu-intel-6.207-avx512.json > /tmp/old.json
       detaudit standard diff /tmp/old.json standards/sd3_pickscore_nft.cpu-intel-6.207-avx512.json
     """
-    from detaudit.render.review import print_review, review_json
+    from detaudit.results import ReviewResult
     from detaudit.standards.diff import diff_standards
     from detaudit.standards.formats import load_any
 
-    prepare_html(html, overwrite_html)
+    reports = Reports(f"detaudit standard diff {old} {new}", as_json=as_json, html=html, overwrite_html=overwrite_html)
+    reports.prepare([(old, "OLD"), (new, "NEW")])
     old_std, new_std = load_any(old), load_any(new)
     result = diff_standards(old_std, new_std, old_label=str(old), new_label=str(new))
-    if as_json:
-        click.echo(review_json(result))
-    else:
-        print_review(result, console())
-    if html is not None:
-        from detaudit.render.html.views import review_page
-
-        emit_html(html, overwrite_html, review_page(result, old_std, new_std), console(stderr=True))
+    emit_outcome(ReviewResult(result, old_std, new_std), reports, console(), console(stderr=True))
     exit_with(result.identical)
 
 

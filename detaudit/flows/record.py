@@ -25,7 +25,7 @@ from detaudit.data.metrics import MetricsRun, read_metrics_many
 from detaudit.data.values import encode_value
 from detaudit.env.provenance import git_state, standard_runner
 from detaudit.errors import InputError, UsageError
-from detaudit.fileio import write_atomic
+from detaudit.fileio import OutputPaths, write_atomic
 from detaudit.results import RecordResult, RecordStatus
 from detaudit.run.card_runs import place, run_card
 from detaudit.run.executor import runner_mismatch
@@ -37,7 +37,7 @@ from detaudit.standards.diff import diff_standards
 from detaudit.standards.formats import FORMAT_NAMES, comparison_of, load_any, render_as
 from detaudit.standards.formats import drop_nan_series as drop_nan
 from detaudit.standards.standard import Standard, standard_lock
-from detaudit.standards.store import standard_path
+from detaudit.standards.store import standard_path, standards_of_card
 from detaudit.trace import MODE_ENV, MODES, run_trace_dir
 from detaudit.trace.compare import audit_runs
 from detaudit.trace.saved import carries_trace, check_replaceable, save_trace, standard_trace_dir, trace_meta
@@ -63,8 +63,12 @@ def record(
     on_update: Callable[[list[RunState]], None] | None = None,
     on_start: Callable[[Path, RunnerClass], None] | None = None,
     trace: str | None = None,
+    paths: OutputPaths | None = None,
 ) -> RecordResult:
     """Run the card ``runs`` times and write its standard if every compared series agrees.
+
+    ``card_path``: the card's file, or the card as parsed. ``paths``: the command's other inputs
+    and outputs (its reports); the standard's path joins them and all are checked before any run.
 
     ``trace`` ("rng" or "modules"): every run traces its global-RNG draws (and module calls)
     into ``runN/trace/``; the result carries the first draw that differs between runs, and
@@ -98,6 +102,15 @@ def record(
     old: Standard | None = None
     if write:
         path = Path(out) if out is not None else standard_path(card, runner_class)
+    if paths is not None:  # the standard among the command's paths, the card's other standards as inputs: checked
+        if path is not None:
+            paths.writes(path, "the standard (--out)" if out is not None else "the standard", replace_flag="--update",
+                         overwrite=update)
+        for other, _ in standards_of_card(card):
+            if path is None or os.path.realpath(other) != os.path.realpath(path):  # (the one it replaces: its output)
+                paths.reads(other, "a standard of the card")
+        paths.check()
+    if path is not None:
         old = _replaced(path, update)
         check_trace_destination(path, traced=bool(trace))  # before any run, and again before writing
     fmt = fmt or (old.format if old is not None else "detaudit")
@@ -112,12 +125,12 @@ def record(
                         on_plan=started, on_update=on_update)
         result = _judge(plan, path, old, update=update, allow_partial=allow_partial, fmt=fmt,
                         drop_nan_series=drop_nan_series)
-    result.card = card
+    result.card = card  # reports read the card from the result, never parse it again
     return result
 
 
 def record_metrics(
-    paths: Sequence[str | Path],
+    files: Sequence[str | Path],
     *,
     out: str | Path | None,
     update: bool = False,
@@ -134,6 +147,7 @@ def record_metrics(
     recorded: dict[str, Any] | None = None,
     keep_unchanged: bool = False,
     min_runs: int = 2,
+    paths: OutputPaths | None = None,
 ) -> RecordResult:
     """A standard from the metrics files of runs already made, written to ``out`` only if they all agree.
 
@@ -147,34 +161,38 @@ def record_metrics(
     series and steps: the run is taken at the golden's steps. ``keep_unchanged``: an update whose
     series are all identical to the old standard's, on the same class, leaves the file's bytes.
     ``min_runs`` 1 (the pytest plugin's ``--detaudit-runs 1``, asked for by name) takes one file.
+    ``paths``: the command's inputs and reports; ``out`` joins them and is checked before anything is read.
     """
-    files = [Path(p) for p in paths]
-    if len(files) < max(1, min_runs):
+    compared = [Path(p) for p in files]
+    if len(compared) < max(1, min_runs):
         raise UsageError("a standard needs runs that agree: give at least two metrics files")
     if write and out is None:
         raise UsageError("--metrics makes a standard from files: name it with --out FILE")
     _check_format(fmt, drop_nan_series)
     path = Path(out) if write and out is not None else None
+    if paths is not None:  # --out must not be one of the files it is made from, nor a report's path
+        paths.writes(path, "the standard (--out)", replace_flag="--update", overwrite=update)
+        paths.check()
     old = _replaced(path, update) if path is not None else None
     fmt = fmt or (old.format if old is not None else "detaudit")
     exclusion = exclusion_for(None, exclude, include)
-    parsed = read_metrics_many(files, default_step_key=step_key, exclusion=exclusion)
-    labels = [str(p) for p in files]
+    parsed = read_metrics_many(compared, default_step_key=step_key, exclusion=exclusion)
+    labels = [str(p) for p in compared]
     # One run (min_runs 1) is compared with itself: the same exclusions and checks, and it agrees.
     report = diff_runs(parsed if len(parsed) > 1 else parsed * 2, labels=labels if len(parsed) > 1 else labels * 2)
     report.runs = labels
     report.exclude_patterns = exclusion.patterns()
     result = RecordResult(RecordStatus.DISAGREE, path, [], None, report=report, runner_class=runner_class,
-                          metrics=files)
+                          metrics_files=compared, metrics=parsed)
     if not _agreeing(result, report, allow_partial):
         return result
     if path is None:
         result.status = RecordStatus.AGREED
         return result
-    git = git_state(files[0])
+    git = git_state(compared[0])
     record_of = recorded if recorded is not None else {
-        "runs": len(files), "agreeing": _agreeing_runs(report), "commit": git["commit"], "dirty": git["dirty"],
-        "metrics": [str(p) for p in files], "detaudit": __version__,
+        "runs": len(compared), "agreeing": _agreeing_runs(report), "commit": git["commit"], "dirty": git["dirty"],
+        "metrics": [str(p) for p in compared], "detaudit": __version__,
         "date": _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
     }
     runner = standard_runner(runner_class, environment or {}) if runner_class is not None else {}
@@ -263,7 +281,8 @@ def _judge(plan: RunPlan, path: Path | None, old: Standard | None, *, update: bo
     parsed = read_run_metrics(plan)
     report = diff_runs(parsed, labels=[f"run{i + 1}" for i in range(len(plan.specs))])
     report.exclude_patterns = plan.exclusion.patterns()
-    result = RecordResult(RecordStatus.DISAGREE, path, states, plan.workdir, report=report, runner_class=plan.runner_class)
+    result = RecordResult(RecordStatus.DISAGREE, path, states, plan.workdir, report=report, runner_class=plan.runner_class,
+                          metrics=parsed)
     traced = any(MODE_ENV in spec.overlay for spec in plan.specs)
     if traced:
         result.trace = audit_runs([run_trace_dir(spec.workdir) for spec in plan.specs])

@@ -31,12 +31,11 @@ def find_cards(cards_dir: str | Path = DEFAULT_CARDS_DIR, suite: str | None = No
     folder = Path(cards_dir)
     if not folder.is_dir():
         raise InputError(folder, "cards folder not found")
-    every = [load_card(path) for path in sorted(folder.glob("*.toml"))]
-    cards = every
+    cards = [load_card(path) for path in sorted(folder.glob("*.toml"))]
     if suite is not None:
-        cards = [c for c in every if c.suite == suite]
+        cards = [c for c in cards if c.suite == suite]
         if not cards:
-            known = sorted({c.suite for c in every if c.suite})
+            known = sorted({c.suite for c in (load_card(p) for p in sorted(folder.glob("*.toml"))) if c.suite})
             raise UsageError(f"no card in suite {suite!r} (suites here: {', '.join(known) or 'none'})", folder)
     elif not cards:
         raise UsageError("no cards (*.toml) here", folder)
@@ -67,7 +66,7 @@ def verify_suite(
             on_card(card)
         started = time.monotonic()
         try:
-            outcome = verify(card, allow_other_runner=allow_other_runner, on_update=on_update)
+            outcome = verify(card, allow_other_runner=allow_other_runner, on_update=on_update)  # parsed once
         except InputError as exc:
             result.outcomes.append(CardOutcome(card, VerifyStatus.ERROR, error=str(exc), elapsed=time.monotonic() - started))
             continue

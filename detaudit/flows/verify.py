@@ -21,6 +21,7 @@ from detaudit.env.provenance import (
     provenance_differences,
 )
 from detaudit.errors import InputError, UsageError
+from detaudit.fileio import OutputPaths
 from detaudit.results import VerifyResult, VerifyStatus
 from detaudit.run.card_runs import Placement, place, run_card
 from detaudit.run.executor import runner_mismatch
@@ -52,6 +53,7 @@ def verify(
     exclude: tuple[str, ...] = (),
     include: tuple[str, ...] = (),
     runner_class: RunnerClass | None = None,
+    paths: OutputPaths | None = None,
 ) -> VerifyResult:
     """Compare one run with a standard; see the module doc for what passes.
 
@@ -59,6 +61,9 @@ def verify(
     card's run is (another class: NOT VERIFIED, or SKIPPED with ``allow_other_runner``). With
     ``metrics``, no card and no ``runner_class``, nothing says where the run ran: the result says
     the class was not checked (``runner_unchecked``).
+
+    ``card_path``: the card's file, or the card as parsed. ``paths``: the command's inputs and
+    outputs (its reports); the standard found for the card joins the inputs, checked before the run.
 
     ``exclude`` / ``include``: globs over the standard's series; a series ``exclude`` names is left
     out (and reported) unless ``include`` names it too.
@@ -114,11 +119,18 @@ def verify(
             if not others:
                 raise InputError(path, f"no standard for card {card.name!r} (record one with `detaudit record {card.path}`)")
             first_path, first = others[0]
+            if paths is not None:  # nor over another runner class's standard
+                for other_path, _ in others:
+                    paths.reads(other_path, "a standard of the card")
+                paths.check()
             return VerifyResult(
                 VerifyStatus.SKIPPED if allow_other_runner else VerifyStatus.NOT_VERIFIED, first_path, first, runner_here=here,
                 runner_standard=first.runner_class, other_classes=[c for _, s in others if (c := s.runner_class) is not None],
                 card=card,
             )
+    if paths is not None:  # no report may be written over the standard this verify reads
+        paths.reads(path, "the standard it checks")
+        paths.check()
     std = load_any(path)  # any format, detected from the content
     result = VerifyResult(VerifyStatus.PASSED, path, std, runner_here=here, runner_standard=std.runner_class, card=card)
     if here is None and std.runner_class is not None:

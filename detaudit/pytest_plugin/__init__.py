@@ -51,7 +51,6 @@ from typing import Any
 
 import pytest
 
-from detaudit.ci.environment import ci_variable
 from detaudit.pytest_plugin.checker import DetauditChecker, fail, update_mode
 from detaudit.pytest_plugin.session import (
     COLLECT_OPTION,
@@ -62,6 +61,7 @@ from detaudit.pytest_plugin.session import (
     remove_file,
     selection_is_partial,
 )
+from detaudit.render.ci.environment import ci_variable
 
 _CLAIMS_KEY = "detaudit_claims"  # workerinput: the session's claims folder, shared by xdist workers
 _EVENTS_KEY = "detaudit_events"  # workeroutput: what a worker updated, checked and found

@@ -190,7 +190,7 @@ class DetauditChecker:
         self._event("obtained", target)
         if self.config.getoption("--detaudit-html"):
             from detaudit.render.html import write_html
-            from detaudit.render.html.views import verify_page
+            from detaudit.render.html.verify_view import verify_page
 
             page_path = obtained_path(standard, ".html")
             try:
@@ -268,7 +268,7 @@ class DetauditChecker:
             if more:
                 shutil.rmtree(more[0].parent.parent, ignore_errors=True)
         if not result.ok:
-            from detaudit.render.console import visible
+            from detaudit.render.escapes import one_line as visible
             from detaudit.render.diff import divergence_line
 
             report = result.report
@@ -332,7 +332,7 @@ def one_line_failures() -> Iterator[None]:
 
 
 def failure_text(result: Any, standard: str) -> str:
-    from detaudit.render.console import visible
+    from detaudit.render.escapes import one_line as visible
     from detaudit.render.diff import divergence_line
     from detaudit.render.suite import status_detail
     from detaudit.results import VerifyStatus

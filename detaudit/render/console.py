@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from typing import Any
 
@@ -11,27 +10,22 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from detaudit.render.escapes import one_line
 from detaudit.run.local import last_log_line
 from detaudit.run.spec import RunState, RunStatus
 
 PREFIX = "\\[detaudit]"  # "[detaudit]", escaped for rich markup
 
 
-# C0 controls but tab and newline, DEL, C1 controls: a series name or path from someone else's file
-# holding ESC would otherwise drive the reader's terminal (colours, cursor moves, a cleared screen).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def visible(text: str) -> str:
-    """``text`` with control characters shown as escapes (``train\x1bloss`` -> ``train\\x1bloss``)."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
 class SafeConsole(Console):
-    """A rich console that never writes a control character it was given in a string."""
+    """A rich console that never writes a control character it was given in a string: every
+    string it prints is one line, control characters (newline included) and lone surrogates shown
+    as escapes (``render.escapes``), so that a series name or path from someone else's file can
+    neither drive the reader's terminal nor start a line of its own. A text of several lines (a
+    run's log tail) is printed a line at a time."""
 
     def render_str(self, text: str, **kwargs: Any) -> Any:  # every str rich prints, table cells included
-        return super().render_str(visible(text), **kwargs)
+        return super().render_str(one_line(text), **kwargs)
 
 
 def console(stderr: bool = False) -> Console:

@@ -17,6 +17,7 @@ from detaudit.data.compare import (
     SeriesMismatch,
 )
 from detaudit.data.values import format_value
+from detaudit.render.escapes import one_line
 from detaudit.render.jsonout import dump_json, finite_or_none, json_value
 
 _v = format_value  # every value that may be absent is shown by this one function
@@ -168,7 +169,12 @@ def mismatch_table(mismatched: list[SeriesMismatch], n_runs: int) -> Table:
 
 
 def divergence_line(name: str, d: PairDivergence, left: str = "standard", right: str = "run") -> str:
-    """One line per failing series: first divergent step, both values, the kind."""
+    """One line per failing series: first divergent step, both values, the kind. One line whatever
+    the name or the values hold (control characters escaped: ``render.escapes``)."""
+    return one_line(_divergence_text(name, d, left, right))
+
+
+def _divergence_text(name: str, d: PairDivergence, left: str, right: str) -> str:
     if d.kind == "missing":
         side = right if d.value_b is ABSENT else left
         return f"{name}: missing in the {side}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from rich.console import Console
@@ -11,6 +12,7 @@ from rich.table import Table
 from detaudit.data.health import HealthReport
 from detaudit.data.values import format_value
 from detaudit.errors import InputError
+from detaudit.fileio import write_atomic
 
 
 def print_health(report: HealthReport, metrics: Path, metric: str, plot: Path | None, console: Console) -> None:
@@ -67,10 +69,10 @@ def plot(report: HealthReport, png: str | Path) -> Path:
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
     png = Path(png)
+    buffer = io.BytesIO()
     try:
-        fig.savefig(png, metadata={"Software": None})
-    except OSError as exc:
-        raise InputError(png, f"cannot write the plot: {exc.strerror or exc}") from None
+        fig.savefig(buffer, format="png", metadata={"Software": None})
     finally:
         plt.close(fig)
+    write_atomic(png, buffer.getvalue(), overwrite=True)  # renamed into place: never half a PNG
     return png

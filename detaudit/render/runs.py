@@ -95,7 +95,8 @@ def print_failed_runs(console: Console, states: list[RunState]) -> None:
         if s.status in (RunStatus.FAILED, RunStatus.TIMEOUT):
             why = f"exit code {s.returncode}" if s.status == RunStatus.FAILED else f"timed out after {s.spec.timeout_s:g}s"
             console.print(f"[red]{PREFIX} run {s.spec.index + 1} {why}[/red]; log {escape(str(s.spec.log_path))}:")
-            console.print(escape(log_tail(s.spec.log_path, 30)), markup=True)
+            for line in log_tail(s.spec.log_path, 30).splitlines():  # a line at a time: the console prints one line each
+                console.print(escape(line), markup=True)
     jobs = stopped_jobs_message(states)
     if jobs is not None:  # --cluster runs: the Ray jobs stopped, by id
         if jobs:

@@ -402,6 +402,9 @@ class RunsTraceReport:
     missing: list[str] = field(default_factory=list)  # runs without a trace dir
     incomplete: list[str] = field(default_factory=list)  # without a comparison: the run's own trace problems
     first_complete: bool = True  # the run ``unseeded`` and ``collisions`` read has a complete trace
+    # The traces as read (by run index) and the reference: reports draw from these, never read again.
+    traces: dict[int, RunTrace] = field(default_factory=dict, repr=False)
+    reference: RunTrace | None = field(default=None, repr=False)
 
 
 def audit_runs(trace_dirs: list[Path], reference: RunTrace | None = None,
@@ -419,11 +422,14 @@ def audit_runs(trace_dirs: list[Path], reference: RunTrace | None = None,
     complete = not first.problems and first_index == 0
     if reference is not None:
         return RunsTraceReport(compare_traces(reference, first, labels=reference_labels),
-                               unseeded_uses(first), seed_collisions(first), missing, first_complete=complete)
+                               unseeded_uses(first), seed_collisions(first), missing, first_complete=complete,
+                               traces={first_index: first}, reference=reference)
     comparison = None
+    traces = {first_index: first}
     for i, directory in present[1:]:
-        comparison = compare_traces(first, read_trace(directory), labels=(f"run {first_index + 1}", f"run {i + 1}"))
+        traces[i] = read_trace(directory)
+        comparison = compare_traces(first, traces[i], labels=(f"run {first_index + 1}", f"run {i + 1}"))
         if not comparison.identical:
             break
     own = [] if comparison is not None else [f"run {first_index + 1}: {text}" for text in first.problems]
-    return RunsTraceReport(comparison, unseeded_uses(first), seed_collisions(first), missing, own, complete)
+    return RunsTraceReport(comparison, unseeded_uses(first), seed_collisions(first), missing, own, complete, traces)

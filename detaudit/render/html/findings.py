@@ -17,7 +17,6 @@ from typing import Any
 
 from detaudit.data.card import Card
 from detaudit.errors import InputError
-from detaudit.fileio import read_bounded
 
 # A scan report of a large tree is a few MB; reading stops here (bounded memory).
 MAX_SCAN_BYTES = 64 << 20
@@ -56,7 +55,13 @@ class FindingsView:
 def read_scan_findings(path: str | Path) -> Findings:
     """A ``detaudit scan-rng --format json`` report; ``InputError`` naming the file otherwise."""
     path = Path(path)
-    raw = read_bounded(path, "scan-rng report", MAX_SCAN_BYTES)
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_SCAN_BYTES + 1)
+    except OSError as exc:
+        raise InputError(path, f"cannot read the scan report: {exc.strerror or exc}") from None
+    if len(raw) > MAX_SCAN_BYTES:
+        raise InputError(path, f"larger than {MAX_SCAN_BYTES >> 20} MiB; not a scan-rng report")
     try:
         doc = json.loads(raw)
     except (ValueError, RecursionError) as exc:
@@ -72,17 +77,11 @@ def read_scan_findings(path: str | Path) -> Findings:
     return Findings(path, doc)
 
 
-def main_modules(card: Card | str | None) -> set[str]:
-    """The modules whose ``__main__`` the card's command runs (``-m MODULE`` or a script); a parsed
-    card is used as it is (a command parses its card once)."""
+def main_modules(card: Card | None) -> set[str]:
+    """The modules whose ``__main__`` the card's command runs (``-m MODULE`` or a script)."""
     if card is None:
         return set()
-    from detaudit.data.card import as_card
-
-    try:
-        command = list(as_card(card).command)
-    except InputError:
-        return set()
+    command = list(card.command)
     modules = set()
     for i, word in enumerate(command):
         if word == "-m" and i + 1 < len(command):
@@ -119,7 +118,7 @@ def _row(item: dict[str, Any]) -> FindingRow:
                       "runs in: " + ", ".join(parts) if parts else str(item.get("note", "")))
 
 
-def findings_view(findings: Findings, traced: list[tuple[str, str]] | None, card: Card | str | None) -> FindingsView:
+def findings_view(findings: Findings, traced: list[tuple[str, str]] | None, card: Card | None) -> FindingsView:
     """The findings split into those naming a process of this run and the rest."""
     rows = [(item, _row(item)) for item in findings.items]
     if traced is None:

@@ -1,28 +1,32 @@
-"""A ``Page`` as one self-contained HTML file: styles, plots (inline SVG) and scripts inline,
-nothing fetched. Readable without JavaScript (the SVGs, tables and text are the page); with
-it, the vendored uPlot (``assets/``, MIT, see ``assets/uPlot.LICENSE``) makes each differing
-series' charts zoomable with a hover readout.
+"""A ``Page`` as one self-contained HTML file: styles, chart data and scripts inline, nothing
+fetched. The vendored uPlot (``assets/``, MIT, see ``assets/uPlot.LICENSE``) draws each drawn
+series' charts in the browser, zoomable with a hover readout; without JavaScript the page is its
+tables and text (every figure is in them) and the sparklines, which are inline SVG.
 
-The same page gives the same bytes: no dates, SVG ids salted per plot, floats in the chart
-data written with fixed precision.
+Plain Python: no numpy, no matplotlib; the page works on the base install.
+
+Every text from the user's files is escaped twice over: as HTML, and as one line (control
+characters and lone surrogates as their Python escapes, ``render.escapes``), so that no name
+can break the page's structure or the UTF-8 it is written in.
+
+The same page gives the same bytes: no dates, floats in the chart data written with fixed
+precision.
 """
 
 from __future__ import annotations
 
 import html
-import json
-import math
 import re
 from collections.abc import Iterable
 from importlib.resources import files
 from typing import Any
 
-import numpy as np
-
 from detaudit import __version__
-from detaudit.render.html import plots
+from detaudit.render.escapes import one_line, visible_lines
+from detaudit.render.html.charts import DIFF_COLOURS, MARK_COLOUR, RUN_COLOURS, chart_data, json_script, sparkline_svg
 from detaudit.render.html.findings import FindingRow, FindingsView
-from detaudit.render.html.views import FirstDivergence, Page, Panel, TraceView
+from detaudit.render.html.model import FirstDivergence, Page, Panel, TraceView
+from detaudit.render.html.page_parts import MAX_DRAWN, MAX_SPARKS
 
 UPLOT_VERSION = "1.6.32"
 _BANNER = re.compile(r"\A/\*!.*?\*/\s*", re.S)
@@ -39,71 +43,17 @@ def _uplot_script() -> str:
 
 
 def _e(text: Any) -> str:
-    return html.escape(str(text), quote=True)
+    """One line of text, as HTML."""
+    return html.escape(one_line(str(text)), quote=True)
+
+
+def _e_lines(text: Any) -> str:
+    """Text of several lines (a log tail), as HTML: its newlines kept (the notes are pre-wrapped)."""
+    return html.escape(visible_lines(str(text)), quote=True)
 
 
 def _slug(index: int, name: str) -> str:
     return f"s{index}-" + re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-")[:60]
-
-
-# --- chart data for the interactive view -----------------------------------------------------
-
-
-def _number(v: float, digits: int) -> float | None:
-    if not math.isfinite(v):
-        return None
-    return float(format(v, f".{digits}g"))
-
-
-def _column(y: np.ndarray, digits: int) -> list[float | None]:
-    return [_number(float(v), digits) for v in y]
-
-
-def _aligned(xs: list[np.ndarray], ys: list[np.ndarray], digits: int) -> tuple[list[float], list[list[float | None]]] | None:
-    """Curves on one x grid (uPlot's data shape); None when a curve's x does not only grow."""
-    if any(len(x) > 1 and not np.all(np.diff(x) > 0) for x in xs):
-        return None
-    grid = np.unique(np.concatenate(xs)) if xs else np.array([])
-    columns = []
-    for x, y in zip(xs, ys, strict=False):
-        full = np.full(len(grid), np.nan)
-        full[np.searchsorted(grid, x)] = y
-        columns.append(_column(full, digits))
-    return [float(v) for v in grid], columns
-
-
-def chart_data(panel: Panel) -> dict[str, Any] | None:
-    if not panel.curves:
-        return None
-    values = _aligned([c.x for c in panel.curves], [c.y for c in panel.curves], 10)
-    if values is None:
-        return None
-    doc: dict[str, Any] = {
-        "xLabel": panel.x_label,
-        "integral": all(bool(np.all(np.mod(c.x, 1) == 0)) for c in panel.curves),
-        "first": panel.divergence.x if panel.divergence is not None else None,
-        "firstText": f"first divergence: {panel.divergence.step_text} ({panel.divergence.kind})"
-        if panel.divergence is not None else "",
-        "values": {"x": values[0], "curves": [{"label": c.label, "y": y} for c, y in zip(panel.curves, values[1], strict=False)]},
-        "diff": None,
-    }
-    xs, ys, meta = [], [], []
-    for j, d in enumerate(panel.diffs):
-        for rel, x, y in ((False, d.x_abs, d.absolute), (True, d.x_rel, d.relative)):
-            if np.isfinite(y).any():
-                xs.append(x)
-                ys.append(y)
-                meta.append({"label": f"{'rel' if rel else 'abs'} {d.label}", "rel": rel, "dashed": j > 0})
-    if xs:
-        diff = _aligned(xs, ys, 4)
-        if diff is not None:
-            doc["diff"] = {"x": diff[0], "curves": [dict(m, y=y) for m, y in zip(meta, diff[1], strict=False)]}
-    return doc
-
-
-def _json_script(doc: Any) -> str:
-    text = json.dumps(doc, separators=(",", ":"), sort_keys=True, allow_nan=False)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 # --- sections ------------------------------------------------------------------------------------
@@ -129,7 +79,7 @@ def _divergence_table(d: FirstDivergence) -> str:
     return f"<table class=\"first\"><tr>{head}</tr><tr>{body}</tr></table>"
 
 
-def _panel_html(panel: Panel, index: int, salt: str, plotter: Any) -> str:
+def _panel_html(panel: Panel, index: int) -> str:
     d = panel.divergence
     attrs = f' data-series="{_e(panel.name)}" data-state="{_e(panel.state)}"'
     if d is not None:
@@ -145,49 +95,72 @@ def _panel_html(panel: Panel, index: int, salt: str, plotter: Any) -> str:
         parts.append(_divergence_table(d))
     if panel.note:
         parts.append(f'<p class="note">{_e(panel.note)}</p>')
-    if panel.curves:
-        svg = plotter.panel_svg(panel, f"{salt}-{index}")
-        data = chart_data(panel)
+    data = chart_data(panel)
+    if data is not None:
         sizes = ", ".join(f"{c.label} {c.points} points" for c in panel.curves)
-        legend = _legend(panel)
         drawn = sum(len(c.x) for c in panel.curves)
         full = sum(c.points for c in panel.curves)
         sampled = f"; drawn from {drawn} of {full} points (min/max per bucket, every point near the first divergence)" \
             if drawn < full else ""
-        parts.append('<figure class="chart"><div class="static">' + svg + '</div><div class="interactive" hidden></div>'
-                     f"<figcaption>{legend}<br>{_e(sizes)}{_e(sampled)}"
+        parts.append('<figure class="chart"><div class="interactive"><noscript>The curves are drawn by the page\'s '
+                     "script (JavaScript is off): the figures above are the full record.</noscript></div>"
+                     f"<figcaption>{_legend(panel)}<br>{_e(sizes)}{_e(sampled)}"
                      + (f"; the dashed red line marks {_e(d.step_text)}" if d is not None and d.x is not None else "")
                      + '<span class="hint">; drag to zoom, double-click to reset</span></figcaption></figure>')
-        if data is not None:
-            parts.append(f'<script type="application/json" class="chart-data">{_json_script(data)}</script>')
+        parts.append(f'<script type="application/json" class="chart-data">{json_script(data)}</script>')
     parts.append("</article>")
     return "".join(parts)
 
 
+def _more_differing_html(more: list[Panel], start: int) -> str:
+    """The differing series past the drawn ones: one row each, the figures of its first divergence."""
+    if not more:
+        return ""
+    rows = []
+    for i, p in enumerate(more, start=start):
+        d = p.divergence
+        attrs = f' data-series="{_e(p.name)}" data-state="{_e(p.state)}"'
+        cells = [f"<td><code>{_e(p.name)}</code></td>"]
+        if d is not None:
+            attrs += f' data-kind="{_e(d.kind)}" data-first-step="{_e(d.step)}" data-step-key="{_e(p.step_key)}"'
+            values = "; ".join(f"{label} {value}" for label, value in d.values)
+            cells += [f"<td>{_e(d.kind)}</td>", f"<td class=\"num\">{_e(d.step_text)}</td>", f"<td class=\"mono\">{_e(values)}</td>",
+                      f"<td class=\"num\">{_num(d.abs_diff)}</td>", f"<td class=\"num\">{_num(d.rel_diff)}</td>",
+                      f"<td class=\"num\">{'' if d.ulps is None else d.ulps}</td>"]
+        else:
+            cells += [f"<td>{_e(p.state)}</td>", "<td></td>", f"<td class=\"note\">{_e(p.note)}</td>", "<td></td>",
+                      "<td></td>", "<td></td>"]
+        rows.append(f'<tr id="{_slug(i, p.name)}"{attrs}>' + "".join(cells) + "</tr>")
+    return (f"<p class=\"note\">{len(more)} more differing series, past the first {start} drawn: each with its first "
+            "divergence (every one is in the command's --json)</p><table class=\"more-differing\"><tr><th>series</th>"
+            "<th>kind</th><th>first divergent step</th><th>values there</th><th>abs diff</th><th>rel diff</th>"
+            "<th>ULPs</th></tr>" + "".join(rows) + "</table>")
+
+
 def _legend(panel: Panel) -> str:
-    """The plot's key, in HTML (drawn by matplotlib it would cost more than the plot)."""
-    keys = [(plots.RUN_COLOURS[i % len(plots.RUN_COLOURS)], "solid", c.label) for i, c in enumerate(panel.curves)]
+    """The chart's key, in HTML."""
+    keys = [(RUN_COLOURS[i % len(RUN_COLOURS)], "solid", c.label) for i, c in enumerate(panel.curves)]
     for j, d in enumerate(panel.diffs):
         style = "solid" if j == 0 else "dashed"
-        keys += [(plots.DIFF_COLOURS[0], style, f"abs diff {d.label}"), (plots.DIFF_COLOURS[1], style, f"rel diff {d.label}")]
+        keys += [(DIFF_COLOURS[0], style, f"abs diff {d.label}"), (DIFF_COLOURS[1], style, f"rel diff {d.label}")]
     if panel.divergence is not None and panel.divergence.x is not None:
-        keys.append((plots.MARK_COLOUR, "dashed", f"first divergence ({panel.divergence.step_text})"))
+        keys.append((MARK_COLOUR, "dashed", f"first divergence ({panel.divergence.step_text})"))
     return " ".join(f'<span class="key"><span class="swatch" style="border-top: 2px {style} {colour}"></span>{_e(label)}</span>'
                     for colour, style, label in keys)
 
 
-def _identical_html(panels: list[Panel], salt: str, plotter: Any) -> str:
+def _identical_html(panels: list[Panel]) -> str:
     if not panels:
         return "<p class=\"note\">none</p>"
     rows = []
-    for i, p in enumerate(panels):
-        spark = ""
-        if p.spark is not None and len(p.spark.x):
-            spark = plotter.sparkline_svg(p.spark.x, p.spark.y, f"{salt}-spark-{i}")
-        points = str(p.spark.points) if p.spark is not None else ""
+    for p in panels:
+        spark = sparkline_svg(p.spark) if p.spark is not None else ""
+        points = "" if p.points is None else str(p.points)
         rows.append(f'<tr data-series="{_e(p.name)}"><td><code>{_e(p.name)}</code></td><td class="num">{points}</td>'
                     f"<td>{spark}</td><td class=\"note\">{_e(p.note)}</td></tr>")
-    return ("<table class=\"identical\"><tr><th>series</th><th>points</th><th>shape</th><th></th></tr>"
+    more = len(panels) - MAX_SPARKS
+    note = f"<p class=\"note\">shapes drawn for the first {MAX_SPARKS}; {more} more listed</p>" if more > 0 else ""
+    return (f"{note}<table class=\"identical\"><tr><th>series</th><th>points</th><th>shape</th><th></th></tr>"
             + "".join(rows) + "</table>")
 
 
@@ -249,22 +222,25 @@ def _findings_html(view: FindingsView | None) -> str:
     return "".join(parts)
 
 
-def _body(page: Page, salt: str, plotter: Any, level: int = 1) -> str:
-    """The page's sections; ``plotter`` draws (or, on a first pass, notes) each plot."""
+def _excluded_html(page: Page) -> str:
+    if not page.excluded:
+        return "<p class=\"note\">series left out of the comparison: none</p>"
+    rows = "".join(f"<tr data-left-out=\"{_e(n)}\"><td><code>{_e(n)}</code></td><td>{_e(r)}</td></tr>"
+                   for n, r in page.excluded)
+    return (f"<details><summary>{len(page.excluded)} series left out of the comparison, and why (not compared: "
+            f"neither passed nor failed)</summary><table class=\"excluded\"><tr><th>series</th><th>left out by</th></tr>"
+            f"{rows}</table></details>")
+
+
+def _body(page: Page, level: int = 1) -> str:
+    """The page's sections."""
     h = f"h{level}"
     status = "ok" if page.ok else "bad"
     parts = [f'<header class="verdict {status}"><{h}>{_e(page.verdict)}</{h}><p>{_e(page.headline)}</p>'
              f'<p class="command">{_e(page.title)}</p></header>']
-    parts.append(f'<section id="compared"><h2>What was compared</h2>{_facts(page.facts)}')
-    if page.excluded:
-        rows = "".join(f"<tr><td><code>{_e(n)}</code></td><td>{_e(r)}</td></tr>" for n, r in page.excluded)
-        parts.append(f"<details><summary>{len(page.excluded)} excluded series, and why</summary>"
-                     f"<table class=\"excluded\"><tr><th>series</th><th>excluded by</th></tr>{rows}</table></details>")
-    else:
-        parts.append("<p class=\"note\">excluded series: none</p>")
-    parts.append("</section>")
+    parts.append(f'<section id="compared"><h2>What was compared</h2>{_facts(page.facts)}{_excluded_html(page)}</section>')
     if page.notes:
-        parts.append('<section id="notes"><ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in page.notes)
+        parts.append('<section id="notes"><ul class="notes">' + "".join(f"<li>{_e_lines(n)}</li>" for n in page.notes)
                      + "</ul></section>")
     if page.cards:
         rows = "".join(f"<tr><td><a href=\"#card-{i}\">{_e(name)}</a></td><td>{_e(status_)}</td><td>{_e(detail)}</td></tr>"
@@ -273,16 +249,18 @@ def _body(page: Page, salt: str, plotter: Any, level: int = 1) -> str:
                      "</table></section>")
         for i, (_, _, _, sub) in enumerate(page.cards):
             if sub is not None:
-                parts.append(f'<section class="card" id="card-{i}">{_body(sub, f"{salt}-c{i}", plotter, 2)}</section>')
+                parts.append(f'<section class="card" id="card-{i}">{_body(sub, 2)}</section>')
         return "".join(parts)
     anchors = {p.name: _slug(i, p.name) for i, p in enumerate(page.differing)}
     parts.append(_root_html(page, anchors))
     if page.differing:
+        drawn = page.differing[:MAX_DRAWN]
         parts.append(f'<section id="differing"><h2>Differing series ({len(page.differing)})</h2>')
-        parts += [_panel_html(p, i, salt, plotter) for i, p in enumerate(page.differing)]
+        parts += [_panel_html(p, i) for i, p in enumerate(drawn)]
+        parts.append(_more_differing_html(page.differing[MAX_DRAWN:], len(drawn)))
         parts.append("</section>")
     parts.append(f'<section id="identical"><h2>Identical series ({len(page.identical)})</h2>'
-                 f"{_identical_html(page.identical, salt, plotter)}</section>")
+                 f"{_identical_html(page.identical)}</section>")
     parts.append(_environment_html(page))
     parts.append(_trace_html(page.trace))
     parts.append(_findings_html(page.findings))
@@ -291,9 +269,7 @@ def _body(page: Page, salt: str, plotter: Any, level: int = 1) -> str:
 
 def render_page(page: Page) -> str:
     """The page's HTML text (the same page, the same bytes)."""
-    jobs = plots.PlotJobs()
-    _body(page, "detaudit", jobs)  # a first pass notes the plots, which are then drawn at once
-    body = _body(page, "detaudit", plots.Drawn(plots.draw_all(jobs.jobs)))
+    body = _body(page)
     scripts = _uplot_script() + "\n" + _asset("report.js")
     if "</script" in scripts.lower():  # would end the inline script early
         raise ValueError("an inline script holds '</script'")
@@ -301,6 +277,6 @@ def render_page(page: Page) -> str:
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{_e(page.verdict)}: {_e(page.title)}</title>"
             f"<style>{_asset('uPlot.min.css')}\n{_asset('report.css')}</style></head>\n<body>\n{body}\n"
-            f"<footer>detaudit {_e(__version__)}. Plots: matplotlib (static SVG) and uPlot {UPLOT_VERSION} "
-            "(interactive, MIT licence). Self-contained: nothing on this page is fetched.</footer>\n"
+            f"<footer>detaudit {_e(__version__)}. Charts: uPlot {UPLOT_VERSION} (MIT licence), drawn by the page's "
+            "script. Self-contained: nothing on this page is fetched.</footer>\n"
             f"<script>{scripts}</script>\n</body></html>\n")

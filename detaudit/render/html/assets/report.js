@@ -1,6 +1,6 @@
-// detaudit report: turns each series' static SVG into an interactive uPlot chart (drag to zoom,
-// double-click to reset, hover for values; the value and difference charts share one cursor).
-// Without JavaScript the static SVG stays: the page is complete without this file.
+// detaudit report: draws each drawn series' curves with uPlot (drag to zoom, double-click to
+// reset, hover for values; the value and difference charts share one cursor). Without JavaScript
+// the page is its tables and text, which hold every figure.
 (function () {
   "use strict";
   if (typeof uPlot === "undefined") return;
@@ -111,21 +111,17 @@
         });
       });
     });
-    figure.querySelector(".static").hidden = true;
-    live.hidden = false;
     figure.classList.add("enhanced");
   }
 
-  // A chart that cannot be made leaves its static SVG in place (and says why on the console).
+  // A chart that cannot be made says so in its place (and why on the console); the figures stay.
   document.querySelectorAll("article.series").forEach(function (article, index) {
     try {
       enhance(article, index);
     } catch (err) {
       var live = article.querySelector(".interactive");
-      if (live) { live.textContent = ""; live.hidden = true; }
-      var still = article.querySelector(".static");
-      if (still) still.hidden = false;
-      console.error("detaudit: interactive chart of " + article.dataset.series + " failed: " + err);
+      if (live) { live.textContent = "the chart could not be drawn: " + err; live.classList.add("note"); }
+      console.error("detaudit: chart of " + article.dataset.series + " failed: " + err);
     }
   });
   document.documentElement.classList.add("js");

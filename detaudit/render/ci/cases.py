@@ -1,19 +1,21 @@
-"""CI rows (``Case``) from what record, verify and ``verify --suite`` return.
+"""CI rows (``Case``) from what record, verify and ``verify --suite`` return, and the verdict
+line that heads their reports (``ci_report``).
 
 One case per series for a single card (so a CI page lists each series), one per card for
-a suite. A failing case's text gives the first divergences, as the terminal report does.
-Results are read by attribute (duck typing): this module sits in the report layer and
-imports nothing from record or verify.
+a suite. A failing case's text gives the first divergences, as the terminal report does. A
+series the comparison left out (``verify --exclude``, a format's own rule) is a skipped case
+with the reason, never a passing one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from detaudit.render.diff import divergence_line
-from detaudit.render.suite import outcome_detail, status_detail
-from detaudit.results import VerifyStatus
+from detaudit.render.suite import outcome_detail, status_detail, suite_passed_text
+from detaudit.results import RecordResult, SuiteResult, VerifyResult, VerifyStatus
 
 FIRST_DIVERGENCES = 10  # failing series listed in a suite case's text
 # NOT VERIFIED on a runner class without a standard (a new CI runner): the way forward.
@@ -44,6 +46,10 @@ class Case:
     def ok(self) -> bool:
         return self.status in ("passed", "skipped")
 
+    @property
+    def skipped(self) -> bool:
+        return self.status == "skipped"
+
 
 def error_case(classname: str, name: str, message: str, time_s: float = 0.0) -> Case:
     """The one case of a command that ended on bad input or an interruption (JUnit ``<error>``)."""
@@ -64,9 +70,12 @@ def cases_from_verify(result: Any, classname: str, *, time_s: float = 0.0) -> li
         return _not_per_series(classname, result, VerifyStatus(result.status).label, detail, time_s)
     failing = dict(result.failures)
     within = dict(result.approximate)
+    left_out = dict(getattr(result, "left_out", {}) or {})
     cases = []
     for name in sorted(result.standard.series):
-        if name in within:
+        if name in left_out:
+            cases.append(Case(classname, name, "skipped", 0.0, f"left out of the comparison: {left_out[name]}"))
+        elif name in within:
             cases.append(Case(classname, name, "passed", 0.0, f"within tolerance (approximate): {within[name]}",
                               approximate=True))
         elif name in failing:
@@ -124,3 +133,19 @@ def cases_from_record(result: Any, classname: str) -> list[Case]:
     if result.status == "empty":
         cases.append(Case(classname, "standard", "failed", 0.0, "no metric series left to compare"))
     return cases
+
+
+def ci_report(result: RecordResult | VerifyResult | SuiteResult, subject: str | None) -> tuple[list[Case], str, str]:
+    """The cases of a command's CI reports, its verdict and its one-line detail. ``subject``: the
+    card (or, for ``verify --metrics``, the metrics file) as the user named it."""
+    stem = Path(subject).stem if subject else "run"
+    if isinstance(result, RecordResult):
+        cases = cases_from_record(result, f"detaudit.record.{stem}")
+        failed = sum(1 for c in cases if not c.ok)
+        return cases, str(result.status).upper(), \
+            f"{len(cases) - failed} of {len(cases)} series identical across {len(result.runs)} runs"
+    if isinstance(result, VerifyResult):
+        status = VerifyStatus(result.status)
+        cases = cases_from_verify(result, f"detaudit.verify.{stem}", time_s=result.run.elapsed if result.run else 0.0)
+        return cases, status.label, f"{status_detail(status, result)} ({result.standard_path})"
+    return cases_from_suite(result), {0: "PASSED", 1: "FAILED"}.get(result.exit_code, "ERROR"), suite_passed_text(result)

@@ -5,8 +5,10 @@ first divergence; passing rows are folded into one count line when there are man
 
 Names, paths and messages come from the run and the user's files, so none is written as
 markdown: each is an inline code span (no heading, link, emphasis or HTML can come out of
-it), with ``|`` escaped so that it cannot end a table cell and line breaks and control
-characters written as escapes so that it cannot end a row.
+it), with ``|`` escaped so that it cannot end a table cell, and line breaks, control
+characters and lone surrogates written as escapes (``render.escapes``) so that it cannot end a
+row nor stop the UTF-8 writer. A series left out of the comparison is a skipped row, never a
+passing one.
 """
 
 from __future__ import annotations
@@ -14,21 +16,22 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 
-from detaudit.ci.cases import Case
+from detaudit.render.ci.cases import Case
+from detaudit.render.escapes import one_line
 
 STATUS = {"passed": "✅ passed", "failed": "❌ failed", "error": "❌ error", "skipped": "⏭️ skipped"}
 APPROXIMATE = "✅ passed (approximate)"
 MAX_PASSING_ROWS = 30
 SUMMARY_VARIABLE = "GITHUB_STEP_SUMMARY"
 
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _BACKTICKS = re.compile("`+")
 
 
 def md_code(text: str, *, in_table: bool = True) -> str:
     """``text`` as one inline code span that markdown cannot read anything else into."""
-    text = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    text = one_line(text)
     if not text:
         return ""
     if in_table:
@@ -53,23 +56,30 @@ def summary_markdown(title: str, cases: list[Case], verdict: str, detail: str = 
     lines = [f"### {md_code(title, in_table=False)}", "", headline, "", "| status | name | first divergence |",
              "|---|---|---|"]
     shown_always = [c for c in cases if not c.ok or c.approximate]
-    passing = [c for c in cases if c.ok and not c.approximate]
     lines += [_row(c) for c in shown_always]
-    shown = passing if len(passing) <= MAX_PASSING_ROWS else []
-    lines += [_row(c) for c in shown]
-    if len(passing) > len(shown):
-        lines.append(f"| {STATUS['passed']} | {len(passing)} more | |")
+    for status in ("skipped", "passed"):  # folded into one count line each when there are many
+        rows = [c for c in cases if c.status == status and not c.approximate]
+        shown = rows if len(rows) <= MAX_PASSING_ROWS else []
+        lines += [_row(c) for c in shown]
+        if len(rows) > len(shown):
+            lines.append(f"| {STATUS[status]} | {len(rows)} more | |")
     return "\n".join(lines) + "\n\n"
 
 
-def append_step_summary(markdown: str, env: Mapping[str, str] | None = None) -> str | None:
-    """Append to ``$GITHUB_STEP_SUMMARY`` when it is set. Returns a warning when the file cannot
-    be written (the verdict stands: a summary is a report, not the gate), else None."""
+def step_summary_path(env: Mapping[str, str] | None = None) -> Path | None:
+    """The file ``$GITHUB_STEP_SUMMARY`` names (None when it is not set)."""
     target = (env if env is not None else os.environ).get(SUMMARY_VARIABLE)
-    if not target:
+    return Path(target) if target else None
+
+
+def append_step_summary(markdown: str, target: Path | None) -> str | None:
+    """Append to the step summary file (None: no summary). Returns a warning when the file cannot
+    be written (the verdict stands: a summary is a report, not the gate), else None. Its path was
+    checked before the command ran (``OutputPaths``); this is what can still fail (a full disk)."""
+    if target is None:
         return None
     try:
-        with open(target, "a", encoding="utf-8") as fh:
+        with open(target, "a", encoding="utf-8", errors="backslashreplace") as fh:
             fh.write(markdown)
     except OSError as exc:
         return f"{target}: cannot append the step summary ({SUMMARY_VARIABLE}): {exc.strerror or exc}"

@@ -8,7 +8,8 @@ whose ``<system-out>`` says it passed within tolerance. Same cases, same bytes.
 
 XML 1.0 cannot carry most control characters, not even escaped: each one in a name or
 message is written as its Python escape (``\\x1b``), and the names that held one are returned
-so that the caller can say so.
+so that the caller can say so. Names and messages are one line (a newline in a series name is
+written ``\\n``), like every report's (``render.escapes``).
 """
 
 from __future__ import annotations
@@ -17,22 +18,29 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from detaudit.ci.cases import Case
 from detaudit.fileio import write_atomic
+from detaudit.render.ci.cases import Case
+from detaudit.render.escapes import one_line, visible_lines
 
 # Characters outside XML 1.0's Char production (tab, LF and CR are allowed).
 _NOT_XML = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def xml_text(text: str) -> str:
-    """``text`` with every character XML 1.0 cannot hold written as its escape (``\\x1b``)."""
-    return _NOT_XML.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    """``text`` with every character XML 1.0 cannot hold written as its escape (``\\x1b``); its
+    newlines and tabs kept (a failure's text has lines)."""
+    return _NOT_XML.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), visible_lines(text))
+
+
+def xml_line(text: str) -> str:
+    """``text`` as one line XML can carry: a name, a message (``render.escapes.one_line``)."""
+    return xml_text(one_line(text))
 
 
 def names_not_xml_safe(cases: list[Case]) -> list[str]:
     """Names of the cases (and classes) that hold a character XML cannot carry, as written."""
-    found = {xml_text(c.name) for c in cases if _NOT_XML.search(c.name)}
-    found |= {xml_text(c.classname) for c in cases if _NOT_XML.search(c.classname)}
+    found = {xml_line(c.name) for c in cases if _NOT_XML.search(c.name)}
+    found |= {xml_line(c.classname) for c in cases if _NOT_XML.search(c.classname)}
     return sorted(found)
 
 
@@ -43,12 +51,12 @@ def junit_xml(suite_name: str, cases: list[Case]) -> str:
     total = f"{sum(c.time_s for c in cases):.3f}"
     counts = {"tests": str(len(cases)), "failures": str(failures), "errors": str(errors)}
     root = ET.Element("testsuites", {"name": "detaudit", **counts, "time": total})
-    suite = ET.SubElement(root, "testsuite", {"name": xml_text(suite_name), **counts, "skipped": str(skipped),
+    suite = ET.SubElement(root, "testsuite", {"name": xml_line(suite_name), **counts, "skipped": str(skipped),
                                               "time": total})
     for case in cases:
-        node = ET.SubElement(suite, "testcase", {"classname": xml_text(case.classname), "name": xml_text(case.name),
+        node = ET.SubElement(suite, "testcase", {"classname": xml_line(case.classname), "name": xml_line(case.name),
                                                  "time": f"{case.time_s:.3f}"})
-        message = xml_text(case.message)
+        message = xml_line(case.message)
         if case.status in ("failed", "error"):
             child = ET.SubElement(node, "failure" if case.status == "failed" else "error",
                                   {"message": message, "type": case.status})
