@@ -25,14 +25,10 @@ from detaudit.trace import (
 from detaudit.trace import (
     recorder as _state,  # the module: its current recorder, not a copy
 )
-from detaudit.trace.recorder import (
-    PostImportFinder,
-    Recorder,
-    _is_ray_system,
-    _is_ray_worker,
-    _note_failure,
-    write_skip,
-)
+from detaudit.trace.identity import is_ray_system, is_ray_worker
+from detaudit.trace.imports import PostImportFinder
+from detaudit.trace.notes import note_failure, write_skip
+from detaudit.trace.recorder import Recorder
 
 _INSTALL_LOCK = threading.Lock()
 
@@ -51,7 +47,7 @@ def install() -> Recorder | None:
     trace_dir = os.environ.get(DIR_ENV, "")
     if not mode or not trace_dir:
         return None
-    if _is_ray_system():
+    if is_ray_system():
         write_skip(trace_dir, "a Ray system process (not part of the recipe)")
         return None
     with _INSTALL_LOCK:
@@ -63,14 +59,14 @@ def install() -> Recorder | None:
             try:
                 os.makedirs(trace_dir, exist_ok=True)  # the dir says: tracing started in this run
             except OSError as exc:
-                _note_failure(f"cannot create the trace dir: {exc}")
+                note_failure(f"cannot create the trace dir: {exc}")
         if mode not in MODES:
-            _note_failure(f"{MODE_ENV}={mode!r} is not a trace mode (one of {', '.join(MODES)}): not traced")
+            note_failure(f"{MODE_ENV}={mode!r} is not a trace mode (one of {', '.join(MODES)}): not traced")
             return None
         try:
             keep = parse_keep(os.environ.get(KEEP_ENV))
         except ValueError as exc:
-            _note_failure(f"{exc}: not traced")
+            note_failure(f"{exc}: not traced")
             return None
         rec = Recorder(trace_dir, mode, keep, int(main) if main and main.isdigit() else os.getpid(),
                        os.environ.get(CARD_ENV) or None)
@@ -83,7 +79,7 @@ def install() -> Recorder | None:
 
         ledger.install(rec, finder)
         children.install(rec, finder)
-        if _is_ray_worker():
+        if is_ray_worker():
             from detaudit.trace import ray_tasks
 
             finder.when_imported("ray._private.function_manager", lambda module: ray_tasks.install(rec, module))

@@ -28,9 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from recipes.diffusion_nft.algorithms import ALGORITHM_MODULES
-
 PRESETS_DIR = Path(__file__).resolve().parent / "configs"
+# --algorithm name -> the module that implements it (``recipes.diffusion_nft.algorithms``). Written
+# here, with the other choices of the command line, so that the config needs nothing of the
+# algorithms (they depend on it, not it on them); dotted-path strings because that is the
+# dispatch ``detaudit scan-rng`` follows (see the algorithms package's docstring).
+ALGORITHM_MODULES = {
+    "nft": "recipes.diffusion_nft.algorithms.nft",
+    "flow-grpo": "recipes.diffusion_nft.algorithms.flow_grpo",
+}
 ALGORITHMS = tuple(ALGORITHM_MODULES)
 
 

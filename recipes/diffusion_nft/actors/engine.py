@@ -9,8 +9,8 @@ from typing import Any
 import torch
 
 from recipes.diffusion_nft.actors.common import DTYPES, setup_process
-from recipes.diffusion_nft.algorithms import ALGORITHM_MODULES, Algorithm, SampleRequest
-from recipes.diffusion_nft.config import JobConfig
+from recipes.diffusion_nft.algorithms import Algorithm, SampleRequest
+from recipes.diffusion_nft.config import ALGORITHM_MODULES, JobConfig
 from recipes.diffusion_nft.flops import image_tokens, transformer_forward_flops
 from recipes.diffusion_nft.lora import add_lora, lora_parameters
 from recipes.diffusion_nft.models import build_pipeline, compile_blocks, max_sequence_length

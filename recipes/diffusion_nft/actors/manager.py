@@ -10,8 +10,8 @@ import torch
 
 from recipes.diffusion_nft import seeds
 from recipes.diffusion_nft.actors.common import setup_process
-from recipes.diffusion_nft.algorithms import ALGORITHM_MODULES, Algorithm
-from recipes.diffusion_nft.config import JobConfig
+from recipes.diffusion_nft.algorithms import Algorithm
+from recipes.diffusion_nft.config import ALGORITHM_MODULES, JobConfig
 from recipes.diffusion_nft.perf import StartupMarks
 from recipes.diffusion_nft.prompts import load_prompts, rollout_prompts
 
