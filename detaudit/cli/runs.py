@@ -292,11 +292,12 @@ def _verify_suite(suite: str, cards_dir: Path, allow_other_runner: bool, junit_x
 @click.option("--modules", "modules", is_flag=True, help="Also fingerprint every nn.Module call's inputs and outputs.")
 @click.option("--save", type=click.Path(file_okay=False, path_type=Path), help="Save the trace to this new folder (for --against on another machine).")
 @click.option("--against", type=click.Path(file_okay=False, path_type=Path), help="Compare with a trace saved by --save; name the first differing draw or module.")
+@click.option("--parity", metavar="A:B", help="With --modules: pair the module calls of processes A and B (e.g. RolloutEngine:TrainActor) by module name and inputs; name the first whose outputs differ (default: the card's parity).")
 @json_option("the summary (and comparison)")
 @workdir_option("Where the run dir goes (default: a new temp dir).")
 @handle_errors
 def trace(card: Path | None, extra_args: tuple[str, ...], modules: bool, save: Path | None, against: Path | None,
-          as_json: bool, workdir: Path | None) -> None:
+          parity: str | None, as_json: bool, workdir: Path | None) -> None:
     """Run CARD once with every global-RNG draw traced, in every process; summarise per process.
 
     Per process (main, Ray actors and tasks, multiprocessing children): draws per generator,
@@ -310,6 +311,7 @@ def trace(card: Path | None, extra_args: tuple[str, ...], modules: bool, save: P
       detaudit trace recipes/sd3_pickscore_nft.toml
       detaudit trace recipes/sd3_pickscore_nft.toml --save traces/here   # then, on another machine:
       detaudit trace recipes/sd3_pickscore_nft.toml --against traces/here
+      detaudit trace recipes/sd3_flow_grpo_parity.toml --modules --parity RolloutEngine:TrainActor
     """
     from detaudit.flows.trace import trace_card
     from detaudit.render.jsonout import dump_json
@@ -323,7 +325,7 @@ def trace(card: Path | None, extra_args: tuple[str, ...], modules: bool, save: P
     try:
         with display:
             result = trace_card(card, mode="modules" if modules else None, extra_args=extra_args, workdir=workdir,
-                                save=save, against=against, on_update=display.update)
+                                save=save, against=against, parity=parity, on_update=display.update)
     except KeyboardInterrupt as exc:
         _interrupted(err_console, exc, "no trace saved")
     if result.status == TraceStatus.RUN_FAILED:
@@ -332,11 +334,12 @@ def trace(card: Path | None, extra_args: tuple[str, ...], modules: bool, save: P
         sys.exit(EXIT_FAIL)
     assert result.trace is not None
     if as_json:
-        doc = trace_json(result.trace, result.unseeded, result.collisions, result.comparison)
+        doc = trace_json(result.trace, result.unseeded, result.collisions, result.comparison, result.seeds,
+                         result.parity)
         doc["saved"] = str(result.saved) if result.saved else None
         click.echo(dump_json(doc))
     else:
-        print_summary(out_console, result.trace, result.unseeded, result.collisions)
+        print_summary(out_console, result.trace, result.unseeded, result.collisions, result.seeds, result.parity)
         if result.comparison is not None:
             print_comparison(out_console, result.comparison)
         if result.saved is not None:

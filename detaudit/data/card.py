@@ -20,6 +20,7 @@ import os
 import re
 import sys
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,8 @@ class Card:
     portable: PortableProfile | None = None  # a portable CPU profile: its settings in every run, its class
     # run series -> standard series: verify compares the run's series under the standard's name
     rename: dict[str, str] = field(default_factory=dict)
+    # `trace --modules` compares these two processes' module calls (labels: "RolloutEngine", "TrainActor")
+    parity: tuple[str, str] | None = None
 
     @property
     def card_dir(self) -> Path:
@@ -98,6 +101,7 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "approximate": ((dict,), "a table of runner classes, each with tolerances per series glob"),
     "portable": ((str,), f"a portable CPU profile ({', '.join(sorted(PROFILES))})"),
     "rename": ((dict,), 'a table of run series names to standard series names ({"loss_metrics/global_avg_loss" = "loss"})'),
+    "parity": ((str,), 'two process labels, "A:B" (trace --modules compares their module calls)'),
 }
 _REQUIRED = ("name", "command")
 
@@ -259,7 +263,17 @@ def load_card(path: str | Path) -> Card:
         approximate=dict(data.get("approximate", {})),
         portable=portable,
         rename=check_rename(path, "rename", data.get("rename", {}), _key_line(text, "rename")),
+        parity=_parity(data.get("parity"), fail),
     )
+
+
+def _parity(value: str | None, fail: Callable[[str, str], InputError]) -> tuple[str, str] | None:
+    if value is None:
+        return None
+    parts = [part.strip() for part in value.split(":")]
+    if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
+        raise fail("parity", f"must be two different process labels, \"A:B\", got {value!r}")
+    return parts[0], parts[1]
 
 
 def _expand(text: str, values: dict[str, str]) -> str:

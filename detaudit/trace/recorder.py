@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from detaudit.trace.identity import identify, short_argv, slug
+from detaudit.trace.notes import note_failure
 from detaudit.trace.sites import CallSites
 
 _RECORDER: Recorder | None = None
@@ -64,6 +65,7 @@ class Recorder:
         self.sites = CallSites()
         self.local = threading.local()
         self.started = time.time()
+        self.flush_hooks: list[Callable[[], None]] = []  # write what is still open (gathers, seed groups)
         self._reset()
 
     def _reset(self) -> None:
@@ -137,6 +139,11 @@ class Recorder:
                 self._who()  # a silent process still says who it was
             except Exception:  # noqa: BLE001 - at exit (Ray half shut down): the ledger still ends
                 pass
+            for hook in self.flush_hooks:
+                try:
+                    hook()
+                except Exception as exc:  # noqa: BLE001 - the ledger still ends; the trace reads as incomplete
+                    note_failure(f"could not write its last records: {exc!r}")
             for key, state in self.chains.items():
                 if state[4] != state[0]:  # its count at this end is not written yet
                     self._chain_line(key, state, final=True)
@@ -192,7 +199,10 @@ class Recorder:
             else:
                 self._extend(key, f"{op}|{fingerprint}")
 
-    def module(self, name: str, cls: str, inputs: str, outputs: str) -> None:
+    def module(self, name: str, cls: str, inputs: str, outputs: str,
+               capture: Callable[[int, int], None] | None = None) -> None:
+        """A module call's fingerprints; ``capture(seq, n)``, for a kept call only, keeps its outputs
+        (``--parity``: ``parity_capture.py``)."""
         with self.lock:
             self._who()
             self.seq += 1
@@ -202,8 +212,26 @@ class Recorder:
             if count <= self.keep:
                 self._emit({"type": "module", "seq": self.seq, "name": name, "cls": cls, "n": count,
                             "in": inputs, "out": outputs, "t": round(time.time(), 3)})
+                if capture is not None:
+                    capture(self.seq, count)
             else:
                 self._extend(key, f"{inputs}>{outputs}")
+
+    def record(self, kind: str, fields: dict[str, Any], site: str | None = None, item: str = "") -> None:
+        """A record of a kind another module defines (``arrival``, ``seed_value``). With ``site``,
+        the first ``keep`` of that kind at that site are written whole and later ones only
+        folded (``item``) into the site's hash chain, as draws are."""
+        with self.lock:
+            self._who()
+            self.seq += 1
+            if site is not None:
+                key = (kind, site)
+                count = self.counts.get(key, 0) + 1
+                self.counts[key] = count
+                if count > self.keep:
+                    self._extend(key, item)
+                    return
+            self._emit({"type": kind, "seq": self.seq, **fields, "t": round(time.time(), 3)})
 
     def op(self, name: str, at: str, site: str, inputs: str, outputs: str) -> None:
         """A torch op called outside any module: its name, where (``at``: the innermost frame
@@ -266,8 +294,11 @@ class Recorder:
         elif key[0] == "op":
             self._emit({"type": "chain", "kind": "op", "name": key[1], "at": key[2], "after": self.keep,
                         "count": state[0], "chain": state[1], **extra})
-        else:
+        elif key[0] == "module":
             self._emit({"type": "chain", "kind": "module", "name": key[1], "after": self.keep,
+                        "count": state[0], "chain": state[1], **extra})
+        else:  # a kind written through record()
+            self._emit({"type": "chain", "kind": key[0], "site": key[1], "after": self.keep,
                         "count": state[0], "chain": state[1], **extra})
 
 
