@@ -17,6 +17,7 @@ from detaudit.cli.options import (
     exclude_include,
     json_option,
     junit_option,
+    perturb_option,
     step_key_option,
     trace_option,
     workdir_option,
@@ -60,6 +61,15 @@ def _warn_est_time(err: Any, card_path: Path | None, elapsed: list[float]) -> No
         print_est_time_warning(err, card.name, card.est_time, slowest)
 
 
+def _perturbed(on: bool, first: int) -> tuple[Any, ...]:
+    """``--perturb-schedule``: each run gets a schedule number (the first run ``first``)."""
+    if not on:
+        return ()
+    from detaudit.trace import perturb_hook
+
+    return (perturb_hook(first),)
+
+
 def _elapsed(states: list[Any]) -> list[float]:
     return [s.elapsed for s in states if s is not None and s.started is not None]
 
@@ -82,12 +92,14 @@ def _elapsed(states: list[Any]) -> list[float]:
 @click.option("--no-doctor", is_flag=True, help="Skip the determinism preflight (detaudit doctor --no-ray) that runs first.")
 @json_option("the outcome (the runs' diff, the trace report)")
 @trace_option
+@perturb_option("run k: schedule k; runs 1 and 2 mirrored, and so on; the standard says so")
 @html_options(scan=True)
 @handle_errors
 def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: int, out: Path | None, update: bool,
            no_write: bool, allow_partial: bool, fmt: str | None, drop_nan_series: bool, exclude: tuple[str, ...],
            include: tuple[str, ...], workdir: Path | None, cluster: str | None, junit_xml: Path | None, no_doctor: bool,
-           as_json: bool, trace: str | None, html: Path | None, overwrite_html: bool, scan_report: Path | None) -> None:
+           as_json: bool, trace: str | None, perturb_schedule: bool, html: Path | None, overwrite_html: bool,
+           scan_report: Path | None) -> None:
     """Run CARD's command N times; write its standard only if all runs agree.
 
     CARD defaults to the embedded tiny CPU recipe (recipes/sd3_pickscore_nft.toml).
@@ -98,6 +110,7 @@ def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: 
       detaudit record recipes/sd3_pickscore_nft.toml --runs 3
       detaudit record recipes/sd3_pickscore_nft.toml --update      # re-record, printing what changed
       detaudit record recipes/sd3_pickscore_nft.toml --no-write -- --no-seed-rollout-manager
+      detaudit record recipes/sd3_pickscore_nft.toml --perturb-schedule --trace   # order-dependence shows
     """
     from detaudit.ci import cases_from_record
     from detaudit.flows.record import record as run_record
@@ -121,7 +134,8 @@ def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: 
 
             print_doctor(run_doctor(load_card(card), ray=False), err_console, only_failing=True)
         where = f" as Ray jobs on {cluster}" if cluster else ""
-        err_console.print(f"{PREFIX} runner class {cls}; {runs} runs{escape(where)} in {base}")
+        perturbed = ", completion order perturbed (--perturb-schedule)" if perturb_schedule else ""
+        err_console.print(f"{PREFIX} runner class {cls}; {runs} runs{escape(where)}{perturbed} in {base}")
 
     try:
         with display:
@@ -129,6 +143,7 @@ def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: 
                 card, runs=runs, parallel=parallel, out=out, update=update, allow_partial=allow_partial, fmt=fmt,
                 drop_nan_series=drop_nan_series, extra_args=extra_args, exclude=exclude, include=include, workdir=workdir,
                 write=not no_write, cluster=cluster, on_update=display.update, on_start=on_start, trace=trace,
+                env_hooks=_perturbed(perturb_schedule, first=1),
             )
     except KeyboardInterrupt as exc:
         _interrupted(err_console, exc, nothing)
@@ -171,14 +186,15 @@ def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: 
               help="Folder of cards for --suite.")
 @junit_option("one testcase per series (per card with --suite)")
 @trace_option
+@perturb_option("schedule 2: the mirror of a recorded run 1's")
 @json_option("the outcome (failing series, environment differences, the trace report)")
 @html_options(scan=True)
 @handle_errors
 def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None, standard: Path | None,
            allow_other_runner: bool, strict_runner: bool, step_key: str | None, exclude: tuple[str, ...],
            include: tuple[str, ...], workdir: Path | None, cluster: str | None, suite: str | None, cards: Path,
-           junit_xml: Path | None, trace: str | None, as_json: bool, html: Path | None, overwrite_html: bool,
-           scan_report: Path | None) -> None:
+           junit_xml: Path | None, trace: str | None, perturb_schedule: bool, as_json: bool, html: Path | None,
+           overwrite_html: bool, scan_report: Path | None) -> None:
     """Check one run of CARD (or --metrics RUN.jsonl) against its standard, exactly.
 
     CARD defaults to the embedded tiny CPU recipe when neither CARD nor --metrics is given.
@@ -205,11 +221,13 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
         raise click.UsageError("--strict-runner and --allow-other-runner contradict each other")
     if suite is not None:
         if card is not None or metrics is not None or standard is not None or extra_args or workdir is not None or cluster \
-                or trace or as_json or exclude or include:
+                or trace or as_json or exclude or include or perturb_schedule:
             raise click.UsageError("--suite verifies the suite's cards: it takes no CARD, --metrics, --standard, --workdir, "
-                                   "--cluster, --trace, --json, --exclude, --include or extra args (--junit-xml gives "
-                                   "one report)")
+                                   "--cluster, --trace, --perturb-schedule, --json, --exclude, --include or extra args "
+                                   "(--junit-xml gives one report)")
         _verify_suite(suite, cards, allow_other_runner, junit_xml, html, overwrite_html, scan_report)
+    if perturb_schedule and metrics is not None:
+        raise click.UsageError("--perturb-schedule perturbs a run: give a CARD, not --metrics")
     findings = prepare_html(html, overwrite_html, scan_report)
     if card is None and metrics is None:
         card = default_card()
@@ -219,7 +237,8 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
         with display:
             result = run_verify(card, metrics=metrics, standard=standard, allow_other_runner=allow_other_runner,
                                 step_key=step_key, extra_args=extra_args, workdir=workdir, cluster=cluster,
-                                on_update=display.update, trace=trace, exclude=exclude, include=include)
+                                on_update=display.update, trace=trace, exclude=exclude, include=include,
+                                env_hooks=_perturbed(perturb_schedule, first=2))
     except KeyboardInterrupt as exc:
         _interrupted(err_console, exc, "not verified")
     label = card.stem if card is not None else Path(str(metrics)).stem

@@ -29,7 +29,7 @@ from detaudit.standards.diff import diff_standards
 from detaudit.standards.formats import FORMATS, load_any, render_as
 from detaudit.standards.formats import drop_nan_series as drop_nan
 from detaudit.standards.standard import Standard, standard_lock
-from detaudit.trace import MODE_ENV, MODES, run_trace_dir
+from detaudit.trace import MODE_ENV, MODES, PERTURB_ENV, run_trace_dir
 from detaudit.trace.compare import audit_runs
 from detaudit.trace.saved import carries_trace, check_replaceable, save_trace, standard_trace_dir, trace_meta
 
@@ -223,8 +223,11 @@ def build_standard(plan: RunPlan, first: MetricsRun, report: DiffReport, fmt: st
     }
     git = git_state(card.path)
     command = list(card.command) + list(plan.extra_args)
+    # --perturb-schedule: the runs agreed under completion orders detaudit varied (trace/perturb.py)
+    schedule = {"schedule": "perturbed"} if any(PERTURB_ENV in spec.overlay for spec in plan.specs) else {}
     if fmt != "detaudit":  # miles, and the formats converted from its shape (megatron, torchtitan, nemo)
-        meta = {"commit": git["commit"], "source": f"detaudit record {card.path} ({len(report.runs)} agreeing runs)"}
+        meta = {"commit": git["commit"], "source": f"detaudit record {card.path} ({len(report.runs)} agreeing runs)",
+                **schedule}
         return Standard(series=series, format="miles", meta=meta, name=card.name, dropped=dropped)
     # A recorded plan was probed (record() places with a probe), so it names its runner class.
     assert plan.runner_class is not None
@@ -239,6 +242,7 @@ def build_standard(plan: RunPlan, first: MetricsRun, report: DiffReport, fmt: st
         "command": command,
         "detaudit": __version__,
         "date": _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
+        **schedule,
     }
     excluded = {"patterns": report.exclude_patterns, "series": report.excluded}
     return Standard(

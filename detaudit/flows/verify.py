@@ -166,6 +166,8 @@ def verify(
         if std.runner:  # a golden of another framework records no environment: nothing to compare, no probe
             current = info if info is not None else detect_environment()
             result.provenance = provenance_differences(std.runner, current) + package_differences(std.runner, current)
+    elif result.trace is not None and result.trace.seeds is not None and not result.trace.seeds.ok:
+        result.status = VerifyStatus.FAILED  # the bits match, but samples of one step were seeded alike
     elif approximate is not None:
         result.status = VerifyStatus.APPROXIMATE  # never "passed": this class was not held to the exact standard
     if plan is not None:

@@ -25,8 +25,8 @@ def arrival_difference_line(d: ArrivalDifference, labels: tuple[str, str], *, na
                 "name it)")
     assert d.a is not None and d.b is not None
     what = "results" if not g["api"].endswith(("Queue.get", "Queue.get_nowait")) else "items (by who put them)"
-    return (f"{head}: {what} arrived as {order_words(d.a['order'])} in {labels[0]}, {order_words(d.b['order'])} in "
-            f"{labels[1]} (numbered in the order they were waited for): the batch depends on completion order")
+    return (f"{head}: {what} arrived in another order: {order_words(d.a['order'])} in {labels[0]}, "
+            f"{order_words(d.b['order'])} in {labels[1]} (numbered in the order they were waited for)")
 
 
 def arrival_json(d: ArrivalDifference, labels: tuple[str, str]) -> dict[str, Any]:

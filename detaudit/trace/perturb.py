@@ -11,13 +11,15 @@ a Ray task or actor method (in the worker that runs it), a function submitted to
 into an asyncio task. Ray's async actor methods and coroutines of library code are left as
 they are.
 
-The delay of one call is a hash of the run's schedule number and of the call (its function's
-qualified name and its plain arguments, ``frames.call_text``), never a draw from the program's
-generators: it is the same for a call in every process and every retry, and the program's
-random streams are untouched. Runs ``2k - 1`` and ``2k`` use mirrored delays (``d`` and
-``MAX - d``): two calls racing to one gather finish in opposite orders in runs 1 and 2 whenever
-their delays differ by more than the machine's own jitter. Each delay is at most
-``MAX_DELAY_S``.
+The delay of one call is a fraction of a bound: the fraction a hash of the run's schedule number
+and of the call (its function's qualified name and its plain arguments, ``frames.call_text``),
+never a draw from the program's generators: it is the same for a call in every process and
+every retry, and the program's random streams are untouched. Runs ``2k - 1`` and ``2k`` use
+mirrored fractions (``f`` and ``1 - f``): two calls racing to one gather finish in opposite
+orders in runs 1 and 2 whenever their delays differ by more than the machine's own jitter. The
+bound scales with the work, so that it outweighs the jitter of work of any length: half the
+call's own duration plus 0.25 s, at most ``MAX_DELAY_S``. A run is at most about 1.5 times as
+long (``benchmarks/perturb_bench.py`` measures it).
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from detaudit.trace import PERTURB_ENV
 from detaudit.trace.frames import call_text
 from detaudit.trace.imports import PostImportFinder
 
-MAX_DELAY_S = 0.25
+MAX_DELAY_S = 2.0      # the longest a result is held
+BASE_DELAY_S = 0.25    # the bound of a call that takes no time
+SHARE_OF_DURATION = 0.5
 
 
 def schedule_number() -> int | None:
@@ -42,12 +46,17 @@ def schedule_number() -> int | None:
     return int(text) if text.isdigit() and int(text) > 0 else None
 
 
-def delay(run: int, call: str) -> float:
-    """Seconds to hold the result of ``call`` in run ``run`` (see the module doc)."""
+def fraction(run: int, call: str) -> float:
+    """The share of its bound that ``call`` is held in run ``run``, in [0, 1) (see the module doc)."""
     pair = (run + 1) // 2
     digest = hashlib.blake2b(f"{pair}|{call}".encode(), digest_size=8).digest()
-    fraction = int.from_bytes(digest, "big") / 2**64
-    return MAX_DELAY_S * (fraction if run % 2 else 1.0 - fraction)
+    share = int.from_bytes(digest, "big") / 2**64
+    return share if run % 2 else 1.0 - share
+
+
+def delay(run: int, call: str, duration: float) -> float:
+    """Seconds to hold the result of ``call`` (which took ``duration`` seconds) in run ``run``."""
+    return fraction(run, call) * min(MAX_DELAY_S, BASE_DELAY_S + SHARE_OF_DURATION * max(0.0, duration))
 
 
 def _name(fn: Any) -> str:
@@ -65,18 +74,19 @@ class Delayed:
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        started = time.monotonic()
         result = self.fn(*args, **kwargs)
-        time.sleep(delay(self.run, call_text(_name(self.fn), args, kwargs)))
+        hold(self.run, self.fn, args, kwargs, started)
         return result
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Delayed, (self.fn, self.run))
 
 
-def hold(run: int, fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> None:
-    """Wait ``delay`` for this call of ``fn`` (a Ray task, or an actor method: the actor, its
-    first argument, counts by its type only)."""
-    time.sleep(delay(run, call_text(_name(fn), args, kwargs)))
+def hold(run: int, fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any], started: float) -> None:
+    """Wait ``delay`` for this call of ``fn``, started at ``started`` (``time.monotonic``); for a
+    Ray actor method the actor, its first argument, counts by its type only."""
+    time.sleep(delay(run, call_text(_name(fn), args, kwargs), time.monotonic() - started))
 
 
 def _submit(run: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -124,7 +134,7 @@ def install_asyncio(run: int, base_events: Any, is_library: Callable[[str], bool
                 names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
                 call = call_text(code.co_qualname, (), {n: local[n] for n in names
                                                         if n not in ("self", "cls") and n in local})
-                coro = _held(coro, delay(run, call))
+                coro = _held(coro, run, call)
             return original(self, coro, *args, **kwargs)
 
         create_task.__detaudit_perturbed__ = True  # type: ignore[attr-defined]
@@ -133,11 +143,12 @@ def install_asyncio(run: int, base_events: Any, is_library: Callable[[str], bool
     _replace(base, "create_task", wrap)
 
 
-async def _held(coro: Any, seconds: float) -> Any:
+async def _held(coro: Any, run: int, call: str) -> Any:
     import asyncio
 
+    started = time.monotonic()
     result = await coro
-    await asyncio.sleep(seconds)
+    await asyncio.sleep(delay(run, call, time.monotonic() - started))
     return result
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -48,10 +49,11 @@ def install(rec: Recorder | None, function_manager: Any, run: int | None = None)
         @functools.wraps(fn)
         def task(*args: Any, **kwargs: Any) -> Any:
             enter_this_thread()  # --trace modules: this thread's torch ops, whichever thread imported torch
+            started = time.monotonic()
             try:
                 result = fn(*args, **kwargs)
                 if run is not None:
-                    hold(run, fn, args, kwargs)
+                    hold(run, fn, args, kwargs, started)
                 return result
             finally:
                 if rec is not None:
