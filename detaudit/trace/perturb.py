@@ -1,6 +1,7 @@
 """``--perturb-schedule``: inside every process of a run, delay the moment each piece of
 concurrent work completes, by an amount detaudit draws, so that results gathered in completion
-order arrive in another order than in the run before.
+order arrive in another order than in the run before. A run's schedule number (``$DETAUDIT_PERTURB``)
+is set by ``record`` (run k: k) and ``verify`` (2).
 
 Two runs on a quiet machine usually complete their concurrent work in the same order, so code
 that batches results as they complete (``ray.wait``, ``as_completed``, a queue) reproduces
@@ -18,8 +19,8 @@ every retry, and the program's random streams are untouched. Runs ``2k - 1`` and
 mirrored fractions (``f`` and ``1 - f``): two calls racing to one gather finish in opposite
 orders in runs 1 and 2 whenever their delays differ by more than the machine's own jitter. The
 bound scales with the work, so that it outweighs the jitter of work of any length: half the
-call's own duration plus 0.25 s, at most ``MAX_DELAY_S``. A run is at most about 1.5 times as
-long (``benchmarks/perturb_bench.py`` measures it).
+call's own duration plus 0.25 s, at most ``MAX_DELAY_S``. What a run pays is the sum of the
+delays on its critical path (``benchmarks/rl_trace_bench.py`` measures it).
 """
 
 from __future__ import annotations

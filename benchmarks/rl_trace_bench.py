@@ -1,0 +1,112 @@
+"""Cost of ``--perturb-schedule`` and of ``trace --modules --parity``: one card run plain, under a
+perturbed schedule (run 1's and run 2's), traced with ``--modules``, and traced with ``--modules``
+and ``--parity`` (the two processes keep their module outputs), side by side in one run
+(interleaved, ``--repeats`` rounds). The parity row is read against the ``modules`` row: what
+keeping the outputs costs beyond the fingerprints; its size column is the values kept.
+
+No goal is set for either (the issue asks for the figures): the perturbed schedule holds each
+result of concurrent work back by up to half the work's time plus 0.25 s (at most 2 s), so its
+cost is the number of such results on the critical path times their share; the parity capture
+copies each kept module output of the two processes to disk. Figures are printed, never
+asserted (a shared machine's timings are noisy; compare the medians).
+
+    PYTHONPATH=$PWD python benchmarks/rl_trace_bench.py [--repeats 1]
+        [--card recipes/sd3_flow_grpo_parity.toml] [--parity RolloutEngine:TrainActor] [-- EXTRA_ARGS]
+
+On a GPU host (the GPU card's figure), e.g.:
+
+    PYTHONPATH=$PWD python benchmarks/rl_trace_bench.py --card recipes/sd3_compress_flow_grpo_gpu.toml \\
+        -- --train-batch-size 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from detaudit.data.card import load_card, run_argv, run_env  # noqa: E402
+from detaudit.trace import PARITY_ENV, PERTURB_ENV, SITE_DIR, trace_env  # noqa: E402
+
+MODES = ("plain", "perturb-1", "perturb-2", "modules", "modules+parity")
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def folder_size(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else 0
+
+
+def run_once(card_path: Path, mode: str, base: Path, index: int, parity: str,
+             extra: list[str]) -> tuple[float, float, int]:
+    card = load_card(card_path)
+    workdir = base / f"{mode}-{index}"
+    workdir.mkdir(parents=True)
+    metrics = workdir / "metrics.jsonl"
+    env = run_env(card, workdir, metrics, 0)
+    if mode.startswith("perturb"):
+        env[PERTURB_ENV] = mode.rpartition("-")[2]
+        env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    elif mode.startswith("modules"):
+        env = trace_env("modules", workdir / "trace", env, card=card.name)
+        if mode.endswith("parity"):
+            env[PARITY_ENV] = parity
+    started = time.perf_counter()
+    cpu_before = children_cpu()
+    with open(workdir / "run.log", "wb") as log:
+        proc = subprocess.run(run_argv(card, workdir, metrics) + extra, cwd=workdir, env=env, stdout=log,
+                              stderr=subprocess.STDOUT, timeout=card.timeout_s * 3)
+    wall = time.perf_counter() - started
+    cpu = children_cpu() - cpu_before
+    if proc.returncode != 0:
+        raise SystemExit(f"{mode} run failed (exit {proc.returncode}); log {workdir / 'run.log'}")
+    values = folder_size(workdir / "trace" / "values") if mode.endswith("parity") else folder_size(workdir / "trace")
+    return wall, cpu, values
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--card", type=Path, default=REPO / "recipes" / "sd3_flow_grpo_parity.toml")
+    parser.add_argument("--parity", default="RolloutEngine:TrainActor")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("extra", nargs="*", help="arguments after -- go to the card's command")
+    args = parser.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="detaudit-rl-bench-"))
+    walls: dict[str, list[float]] = {m: [] for m in MODES}
+    cpus: dict[str, list[float]] = {m: [] for m in MODES}
+    sizes: dict[str, int] = {}
+    for round_ in range(args.repeats):
+        for mode in (MODES if round_ % 2 == 0 else tuple(reversed(MODES))):
+            wall, cpu, size = run_once(args.card, mode, base, round_, args.parity, args.extra)
+            walls[mode].append(wall)
+            cpus[mode].append(cpu)
+            sizes[mode] = size
+            print(f"round {round_ + 1} {mode:15s} {wall:7.1f} s wall, {cpu:7.1f} s CPU", flush=True)
+    plain_wall, plain_cpu = statistics.median(walls["plain"]), statistics.median(cpus["plain"])
+    modules_wall, modules_cpu = statistics.median(walls["modules"]), statistics.median(cpus["modules"])
+    print(f"\n{args.card.name} {' '.join(args.extra)}, {args.repeats} round(s), runs in {base}")
+    print(f"{'mode':15s} {'median wall':>12s} {'vs plain':>9s} {'vs modules':>11s} {'median CPU':>11s} {'vs plain':>9s} "
+          f"{'trace/values':>13s}")
+    for mode in MODES:
+        wall, cpu = statistics.median(walls[mode]), statistics.median(cpus[mode])
+        against = f"{wall / modules_wall:10.3f}x" if mode.startswith("modules") else f"{'':>11s}"
+        size = f"{sizes.get(mode, 0) / 1e6:10.2f} MB" if mode.startswith("modules") else f"{'':>13s}"
+        print(f"{mode:15s} {wall:10.1f} s {wall / plain_wall:8.3f}x {against} {cpu:9.1f} s {cpu / plain_cpu:8.3f}x {size}")
+    print("perturb-N: schedule N of --perturb-schedule (1 and 2 mirrored); modules+parity vs modules: the cost of "
+          "keeping the two processes' module outputs; its size: the values kept")
+
+
+if __name__ == "__main__":
+    main()
