@@ -187,7 +187,7 @@ def install_ray(arrivals: Arrivals, ray: Any) -> None:
                 gather = arrivals.enter("ray.wait", [r.hex() for r in refs])
             except Exception:  # noqa: BLE001 - not a list of refs: Ray says so itself
                 return original(object_refs, *args, **kwargs)
-            ready, not_ready = original(refs, *args, **kwargs)
+            ready, not_ready = original(object_refs, *args, **kwargs)
             arrivals.arrived(gather, [r.hex() for r in ready])
             return ready, not_ready
 
