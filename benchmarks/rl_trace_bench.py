@@ -89,7 +89,11 @@ def main() -> None:
     sizes: dict[str, int] = {}
     for round_ in range(args.repeats):
         for mode in (MODES if round_ % 2 == 0 else tuple(reversed(MODES))):
-            wall, cpu, size = run_once(args.card, mode, base, round_, args.parity, args.extra)
+            try:
+                wall, cpu, size = run_once(args.card, mode, base, round_, args.parity, args.extra)
+            except SystemExit as failed:  # a loaded machine's Ray can time out starting: once more, said so
+                print(f"round {round_ + 1} {mode}: {failed}; once more", flush=True)
+                wall, cpu, size = run_once(args.card, mode, base, round_ + args.repeats, args.parity, args.extra)
             walls[mode].append(wall)
             cpus[mode].append(cpu)
             sizes[mode] = size
