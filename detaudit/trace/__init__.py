@@ -8,9 +8,12 @@ Off unless a run's environment carries ``DETAUDIT_TRACE`` (or ``DETAUDIT_PERTURB
 process, Ray workers, multiprocessing children, DataLoader workers), with no change to the
 recipe. Without the variable nothing here is imported and nothing is patched.
 
-Layers: ``bootstrap``/``recorder``/``ledger``/``children``/``modules``/``ops`` run inside
-recipe processes and import nothing heavy at start-up; ``files`` reads trace dirs;
-``compare`` returns data; ``detaudit.render.trace`` turns it into English and JSON.
+Layers: inside recipe processes, importing nothing heavy at start-up: ``bootstrap`` (and the
+``recorder`` with ``sites``, ``identity``, ``imports``, ``notes``), the hooks ``ledger`` (draws),
+``children``, ``modules``, ``ops``, ``arrival`` (arrival order), ``seeds`` (seed values),
+``parity_capture`` (module outputs), ``ray_tasks``, with ``frames``; and ``perturb`` (the
+schedule). In the tool: ``files`` reads trace dirs; ``compare``, ``arrival_order``,
+``seed_repeats`` and ``parity`` return data; ``detaudit.render`` turns it into English and JSON.
 """
 
 from __future__ import annotations
