@@ -131,3 +131,5 @@ def test_record_perturb_schedule_shows_order_dependence_and_says_so_in_the_stand
     assert "traces identical" in written.out
     standard = json.loads((tmp_path / "standards" / "toy.cpu-test.json").read_text())
     assert standard["recorded"]["schedule"] == "perturbed"
+    shown = run_cli("standard", "show", str(tmp_path / "standards" / "toy.cpu-test.json"))
+    assert "schedule perturbed" in shown.out, shown.text
