@@ -7,11 +7,18 @@ keeping the outputs costs beyond the fingerprints; its size column is the values
 No goal is set for either (the issue asks for the figures): the perturbed schedule holds each
 result of concurrent work back by up to half the work's time plus 0.25 s (at most 2 s), so its
 cost is the number of such results on the critical path times their share; the parity capture
-copies each kept module output of the two processes to disk. Figures are printed, never
-asserted (a shared machine's timings are noisy; compare the medians).
+copies each kept module output of the two processes to disk. Besides a run's wall time (Ray's
+start-up, seconds and noisy on a shared machine, dominates a tiny run), the loop's: the
+recipe's own ``perf/rollout_wall_time``, summed over the rollouts (each rollout, its training
+and the weight sync). Figures are printed, never asserted (compare the medians).
 
-    PYTHONPATH=$PWD python benchmarks/rl_trace_bench.py [--repeats 1]
+    PYTHONPATH=$PWD python benchmarks/rl_trace_bench.py [--repeats 1] [--modes plain,perturb-1,...]
         [--card recipes/sd3_flow_grpo_parity.toml] [--parity RolloutEngine:TrainActor] [-- EXTRA_ARGS]
+
+The tiny NFT card for the schedule alone (3 rollouts):
+
+    PYTHONPATH=$PWD python benchmarks/rl_trace_bench.py --card recipes/sd3_pickscore_nft.toml \
+        --modes plain,perturb-1,perturb-2
 
 On a GPU host (the GPU card's figure), e.g.:
 
@@ -22,8 +29,8 @@ On a GPU host (the GPU card's figure), e.g.:
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -40,13 +47,16 @@ from detaudit.trace import PARITY_ENV, PERTURB_ENV, SITE_DIR, trace_env  # noqa:
 MODES = ("plain", "perturb-1", "perturb-2", "modules", "modules+parity")
 
 
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def folder_size(folder: Path) -> int:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else 0
+
+
+def loop_seconds(metrics: Path) -> float:
+    """The run's own ``perf/rollout_wall_time``, summed over its rollouts."""
+    total = 0.0
+    for line in metrics.read_text().splitlines():
+        total += json.loads(line).get("perf/rollout_wall_time", 0.0)
+    return total
 
 
 def run_once(card_path: Path, mode: str, base: Path, index: int, parity: str,
@@ -64,16 +74,14 @@ def run_once(card_path: Path, mode: str, base: Path, index: int, parity: str,
         if mode.endswith("parity"):
             env[PARITY_ENV] = parity
     started = time.perf_counter()
-    cpu_before = children_cpu()
     with open(workdir / "run.log", "wb") as log:
         proc = subprocess.run(run_argv(card, workdir, metrics) + extra, cwd=workdir, env=env, stdout=log,
                               stderr=subprocess.STDOUT, timeout=card.timeout_s * 3)
     wall = time.perf_counter() - started
-    cpu = children_cpu() - cpu_before
     if proc.returncode != 0:
         raise SystemExit(f"{mode} run failed (exit {proc.returncode}); log {workdir / 'run.log'}")
     values = folder_size(workdir / "trace" / "values") if mode.endswith("parity") else folder_size(workdir / "trace")
-    return wall, cpu, values
+    return wall, loop_seconds(metrics), values
 
 
 def main() -> None:
@@ -81,35 +89,41 @@ def main() -> None:
     parser.add_argument("--card", type=Path, default=REPO / "recipes" / "sd3_flow_grpo_parity.toml")
     parser.add_argument("--parity", default="RolloutEngine:TrainActor")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--modes", default=",".join(MODES), help=f"some of {', '.join(MODES)}")
     parser.add_argument("extra", nargs="*", help="arguments after -- go to the card's command")
     args = parser.parse_args()
+    modes = tuple(m for m in MODES if m in args.modes.split(","))
+    if "plain" not in modes:
+        raise SystemExit("--modes must hold plain (the baseline)")
     base = Path(tempfile.mkdtemp(prefix="detaudit-rl-bench-"))
-    walls: dict[str, list[float]] = {m: [] for m in MODES}
-    cpus: dict[str, list[float]] = {m: [] for m in MODES}
+    walls: dict[str, list[float]] = {m: [] for m in modes}
+    loops: dict[str, list[float]] = {m: [] for m in modes}
     sizes: dict[str, int] = {}
     for round_ in range(args.repeats):
-        for mode in (MODES if round_ % 2 == 0 else tuple(reversed(MODES))):
+        for mode in (modes if round_ % 2 == 0 else tuple(reversed(modes))):
             try:
-                wall, cpu, size = run_once(args.card, mode, base, round_, args.parity, args.extra)
+                wall, loop, size = run_once(args.card, mode, base, round_, args.parity, args.extra)
             except SystemExit as failed:  # a loaded machine's Ray can time out starting: once more, said so
                 print(f"round {round_ + 1} {mode}: {failed}; once more", flush=True)
-                wall, cpu, size = run_once(args.card, mode, base, round_ + args.repeats, args.parity, args.extra)
+                wall, loop, size = run_once(args.card, mode, base, round_ + args.repeats, args.parity, args.extra)
             walls[mode].append(wall)
-            cpus[mode].append(cpu)
+            loops[mode].append(loop)
             sizes[mode] = size
-            print(f"round {round_ + 1} {mode:15s} {wall:7.1f} s wall, {cpu:7.1f} s CPU", flush=True)
-    plain_wall, plain_cpu = statistics.median(walls["plain"]), statistics.median(cpus["plain"])
-    modules_wall, modules_cpu = statistics.median(walls["modules"]), statistics.median(cpus["modules"])
+            print(f"round {round_ + 1} {mode:15s} {wall:7.1f} s wall, loop {loop:6.2f} s", flush=True)
+    plain_wall, plain_loop = statistics.median(walls["plain"]), statistics.median(loops["plain"])
+    modules_loop = statistics.median(loops["modules"]) if "modules" in modes else None
     print(f"\n{args.card.name} {' '.join(args.extra)}, {args.repeats} round(s), runs in {base}")
-    print(f"{'mode':15s} {'median wall':>12s} {'vs plain':>9s} {'vs modules':>11s} {'median CPU':>11s} {'vs plain':>9s} "
-          f"{'trace/values':>13s}")
-    for mode in MODES:
-        wall, cpu = statistics.median(walls[mode]), statistics.median(cpus[mode])
-        against = f"{wall / modules_wall:10.3f}x" if mode.startswith("modules") else f"{'':>11s}"
+    print(f"{'mode':15s} {'median wall':>12s} {'vs plain':>9s} {'median loop':>12s} {'vs plain':>9s} "
+          f"{'vs modules':>11s} {'trace/values':>13s}")
+    for mode in modes:
+        wall, loop = statistics.median(walls[mode]), statistics.median(loops[mode])
+        against = f"{loop / modules_loop:10.3f}x" if mode.startswith("modules") and modules_loop else f"{'':>11s}"
         size = f"{sizes.get(mode, 0) / 1e6:10.2f} MB" if mode.startswith("modules") else f"{'':>13s}"
-        print(f"{mode:15s} {wall:10.1f} s {wall / plain_wall:8.3f}x {against} {cpu:9.1f} s {cpu / plain_cpu:8.3f}x {size}")
-    print("perturb-N: schedule N of --perturb-schedule (1 and 2 mirrored); modules+parity vs modules: the cost of "
-          "keeping the two processes' module outputs; its size: the values kept")
+        print(f"{mode:15s} {wall:10.1f} s {wall / plain_wall:8.3f}x {loop:10.2f} s {loop / plain_loop:8.3f}x "
+              f"{against} {size}")
+    print("loop: the recipe's perf/rollout_wall_time summed (rollouts, training, weight syncs; Ray's start-up "
+          "left out); perturb-N: schedule N of --perturb-schedule (1 and 2 mirrored); modules+parity vs modules: "
+          "the cost of keeping the two processes' module outputs; its size: the values kept")
 
 
 if __name__ == "__main__":

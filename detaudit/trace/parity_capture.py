@@ -6,7 +6,7 @@ A process takes part when its label (a Ray actor's class, ``main``, ...) is A or
 module call it writes one line to ``<trace dir>/values/<pid>.jsonl`` (the call's ``seq`` in the
 ledger, the call site: the first frame of the program, and per output tensor its dtype, shape,
 and where its bytes are in ``<pid>.bin``: the tensor copied to the CPU, as stored). At most
-``$DETAUDIT_TRACE_PARITY_MB`` MiB of values per process (default 1024): beyond, calls are
+``$DETAUDIT_TRACE_PARITY_MB`` MiB of values per process (default 256): beyond, calls are
 indexed without values, and the report says the ULP is unknown.
 """
 
@@ -23,7 +23,7 @@ from detaudit.trace.recorder import Recorder
 
 VALUES_SUBDIR = "values"
 LIMIT_ENV = "DETAUDIT_TRACE_PARITY_MB"
-DEFAULT_LIMIT_MB = 1024
+DEFAULT_LIMIT_MB = 256
 MAX_TENSORS = 8  # output tensors kept per call
 
 
