@@ -28,6 +28,8 @@ if TYPE_CHECKING:
         UnseededUse,
     )
     from detaudit.trace.files import RunTrace
+    from detaudit.trace.parity import ParityReport
+    from detaudit.trace.seed_repeats import SeedCheck
 
 
 class RecordStatus(StrEnum):
@@ -161,12 +163,15 @@ class TraceResult:
     comparison: TraceComparison | None = None
     saved: Path | None = None
     against: Path | None = None
+    seeds: SeedCheck | None = None  # seeds repeated within a step
+    parity: ParityReport | None = None  # with --parity: the two processes' module calls compared
 
     @property
     def ok(self) -> bool:
         # An incomplete trace (a process not traced, or killed before its ledger ended) proves nothing.
         return (self.status == TraceStatus.OK and (self.comparison is None or self.comparison.identical)
-                and not (self.trace is not None and self.trace.problems))
+                and not (self.trace is not None and self.trace.problems)
+                and (self.parity is None or self.parity.ok))
 
 
 @dataclass

@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO
 
 from recipes.diffusion_nft import algorithms, seeds
-from recipes.diffusion_nft.config import (ALGORITHMS, PRESET_TABLES, SECTIONS, SETTINGS, JobConfig, build_parser,
+from recipes.diffusion_nft.config import (ALGORITHM_MODULES, ALGORITHMS, PRESET_TABLES, SECTIONS, SETTINGS, JobConfig, build_parser,
                                           parse_args, section_of_algorithm)
 from recipes.diffusion_nft.placement import RAY_JOB_ENV, cluster_address, gpu_shares
 
@@ -175,16 +175,34 @@ def test_a_local_run_starts_its_own_ray_unless_it_is_a_ray_job_or_names_a_cluste
 
 
 def test_each_algorithm_is_a_module_that_implements_the_protocol() -> None:
-    assert tuple(algorithms.ALGORITHM_MODULES) == ALGORITHMS == ("nft", "flow-grpo")
+    assert tuple(ALGORITHM_MODULES) == ALGORITHMS == ("nft", "flow-grpo")
     members = [name for name in dir(algorithms.Algorithm) if not name.startswith("_")]
     members += list(typing.get_type_hints(algorithms.Algorithm))
     assert {"sample", "train_data", "rollout_metrics", "start_step", "update_old_policy", "ROLLOUT_KEYS",
             "TRAIN_FORWARDS_PER_TIMESTEP"} <= set(members)
-    for name, module_path in algorithms.ALGORITHM_MODULES.items():
+    for name, module_path in ALGORITHM_MODULES.items():
         module = importlib.import_module(module_path)
         missing = [m for m in members if not hasattr(module, m)]
         assert not missing, (name, missing)
         assert section_of_algorithm(name) in SECTIONS  # its settings: [nft], [flow_grpo]
+
+
+def test_the_config_imports_nothing_of_the_algorithms_they_import_it() -> None:
+    """No circle between the config and the algorithms, a TYPE_CHECKING one included (#40)."""
+    import ast
+
+    def imported(path: Path) -> set[str]:
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+        return found
+
+    package = REPO / "recipes" / "diffusion_nft"
+    assert not {m for m in imported(package / "config.py") if m.startswith("recipes.")}
+    assert "recipes.diffusion_nft.config" in imported(package / "algorithms" / "__init__.py")
 
 
 def test_the_config_and_the_algorithm_protocol_import_no_torch() -> None:

@@ -156,7 +156,10 @@ def write_tree(root: Path, files: dict[str, str]) -> None:
 RULE_ARGUMENTS = {
     "DA101": "3", "DA102": "", "DA103": "w", "DA104": "x", "DA105": "(2, 3)", "DA106": "x, shuffle=True",
     "DA201": "", "DA202": "", "DA301": "", "DA302": "", "DA303": "int(time.time())",
+    "DA401": "x, return_when=FIRST_COMPLETED",
 }
+# A rule that follows a call's results finds it only where they go: the call, written around.
+RULE_CONTEXT = {"DA401": "torch.cat([r for r in {call}])"}
 
 
 def test_every_name_of_every_rule_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -168,8 +171,9 @@ def test_every_name_of_every_rule_is_found(tmp_path: Path, monkeypatch: pytest.M
     calls = []
     for rule in RULE_LIST:
         arguments = RULE_ARGUMENTS[rule.code]
-        calls += [(f"{name}({arguments})", rule.code) for name in sorted(rule.callees)]
-        calls += [(f"w.{name}({arguments})", rule.code) for name in sorted(rule.methods)]
+        around = RULE_CONTEXT.get(rule.code, "{call}")
+        calls += [(around.format(call=f"{name}({arguments})"), rule.code) for name in sorted(rule.callees)]
+        calls += [(around.format(call=f"w.{name}({arguments})"), rule.code) for name in sorted(rule.methods)]
     modules = sorted({name.split(".")[0] for rule in RULE_LIST for name in rule.callees} | {"time"})
     head = "".join(f"import {m}\n" for m in modules) + "\n\ndef f(w, x, g):\n"
     write_tree(tmp_path, {"lib/draws.py": head + "".join(f"    {code}\n" for code, _ in calls)})

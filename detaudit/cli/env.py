@@ -74,8 +74,10 @@ def env_command(card: Path | None, standard: Path | None, as_json: bool) -> None
 @click.option("--seed", default=1234, show_default=True, type=int, help="Seed the probe expects each process to be seeded with.")
 @click.option("--no-ray", is_flag=True, help="Skip the Ray worker probe.")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+@click.option("--trace", "trace_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Also check a run's trace (runN/trace, or a saved trace): fail when samples of one step got the same seed.")
 @handle_errors
-def doctor(card: Path | None, seed: int, no_ray: bool, as_json: bool) -> None:
+def doctor(card: Path | None, seed: int, no_ray: bool, as_json: bool, trace_dir: Path | None) -> None:
     """Determinism preflight for each process of CARD's run, Ray workers included.
 
     Checks deterministic algorithms, CUBLAS_WORKSPACE_CONFIG, cuDNN flags, TF32, NCCL_ALGO,
@@ -87,12 +89,17 @@ def doctor(card: Path | None, seed: int, no_ray: bool, as_json: bool) -> None:
     Examples:
       detaudit doctor recipes/sd3_pickscore_nft.toml
       detaudit doctor recipes/sd3_pickscore_nft.toml --no-ray --json
+      detaudit doctor recipes/sd3_pickscore_nft.toml --no-ray --trace runs/run1/trace
     """
     from detaudit.env.doctor import run_doctor
     from detaudit.render.environment import print_doctor
     from detaudit.render.jsonout import dump_json
 
     rows = run_doctor(card_or_demo(card), seed=seed, ray=not no_ray)
+    if trace_dir is not None:
+        from detaudit.flows.doctor_trace import seed_rows
+
+        rows += seed_rows(trace_dir)
     if as_json:
         click.echo(dump_json([asdict(r) for r in rows]))
     else:

@@ -56,6 +56,15 @@ def trace_option(func: F) -> F:
              "call); name the first that differs.")(func)
 
 
+def perturb_option(first_run: str) -> Callable[[F], F]:
+    return click.option(
+        "--perturb-schedule", "perturb_schedule", is_flag=True,
+        help="Hold back each result of concurrent work (Ray tasks and actor methods, pool futures, asyncio tasks) by "
+             "a share, drawn by detaudit per run and call, of half the work's own time plus 0.25 s (at most 2 s) "
+             f"({first_run}), so that results gathered in completion order arrive in another order than in another "
+             "run.")
+
+
 def cluster_option(what: str) -> Callable[[F], F]:
     return click.option("--cluster", metavar="ADDRESS", help=f"Run {what} as Ray job(s) on this cluster (http://HEAD:8265, or auto).")
 

@@ -16,6 +16,7 @@ from detaudit.cli.options import (
     exclude_include,
     json_option,
     junit_option,
+    perturb_option,
     step_key_option,
     trace_option,
     workdir_option,
@@ -66,6 +67,15 @@ class RunnerClassType(click.ParamType):
             self.fail(exc.message, param, ctx)
 
 
+def _perturbed(on: bool, first: int) -> tuple[Any, ...]:
+    """``--perturb-schedule``: each run gets a schedule number (the first run ``first``)."""
+    if not on:
+        return ()
+    from detaudit.trace import perturb_hook
+
+    return (perturb_hook(first),)
+
+
 def _elapsed(states: list[Any]) -> list[float]:
     return [s.elapsed for s in states if s is not None and s.started is not None]
 
@@ -92,13 +102,15 @@ def _elapsed(states: list[Any]) -> list[float]:
 @click.option("--no-doctor", is_flag=True, help="Skip the determinism preflight (detaudit doctor --no-ray) that runs first.")
 @json_option("the outcome (the runs' diff, the trace report)")
 @trace_option
+@perturb_option("run k: schedule k; runs 1 and 2 mirrored, and so on; the standard says so")
 @html_options(scan=True)
 @handle_errors
 def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: int, out: Path | None, update: bool,
            no_write: bool, allow_partial: bool, fmt: str | None, drop_nan_series: bool, from_metrics: bool,
            runner_class: RunnerClass | None, step_key: str | None, exclude: tuple[str, ...],
            include: tuple[str, ...], workdir: Path | None, cluster: str | None, junit_xml: Path | None, no_doctor: bool,
-           as_json: bool, trace: str | None, html: Path | None, overwrite_html: bool, scan_report: Path | None) -> None:
+           as_json: bool, trace: str | None, perturb_schedule: bool, html: Path | None, overwrite_html: bool,
+           scan_report: Path | None) -> None:
     """Run CARD's command N times; write its standard only if all runs agree.
 
     A card (TOML) says how to run one training job and where its standards live: `detaudit init
@@ -113,6 +125,7 @@ def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: 
       detaudit record train/detaudit.toml --update                 # re-record, printing what changed
       detaudit record --metrics night1.jsonl night2.jsonl --out standards/train.json
       detaudit record recipes/sd3_pickscore_nft.toml --no-write -- --no-seed-rollout-manager
+      detaudit record recipes/sd3_pickscore_nft.toml --perturb-schedule --trace   # order-dependence shows
     """
     from detaudit.flows.record import record as run_record
     from detaudit.render.runs import print_jobs
@@ -144,7 +157,8 @@ def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: 
 
             print_doctor(run_doctor(loaded, ray=False), err_console, only_failing=True)
         where = f" as Ray jobs on {cluster}" if cluster else ""
-        err_console.print(f"{PREFIX} runner class {cls}; {runs} runs{escape(where)} in {base}")
+        perturbed = ", completion order perturbed (--perturb-schedule)" if perturb_schedule else ""
+        err_console.print(f"{PREFIX} runner class {cls}; {runs} runs{escape(where)}{perturbed} in {base}")
 
     try:
         with display:
@@ -153,6 +167,7 @@ def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: 
                 drop_nan_series=drop_nan_series, extra_args=extra_args, exclude=exclude, include=include, workdir=workdir,
                 write=not no_write, cluster=cluster, on_update=display.update, on_start=on_start, trace=trace,
                 paths=reports.paths,
+                env_hooks=_perturbed(perturb_schedule, first=1),
             )
     except KeyboardInterrupt as exc:
         _interrupted(err_console, exc, nothing)
@@ -215,15 +230,15 @@ def _record_metrics(files: tuple[Path, ...], *, out: Path | None, update: bool, 
               help="Folder of cards for --suite.")
 @junit_option("one testcase per series (per card with --suite)")
 @trace_option
+@perturb_option("schedule 2: the mirror of a recorded run 1's")
 @json_option("the outcome (failing series, environment differences, the trace report)")
 @html_options(scan=True)
 @handle_errors
 def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None, standard: Path | None,
            allow_other_runner: bool, strict_runner: bool, runner_class: RunnerClass | None, step_key: str | None,
            exclude: tuple[str, ...], include: tuple[str, ...], workdir: Path | None, cluster: str | None,
-           suite: str | None, cards: Path,
-           junit_xml: Path | None, trace: str | None, as_json: bool, html: Path | None, overwrite_html: bool,
-           scan_report: Path | None) -> None:
+           suite: str | None, cards: Path, junit_xml: Path | None, trace: str | None, perturb_schedule: bool,
+           as_json: bool, html: Path | None, overwrite_html: bool, scan_report: Path | None) -> None:
     """Check one run of CARD (or --metrics RUN.jsonl) against its standard, exactly.
 
     Without CARD or --metrics, the bundled demo recipe runs where detaudit's repository and its
@@ -246,11 +261,13 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
         raise click.UsageError("--strict-runner and --allow-other-runner contradict each other")
     if suite is not None:
         if card is not None or metrics is not None or standard is not None or extra_args or workdir is not None or cluster \
-                or trace or as_json or exclude or include or runner_class is not None:
+                or trace or as_json or exclude or include or runner_class is not None or perturb_schedule:
             raise click.UsageError("--suite verifies the suite's cards: it takes no CARD, --metrics, --standard, --workdir, "
-                                   "--cluster, --trace, --json, --exclude, --include or extra args (--junit-xml gives "
-                                   "one report)")
+                                   "--cluster, --trace, --perturb-schedule, --json, --exclude, --include or extra args "
+                                   "(--junit-xml gives one report)")
         _verify_suite(suite, cards, allow_other_runner, junit_xml, html, overwrite_html, scan_report)
+    if perturb_schedule and metrics is not None:
+        raise click.UsageError("--perturb-schedule perturbs a run: give a CARD, not --metrics")
     loaded = card_or_demo(card) if card is not None or metrics is None else None
     card = loaded.path if loaded is not None else None
     subject = str(card if card is not None else metrics)
@@ -267,7 +284,8 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
             result = run_verify(loaded, metrics=metrics, standard=standard, allow_other_runner=allow_other_runner,
                                 step_key=step_key, extra_args=extra_args, workdir=workdir, cluster=cluster,
                                 on_update=display.update, trace=trace, exclude=exclude, include=include,
-                                runner_class=runner_class, paths=reports.paths)
+                                runner_class=runner_class, paths=reports.paths,
+                                env_hooks=_perturbed(perturb_schedule, first=2))
     except KeyboardInterrupt as exc:
         _interrupted(err_console, exc, "not verified")
     if metrics is None and result.run is not None:
@@ -320,11 +338,12 @@ def _verify_suite(suite: str, cards_dir: Path, allow_other_runner: bool, junit_x
 @click.option("--modules", "modules", is_flag=True, help="Also fingerprint every nn.Module call's inputs and outputs.")
 @click.option("--save", type=click.Path(file_okay=False, path_type=Path), help="Save the trace to this new folder (for --against on another machine).")
 @click.option("--against", type=click.Path(file_okay=False, path_type=Path), help="Compare with a trace saved by --save; name the first differing draw or module.")
+@click.option("--parity", metavar="A:B", help="With --modules: pair the module calls of processes A and B (e.g. RolloutEngine:TrainActor) by module name and inputs; name the first whose outputs differ (default: the card's parity).")
 @json_option("the summary (and comparison)")
 @workdir_option("Where the run dir goes (default: a new temp dir).")
 @handle_errors
 def trace(card: Path | None, extra_args: tuple[str, ...], modules: bool, save: Path | None, against: Path | None,
-          as_json: bool, workdir: Path | None) -> None:
+          parity: str | None, as_json: bool, workdir: Path | None) -> None:
     """Run CARD once with every global-RNG draw traced, in every process; summarise per process.
 
     Per process (main, Ray actors and tasks, multiprocessing children): draws per generator,
@@ -338,6 +357,7 @@ def trace(card: Path | None, extra_args: tuple[str, ...], modules: bool, save: P
       detaudit trace recipes/sd3_pickscore_nft.toml
       detaudit trace recipes/sd3_pickscore_nft.toml --save traces/here   # then, on another machine:
       detaudit trace recipes/sd3_pickscore_nft.toml --against traces/here
+      detaudit trace recipes/sd3_flow_grpo_parity.toml --modules --parity RolloutEngine:TrainActor
     """
     from detaudit.flows.trace import trace_card
     from detaudit.render.jsonout import dump_json
@@ -352,7 +372,7 @@ def trace(card: Path | None, extra_args: tuple[str, ...], modules: bool, save: P
     try:
         with display:
             result = trace_card(loaded, mode="modules" if modules else None, extra_args=extra_args, workdir=workdir,
-                                save=save, against=against, on_update=display.update)
+                                save=save, against=against, parity=parity, on_update=display.update)
     except KeyboardInterrupt as exc:
         _interrupted(err_console, exc, "no trace saved")
     if result.status == TraceStatus.RUN_FAILED:
@@ -361,11 +381,12 @@ def trace(card: Path | None, extra_args: tuple[str, ...], modules: bool, save: P
         sys.exit(EXIT_FAIL)
     assert result.trace is not None
     if as_json:
-        doc = trace_json(result.trace, result.unseeded, result.collisions, result.comparison)
+        doc = trace_json(result.trace, result.unseeded, result.collisions, result.comparison, result.seeds,
+                         result.parity)
         doc["saved"] = str(result.saved) if result.saved else None
         click.echo(dump_json(doc))
     else:
-        print_summary(out_console, result.trace, result.unseeded, result.collisions)
+        print_summary(out_console, result.trace, result.unseeded, result.collisions, result.seeds, result.parity)
         if result.comparison is not None:
             print_comparison(out_console, result.comparison)
         if result.saved is not None:

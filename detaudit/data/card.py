@@ -29,6 +29,7 @@ import re
 import shutil
 import sys
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,8 @@ class Card:
     rename: dict[str, str] = field(default_factory=dict)
     python: str | None = None  # the interpreter of the run (``{python}``); relative to the card's folder
     cwd: str | None = None  # the folder runs start in, relative to the card's folder (default: that folder)
+    # `trace --modules` compares these two processes' module calls (labels: "RolloutEngine", "TrainActor")
+    parity: tuple[str, str] | None = None
 
     @property
     def card_dir(self) -> Path:
@@ -126,6 +129,7 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "rename": ((dict,), 'a table of run series names to standard series names ({"loss_metrics/global_avg_loss" = "loss"})'),
     "python": ((str,), "a path to the Python interpreter the run uses"),
     "cwd": ((str,), "a folder, relative to the card"),
+    "parity": ((str,), 'two process labels, "A:B" (trace --modules compares their module calls)'),
 }
 _REQUIRED = ("name", "command")
 
@@ -281,12 +285,22 @@ def load_card(path: str | Path) -> Card:
         rename=check_rename(path, "rename", data.get("rename", {}), _key_line(text, "rename")),
         python=data.get("python"),
         cwd=data.get("cwd"),
+        parity=_parity(data.get("parity"), fail),
     )
 
 
 def as_card(card: Card | str | Path) -> Card:
     """``card`` itself when it is parsed already (a command parses its card once), else the card at that path."""
     return card if isinstance(card, Card) else load_card(card)
+
+
+def _parity(value: str | None, fail: Callable[[str, str], InputError]) -> tuple[str, str] | None:
+    if value is None:
+        return None
+    parts = [part.strip() for part in value.split(":")]
+    if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
+        raise fail("parity", f"must be two different process labels, \"A:B\", got {value!r}")
+    return parts[0], parts[1]
 
 
 def _expand(text: str, values: dict[str, str]) -> str:

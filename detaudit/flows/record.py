@@ -38,7 +38,7 @@ from detaudit.standards.formats import FORMAT_NAMES, comparison_of, load_any, re
 from detaudit.standards.formats import drop_nan_series as drop_nan
 from detaudit.standards.standard import Standard, standard_lock
 from detaudit.standards.store import standard_path, standards_of_card
-from detaudit.trace import MODE_ENV, MODES, run_trace_dir
+from detaudit.trace import MODE_ENV, MODES, PERTURB_ENV, run_trace_dir
 from detaudit.trace.compare import audit_runs
 from detaudit.trace.saved import carries_trace, check_replaceable, save_trace, standard_trace_dir, trace_meta
 
@@ -369,6 +369,8 @@ def build_standard(plan: RunPlan, first: MetricsRun, report: DiffReport, fmt: st
     card = plan.card
     git = git_state(card.path)
     command = list(card.command) + list(plan.extra_args)
+    # --perturb-schedule: the runs agreed under completion orders detaudit varied (trace/perturb.py)
+    schedule = {"schedule": "perturbed"} if any(PERTURB_ENV in spec.overlay for spec in plan.specs) else {}
     # A recorded plan was probed (record() places with a probe), so it names its runner class.
     assert plan.runner_class is not None
     recorded = {
@@ -380,10 +382,14 @@ def build_standard(plan: RunPlan, first: MetricsRun, report: DiffReport, fmt: st
         "command": command,
         "detaudit": __version__,
         "date": _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
+        **schedule,
     }
-    return _standard_of(first, report, fmt, name=card.name, runner=standard_runner(plan.runner_class, plan.environment),
-                        recorded=recorded, commit=git["commit"],
-                        source=f"detaudit record {card.path} ({len(report.runs)} agreeing runs)")
+    standard = _standard_of(first, report, fmt, name=card.name,
+                            runner=standard_runner(plan.runner_class, plan.environment), recorded=recorded,
+                            commit=git["commit"], source=f"detaudit record {card.path} ({len(report.runs)} agreeing runs)")
+    if standard.format == "miles":  # miles' shape has no `recorded`: the schedule goes into its meta
+        standard.meta.update(schedule)
+    return standard
 
 
 def _standard_of(first: MetricsRun, report: DiffReport, fmt: str, *, name: str, runner: dict[str, Any],

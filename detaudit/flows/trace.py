@@ -17,14 +17,17 @@ from detaudit.errors import UsageError
 from detaudit.results import TraceResult, TraceStatus
 from detaudit.run.card_runs import run_card
 from detaudit.run.spec import RunState
-from detaudit.trace import MODES, run_trace_dir
+from detaudit.trace import MODES, PARITY_ENV, run_trace_dir
 from detaudit.trace.compare import (
     compare_traces,
     seed_collisions,
     unseeded_uses,
 )
 from detaudit.trace.files import RunTrace, read_trace
+from detaudit.trace.parity import parity as parity_report
+from detaudit.trace.parity_capture import parity_sides
 from detaudit.trace.saved import check_save_destination, check_saved_card, read_saved, save_trace, trace_meta
+from detaudit.trace.seed_repeats import seed_check
 
 
 def trace_card(
@@ -35,9 +38,13 @@ def trace_card(
     workdir: str | Path | None = None,
     save: str | Path | None = None,
     against: str | Path | None = None,
+    parity: str | None = None,
     on_update: Callable[[list[RunState]], None] | None = None,
 ) -> TraceResult:
-    """Run CARD once with tracing on; summarise it; save it or compare it with a saved one."""
+    """Run CARD once with tracing on; summarise it; save it or compare it with a saved one.
+
+    ``parity`` ("A:B", else the card's ``parity``; modules mode only): compare, within the run,
+    the module calls of the processes labelled A and B (``detaudit.trace.parity``)."""
     card = as_card(card_path)
     saved_meta: dict[str, Any] | None = None
     saved_trace: RunTrace | None = None
@@ -50,9 +57,19 @@ def trace_card(
         raise UsageError(f"unknown trace mode {mode!r} (one of {', '.join(MODES)})")
     if save is not None:
         check_save_destination(Path(save))  # the check save_trace makes, before the run
+    sides = None
+    if parity is not None:
+        sides = parity_sides(parity)
+        if sides is None:
+            raise UsageError(f"--parity {parity!r}: give two different process labels, A:B (e.g. RolloutEngine:TrainActor)")
+        if mode != "modules":
+            raise UsageError("--parity compares module calls: trace with --modules")
+    elif mode == "modules" and card.parity is not None:
+        sides = card.parity
+    hooks = [lambda spec: {PARITY_ENV: ":".join(sides)}] if sides is not None else []
     # Here, unprobed (a trace needs no runner class); the work dir is kept: the trace is what this command is for.
     plan = run_card(card, 1, workdir=workdir, extra_args=extra_args, trace=mode, label="trace", probe=False,
-                    on_update=on_update)
+                    env_hooks=hooks, on_update=on_update)
     spec, state = plan.specs[0], plan.states[0]
     trace_dir = run_trace_dir(spec.workdir)
     result = TraceResult(TraceStatus.OK if state.ok else TraceStatus.RUN_FAILED, mode, state, trace_dir)
@@ -62,6 +79,9 @@ def trace_card(
     result.trace = run
     result.unseeded = unseeded_uses(run)
     result.collisions = seed_collisions(run)
+    result.seeds = seed_check(run)
+    if sides is not None:
+        result.parity = parity_report(run, sides)
     if saved_trace is not None:
         result.against = Path(against)  # type: ignore[arg-type]
         result.comparison = compare_traces(saved_trace, run, labels=(f"saved {against}", "this run"))

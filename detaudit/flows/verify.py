@@ -193,10 +193,12 @@ def verify(
             current = info if info is not None else detect_environment()
             result.package_changes = package_differences(std.runner, current)
             result.provenance = provenance_differences(std.runner, current) + result.package_changes
-    if result.package_changes:
-        result.bit_packages = bit_packages(result.package_changes, card_imports(card) if card is not None else set())[0]
+    elif result.trace is not None and result.trace.seeds is not None and not result.trace.seeds.ok:
+        result.status = VerifyStatus.FAILED  # the bits match, but samples of one step were seeded alike
     elif approximate is not None:
         result.status = VerifyStatus.APPROXIMATE  # never "passed": this class was not held to the exact standard
+    if result.package_changes:  # (after the status: which packages can change bits is a note, never a verdict)
+        result.bit_packages = bit_packages(result.package_changes, card_imports(card) if card is not None else set())[0]
     if plan is not None:
         # --trace: keep the trace; a trace taken only because the standard carries one goes on a pass
         result.workdir_removed = finish(plan, passed=result.ok and not explicit_trace)

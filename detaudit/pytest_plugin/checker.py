@@ -268,8 +268,8 @@ class DetauditChecker:
             if more:
                 shutil.rmtree(more[0].parent.parent, ignore_errors=True)
         if not result.ok:
-            from detaudit.render.escapes import one_line as visible
             from detaudit.render.diff import divergence_line
+            from detaudit.render.escapes import one_line as visible
 
             report = result.report
             lines = [f"detaudit: {len(files)} runs of {self.item.nodeid} do not agree ({result.status}); "
@@ -332,8 +332,8 @@ def one_line_failures() -> Iterator[None]:
 
 
 def failure_text(result: Any, standard: str) -> str:
-    from detaudit.render.escapes import one_line as visible
     from detaudit.render.diff import divergence_line
+    from detaudit.render.escapes import one_line as visible
     from detaudit.render.suite import status_detail
     from detaudit.results import VerifyStatus
 

@@ -88,7 +88,7 @@ def print_standard_summary(standard: Standard, console: Console) -> None:
     rec = info["recorded"]
     if rec:
         console.print("recorded: " + escape(", ".join(
-            f"{k} {rec[k]}" for k in ("runs", "agreeing", "commit", "dirty", "date", "detaudit") if k in rec)))
+            f"{k} {rec[k]}" for k in ("runs", "agreeing", "commit", "dirty", "date", "detaudit", "schedule") if k in rec)))
     if info["excluded"]:
         console.print(f"excluded ({len(info['excluded'])}): " + escape(names_text(info["excluded"])))
     if info["dropped"]:

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from detaudit.render.arrival import arrival_difference_line, arrival_json
+from detaudit.render.parity import parity_json, parity_lines
+from detaudit.render.seed_repeats import check_json, check_lines
 from detaudit.trace.compare import (
     Collision,
     DrawDifference,
@@ -17,6 +20,8 @@ from detaudit.trace.compare import (
     UnseededUse,
 )
 from detaudit.trace.files import RunTrace
+from detaudit.trace.parity import ParityReport
+from detaudit.trace.seed_repeats import SeedCheck
 
 GENERATOR_WORDS = {"torch.cpu": "a global torch generator", "numpy": "numpy's global RandomState",
                    "random": "Python's global random"}
@@ -111,6 +116,8 @@ def process_line(p: ProcessComparison, labels: tuple[str, str]) -> str:
                                                                          named=False))
     if p.op is not None:
         parts.append("first differing op: " + op_difference_line(p.op, labels, named=False))
+    if p.arrival is not None:
+        parts.append("first differing arrival order: " + arrival_difference_line(p.arrival, labels, named=False))
     if not parts:
         parts.append("all agree")
     if p.library_draw is not None:
@@ -129,6 +136,9 @@ def comparison_lines(cmp: TraceComparison) -> list[str]:
         lines.append("first differing module: " + module_difference_line(cmp.module, cmp.labels, op_found))
     if cmp.op is not None:
         lines.append("first differing op: " + op_difference_line(cmp.op, cmp.labels))
+    if cmp.arrival is not None:
+        more = f" (+{cmp.arrival_differences - 1} more processes differ)" if cmp.arrival_differences > 1 else ""
+        lines.append("first differing arrival order: " + arrival_difference_line(cmp.arrival, cmp.labels) + more)
     if cmp.library_draw is not None:
         lines.append("draws inside library code differ (not the recipe's own; shown apart): "
                      + draw_difference_line(cmp.library_draw, cmp.labels))
@@ -138,7 +148,7 @@ def comparison_lines(cmp: TraceComparison) -> list[str]:
         lines.append(f"trace incomplete: {text}")
     if cmp.identical:
         lines.insert(0, f"traces identical ({cmp.labels[0]} vs {cmp.labels[1]}): every process wrote a complete ledger "
-                        "and every recorded draw, module call and op of the recipe matches")
+                        "and every recorded draw, module call, op and arrival order of the recipe matches")
     elif len(cmp.processes) > 1:
         lines.append(f"per process ({cmp.labels[0]} vs {cmp.labels[1]}):")
         lines += ["  " + process_line(p, cmp.labels) for p in cmp.processes]
@@ -151,6 +161,7 @@ def _process_json(p: ProcessComparison, labels: tuple[str, str]) -> dict[str, An
             "first_module": _module_json(p.module, labels, p.op is not None) if p.module is not None else None,
             "first_op": _op_json(p.op, labels) if p.op is not None else None,
             "library_draw": _draw_json(p.library_draw, labels) if p.library_draw is not None else None,
+            "first_arrival": arrival_json(p.arrival, labels) if p.arrival is not None else None,
             "summary": process_line(p, labels)}
 
 
@@ -180,7 +191,9 @@ def comparison_json(cmp: TraceComparison) -> dict[str, Any]:
             "first_module": _module_json(cmp.module, cmp.labels, op_found) if cmp.module is not None else None,
             "first_op": _op_json(cmp.op, cmp.labels) if cmp.op is not None else None,
             "library_draw": _draw_json(cmp.library_draw, cmp.labels) if cmp.library_draw is not None else None,
+            "first_arrival": arrival_json(cmp.arrival, cmp.labels) if cmp.arrival is not None else None,
             "processes_with_draw_differences": cmp.draw_differences,
+            "processes_with_arrival_differences": cmp.arrival_differences,
             "processes_with_module_differences": cmp.module_differences,
             "processes_with_op_differences": cmp.op_differences,
             "processes": [_process_json(p, cmp.labels) for p in cmp.processes],
@@ -241,7 +254,8 @@ def _silent_count(run: RunTrace) -> int:
 
 
 def trace_json(run: RunTrace, uses: list[UnseededUse], collisions: list[Collision],
-               comparison: TraceComparison | None = None) -> dict[str, Any]:
+               comparison: TraceComparison | None = None, seeds: SeedCheck | None = None,
+               parity: ParityReport | None = None) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "trace": str(run.path),
         "mode": run.mode,
@@ -258,11 +272,15 @@ def trace_json(run: RunTrace, uses: list[UnseededUse], collisions: list[Collisio
     }
     if comparison is not None:
         doc["comparison"] = comparison_json(comparison)
+    doc["seeds"] = check_json(seeds) if seeds is not None else None
+    doc["parity"] = parity_json(parity) if parity is not None else None
     return doc
 
 
-def print_summary(console: Any, run: RunTrace, uses: list[UnseededUse], collisions: list[Collision]) -> None:
-    """The per-process table of ``detaudit trace``, then unseeded draws and collisions."""
+def print_summary(console: Any, run: RunTrace, uses: list[UnseededUse], collisions: list[Collision],
+                  seeds: SeedCheck | None = None, parity: ParityReport | None = None) -> None:
+    """The per-process table of ``detaudit trace``, then unseeded draws, collisions, seeds
+    repeated within a step and (``--parity``) the two processes compared."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -284,6 +302,8 @@ def print_summary(console: Any, run: RunTrace, uses: list[UnseededUse], collisio
         console.print(no_unseeded_line(bool(uses), not run.problems))
     for c in collisions:
         console.print("[yellow]warning: " + escape(collision_line(c)) + "[/yellow]")
+    for style, line in (check_lines(seeds) if seeds is not None else []) + (parity_lines(parity) if parity else []):
+        console.print(f"[{style}]" + escape(line) + f"[/{style}]")
     for problem in run.problems:
         console.print("[red]trace incomplete: " + escape(problem) + "[/red]")
 
@@ -315,6 +335,8 @@ def runs_trace_lines(report: RunsTraceReport) -> list[tuple[str, str]]:
         out.append(("green" if report.first_complete else "yellow",
                     no_unseeded_line(bool(report.unseeded), report.first_complete)))
     out += [("yellow", "warning: " + collision_line(c)) for c in report.collisions]
+    if report.seeds is not None:
+        out += check_lines(report.seeds)
     out += [("red", "trace incomplete: " + text) for text in report.missing + report.incomplete]
     return out
 
@@ -329,6 +351,7 @@ def runs_trace_json(report: RunsTraceReport) -> dict[str, Any]:
                         "first": c.first.to_json(), "summary": collision_line(c)} for c in report.collisions],
         "missing": report.missing,
         "incomplete": report.incomplete,
+        "seeds": check_json(report.seeds) if report.seeds is not None else None,
     }
 
 

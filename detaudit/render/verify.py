@@ -121,7 +121,12 @@ def print_verify(result: VerifyResult, *, out: Console, err: Console) -> None:
                       "version(s) differ from the standard's: " + escape(package_summary(result)) + "[/yellow]")
         print_workdir_note(err, result.workdir, result.workdir_removed, True)
         return
-    out.print(f"[red]{PREFIX} FAILED: {len(result.failures)} of {result.compared} metric series differ from {path}[/red]")
+    if not result.failures:  # failed on the trace: seeds repeated within a step
+        out.print(f"[red]{PREFIX} FAILED: the {result.compared} metric series match {path}, but the trace found "
+                  "samples of one step seeded alike:[/red]")
+    else:
+        out.print(f"[red]{PREFIX} FAILED: {len(result.failures)} of {result.compared} metric series differ from "
+                  f"{path}[/red]")
     for name, d in result.failures:
         out.print("  " + escape(divergence_line(name, d)))
     print_selection(result, out)

@@ -195,6 +195,7 @@ class FileFacts:
         self._unparsed: dict[int, str] = {}  # id(an if's test) -> its text
         self._shared_guards: dict[int, tuple[_Ctx, list[str]]] = {}  # id(ctx) -> (ctx, its guard texts)
         self._stmt: ast.stmt | None = None
+        self._scopes: dict[str, ast.AST] = {}  # function -> its definition (the module: its tree), for CallSite.scope
         self._handlers: dict[type[ast.AST], Callable[[Any, _Ctx], None]] = {
             ast.FunctionDef: self._def, ast.AsyncFunctionDef: self._def, ast.ClassDef: self._class,
             ast.If: self._if, ast.For: self._loop, ast.AsyncFor: self._loop, ast.While: self._loop,
@@ -217,6 +218,7 @@ class FileFacts:
             elif isinstance(node, (ast.For, ast.While, ast.With)) or (
                     isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)):
                 self.script = True  # work done at the top level of the file
+        self._scopes[MODULE_BODY] = tree
         self.body(tree.body, _Ctx(MODULE_BODY, None, ()))
         return self
 
@@ -404,6 +406,7 @@ class FileFacts:
             qual = f"{ctx.function}.{node.name}"
         cls = ctx.cls if in_class else None
         self._function(qual, cls, node.lineno)
+        self._scopes[qual] = node
         if ctx.function == MAIN_BLOCK:
             self.functions[qual]["in_main"] = True  # defined by the `__main__` block (outside.py)
         if cls is not None:
@@ -977,7 +980,8 @@ class FileFacts:
 
     def _site(self, call: ast.Call, resolved: str | None, attr: str | None, ctx: _Ctx,
               function: dict[str, Any]) -> CallSite:
-        return CallSite(call, resolved, attr, lambda node: self.entropy_of(node, ctx), function.get("none_params", {}))
+        return CallSite(call, resolved, attr, lambda node: self.entropy_of(node, ctx), function.get("none_params", {}),
+                        self._scopes.get(ctx.function))
 
     def _source_of(self, node: ast.expr) -> str:
         """The node's code as written (its first line when it spans several), at most 120 characters."""

@@ -13,6 +13,9 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from detaudit.scan.completion_order import CALLEES as COMPLETION_ORDER_CALLEES
+from detaudit.scan.completion_order import batch_reached
+
 
 class CallSite:
     """What a rule sees of one call: the callee's qualified name, the called attribute, the arguments.
@@ -20,17 +23,20 @@ class CallSite:
     ``entropy_of`` (given by the file walker) names the per-run source of an argument's value
     (``time.time`` for ``int(time.time())`` or for a local set from it), or returns None.
     ``none_params``: the enclosing function's parameters that default to None.
+    ``scope``: the function definition (or module) the call is in.
     """
 
-    __slots__ = ("_entropy_of", "_none_params", "attr", "name", "node")
+    __slots__ = ("_entropy_of", "_none_params", "attr", "name", "node", "scope")
 
     def __init__(self, node: ast.Call, name: str | None, attr: str | None,
-                 entropy_of: Callable[[ast.expr], str | None], none_params: dict[str, int]) -> None:
+                 entropy_of: Callable[[ast.expr], str | None], none_params: dict[str, int],
+                 scope: ast.AST | None = None) -> None:
         self.node = node
         self.name = name
         self.attr = attr
         self._entropy_of = entropy_of
         self._none_params = none_params
+        self.scope = scope  # the function (or module) the call is in, for rules that follow its results
 
     @property
     def last(self) -> str:
@@ -310,6 +316,16 @@ def _stdlib_unseeded(site: CallSite) -> str | None:
     return "random.Random() without a seed takes OS entropy"
 
 
+def _completion_order_batch(site: CallSite) -> str | None:
+    if site.name is None:
+        return None
+    reached = batch_reached(site.node, site.name, site.scope)
+    if reached is None:
+        return None
+    return (f"{site.name} hands results back as their work completes, and they reach {reached[0]} (line "
+            f"{reached[1]}): the batch's order follows which work finished first")
+
+
 def _entropy_seed(site: CallSite) -> str | None:
     if site.name in RESEED_FROM_ENTROPY:
         return f"{site.name}() reseeds from a value that differs per run"
@@ -396,6 +412,18 @@ RULE_LIST: tuple[Rule, ...] = (
          "Seed from the run's configured seed (plus a fixed rank or worker offset).",
          "torch.manual_seed(int(time.time()))",
          find=_entropy_seed, callees=SEED_TAKERS | RESEED_FROM_ENTROPY, methods=frozenset({"manual_seed", "seed"})),
+    Rule("DA401", "", "results gathered in completion order (ray.wait, as_completed, wait(FIRST_COMPLETED)) reach "
+         "a batch",
+         "ray.wait, as_completed and wait(return_when=FIRST_COMPLETED) hand results back as their work "
+         "finishes, and which work finishes first depends on the machine's load, not on the code: a batch "
+         "built from them (torch.cat, torch.stack, np.concatenate) holds its samples in another order from run "
+         "to run, and every sum over it (a loss, a mean reward) rounds differently. Two runs on a quiet machine "
+         "usually finish in the same order, so it reproduces until the load changes; `detaudit record "
+         "--perturb-schedule --trace` makes the order change and names the gather.",
+         "Batch the results in the order the work was submitted: ray.get(refs) or [f.result() for f in futures], "
+         "or keep each result's submission index and put it back in place before batching.",
+         "ready, pending = ray.wait(pending); outs += ray.get(ready); batch = torch.cat(outs)",
+         find=_completion_order_batch, callees=COMPLETION_ORDER_CALLEES),
 )
 RULE_BY_CODE: dict[str, Rule] = {r.code: r for r in RULE_LIST}
 RULES: dict[str, str] = {r.code: r.summary for r in RULE_LIST}

@@ -46,6 +46,7 @@ _RELEVANT_WORDS = (
     b"__main__", b"Process(", b"spawn", b"start_processes", b"worker_init_fn", b"worker_process_setup_hook",
     b"import_module", b"locate", b"hydra", b"generator", b"latents", b"shuffle", b"Sampler", b"absl", b"Fire(",
     b"click", b"typer", b"notebook_launcher", b"fixture", b"determinism",
+    b"as_completed", b"FIRST_",  # DA401's gathers (ray.wait holds "ray")
 )
 # Dotted-path string literals in a file that is not parsed: candidates of dynamic dispatch.
 _QUOTED_DOTTED = re.compile(rb"""["']([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?::[A-Za-z_][A-Za-z0-9_.]*)?)["']""")

@@ -1,15 +1,19 @@
 """Runtime tracing of a recipe's processes: every draw from a process-global RNG, and
 (opt-in) a fingerprint of every ``nn.Module`` call, one JSONL file per process.
 
-Off unless a run's environment carries ``DETAUDIT_TRACE``: then the ``sitecustomize`` in
+Off unless a run's environment carries ``DETAUDIT_TRACE`` (or ``DETAUDIT_PERTURB``, for
+``--perturb-schedule``: ``perturb.py``): then the ``sitecustomize`` in
 ``detaudit/trace/site`` (put first on the run's ``PYTHONPATH`` by :func:`trace_env`) runs
 :func:`detaudit.trace.bootstrap.install` in every Python process the run starts (the main
 process, Ray workers, multiprocessing children, DataLoader workers), with no change to the
 recipe. Without the variable nothing here is imported and nothing is patched.
 
-Layers: ``bootstrap``/``recorder``/``ledger``/``children``/``modules``/``ops`` run inside
-recipe processes and import nothing heavy at start-up; ``files`` reads trace dirs;
-``compare`` returns data; ``detaudit.render.trace`` turns it into English and JSON.
+Layers: inside recipe processes, importing nothing heavy at start-up: ``bootstrap`` (and the
+``recorder`` with ``sites``, ``identity``, ``imports``, ``notes``), the hooks ``ledger`` (draws),
+``children``, ``modules``, ``ops``, ``arrival`` (arrival order), ``seeds`` (seed values),
+``parity_capture`` (module outputs), ``ray_tasks``, with ``frames``; and ``perturb`` (the
+schedule). In the tool: ``files`` reads trace dirs; ``compare``, ``arrival_order``,
+``seed_repeats`` and ``parity`` return data; ``detaudit.render`` turns it into English and JSON.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ KEEP_ENV = "DETAUDIT_TRACE_KEEP"       # full records per call site before the h
 MAIN_ENV = "DETAUDIT_TRACE_MAIN_PID"   # set by the first traced process; children inherit it
 CARD_ENV = "DETAUDIT_TRACE_CARD"       # the card's name: every ledger says which card it traced
 OPS_ENV = "DETAUDIT_TRACE_OPS"         # "0": modules mode without the torch-op fingerprints
+PARITY_ENV = "DETAUDIT_TRACE_PARITY"   # "A:B": keep the module outputs of processes A and B (parity.py)
+PERTURB_ENV = "DETAUDIT_PERTURB"       # the run's schedule number: completions are delayed (perturb.py)
 MODES = ("rng", "modules")
 DEFAULT_KEEP = 16
 MAX_KEEP = 1 << 20
@@ -61,6 +67,15 @@ def trace_variables(mode: str, trace_dir: Path, keep: int | None = None,
     if card is not None:
         out[CARD_ENV] = card
     return out
+
+
+def perturb_hook(first: int = 1) -> Callable[[Any], dict[str, str]]:
+    """An ``env_hooks`` entry: run ``N`` (0-based index) gets schedule number ``first + N``, and the
+    site hook that delays its completions (``perturb.py``)."""
+    def hook(spec: Any) -> dict[str, str]:
+        return {PERTURB_ENV: str(first + spec.index), "PYTHONPATH": str(SITE_DIR)}
+
+    return hook
 
 
 def trace_hook(mode: str, keep: int | None = None, card: str | None = None) -> Callable[[Any], dict[str, str]]:

@@ -21,7 +21,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from detaudit.trace.recorder import PostImportFinder, Recorder
+from detaudit.trace.imports import PostImportFinder
+from detaudit.trace.recorder import Recorder
 
 _PYTHON_NAME = re.compile(r"python[0-9.]*[a-z]?(\.exe)?$")
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from detaudit.trace.arrival_order import ArrivalDifference, first_arrival_difference
 from detaudit.trace.files import (
     Chain,
     Draw,
@@ -34,6 +35,7 @@ from detaudit.trace.files import (
     RunTrace,
     read_trace,
 )
+from detaudit.trace.seed_repeats import SeedCheck, seed_check
 
 
 @dataclass
@@ -127,10 +129,11 @@ class ProcessComparison:
     library_draw: DrawDifference | None = None  # draws inside library internals
     module: ModuleDifference | None = None
     op: OpDifference | None = None
+    arrival: ArrivalDifference | None = None  # results gathered in completion order (arrival_order.py)
 
     @property
     def agree(self) -> bool:
-        return self.draw is None and self.module is None and self.op is None
+        return self.draw is None and self.module is None and self.op is None and self.arrival is None
 
 
 @dataclass
@@ -140,6 +143,8 @@ class TraceComparison:
     module: ModuleDifference | None = None
     op: OpDifference | None = None
     library_draw: DrawDifference | None = None
+    arrival: ArrivalDifference | None = None
+    arrival_differences: int = 0
     draw_differences: int = 0     # matched process pairs whose draws differ
     module_differences: int = 0
     op_differences: int = 0
@@ -149,8 +154,8 @@ class TraceComparison:
 
     @property
     def identical(self) -> bool:
-        return (self.draw is None and self.module is None and self.op is None and not self.unmatched
-                and not self.incomplete)
+        return (self.draw is None and self.module is None and self.op is None and self.arrival is None
+                and not self.unmatched and not self.incomplete)
 
 
 @dataclass
@@ -330,7 +335,7 @@ def compare_traces(a: RunTrace, b: RunTrace, labels: tuple[str, str] = ("run 1",
     result = TraceComparison(labels, unmatched=unmatched, incomplete=incomplete)
     for x, y in pairs:
         pc = ProcessComparison(x.display, (x.pid, y.pid), first_draw_difference(x, y),
-                               first_draw_difference(x, y, library=True))
+                               first_draw_difference(x, y, library=True), arrival=first_arrival_difference(x, y))
         if same_mode:
             pc.module, pc.op = first_module_difference(x, y), first_op_difference(x, y)
         result.processes.append(pc)
@@ -343,6 +348,9 @@ def compare_traces(a: RunTrace, b: RunTrace, labels: tuple[str, str] = ("run 1",
     result.library_draw = min(library, key=lambda d: d.rank, default=None)
     result.module = min(modules, key=lambda m: m.rank, default=None)
     result.op = min(ops, key=lambda o: o.rank, default=None)
+    arrivals = [p.arrival for p in result.processes if p.arrival is not None]
+    result.arrival_differences = len(arrivals)
+    result.arrival = min(arrivals, key=lambda d: d.gather.get("t") or 0.0, default=None)  # the earliest, by clock
     return result
 
 
@@ -405,6 +413,7 @@ class RunsTraceReport:
     # The traces as read (by run index) and the reference: reports draw from these, never read again.
     traces: dict[int, RunTrace] = field(default_factory=dict, repr=False)
     reference: RunTrace | None = field(default=None, repr=False)
+    seeds: SeedCheck | None = None  # seeds repeated within a step, in the first run (seed_repeats.py)
 
 
 def audit_runs(trace_dirs: list[Path], reference: RunTrace | None = None,
@@ -423,7 +432,7 @@ def audit_runs(trace_dirs: list[Path], reference: RunTrace | None = None,
     if reference is not None:
         return RunsTraceReport(compare_traces(reference, first, labels=reference_labels),
                                unseeded_uses(first), seed_collisions(first), missing, first_complete=complete,
-                               traces={first_index: first}, reference=reference)
+                               traces={first_index: first}, reference=reference, seeds=seed_check(first))
     comparison = None
     traces = {first_index: first}
     for i, directory in present[1:]:
@@ -432,4 +441,5 @@ def audit_runs(trace_dirs: list[Path], reference: RunTrace | None = None,
         if not comparison.identical:
             break
     own = [] if comparison is not None else [f"run {first_index + 1}: {text}" for text in first.problems]
-    return RunsTraceReport(comparison, unseeded_uses(first), seed_collisions(first), missing, own, complete, traces)
+    return RunsTraceReport(comparison, unseeded_uses(first), seed_collisions(first), missing, own, complete, traces,
+                           seeds=seed_check(first))

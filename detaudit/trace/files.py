@@ -144,6 +144,11 @@ class ProcessTrace:
     op_chains: dict[tuple[str, str], Chain] = field(default_factory=dict)
     spawns: list[Spawn] = field(default_factory=list)
     execs: list[Spawn] = field(default_factory=list)
+    # Read and compared by arrival_order.py and seed_repeats.py: the records as written.
+    arrivals: list[dict[str, Any]] = field(default_factory=list)
+    arrival_chains: dict[str, Chain] = field(default_factory=dict)
+    seed_values: list[dict[str, Any]] = field(default_factory=list)
+    seed_groups: list[dict[str, Any]] = field(default_factory=list)
     mode: str | None = None     # from the start record; None: the ledger has none
     card: str | None = None
     keep: int | None = None
@@ -167,7 +172,7 @@ class ProcessTrace:
     def silent(self) -> bool:
         """Nothing to compare: no draw, seed, module call or op (an idle Ray worker)."""
         return not (self.draws or self.seeds or self.chains or self.modules or self.module_chains or self.ops
-                    or self.op_chains)
+                    or self.op_chains or self.arrivals or self.arrival_chains or self.seed_values)
 
     @property
     def started(self) -> bool:
@@ -250,6 +255,7 @@ def completeness_problems(run: RunTrace) -> list[str]:
 # --- reading --------------------------------------------------------------------------------------
 
 _INT, _STR, _BOOL, _NUM, _STRS = "a whole number", "a string", "true or false", "a number", "a list of strings"
+_GROUPS = "a list of lists of strings or whole numbers"
 _OPT = "?"  # suffix: may be absent or null
 RECORDS: dict[str, dict[str, str]] = {
     "start": {"pid": _INT, "ppid": _INT, "mode": _STR, "card": _STR + _OPT, "keep": _INT, "argv": _STRS},
@@ -268,9 +274,15 @@ RECORDS: dict[str, dict[str, str]] = {
     "exec": {"seq": _INT, "argv": _STRS, "python": _BOOL},
     "exec_failed": {"seq": _INT},
     "end": {"pid": _INT, "seq": _INT},
+    "arrival": {"seq": _INT, "api": _STR, "site": _STR, "n": _INT, "order": _GROUPS, "caller": _STR, "items": _INT,
+                "complete": _BOOL, "stable": _BOOL, "t": _NUM + _OPT},
+    "seed_value": {"seq": _INT, "api": _STR, "site": _STR, "value": _STR, "t": _NUM + _OPT},
+    "seed_group": {"seq": _INT, "api": _STR, "site": _STR, "step": _STR, "call": _INT, "seeds": _INT, "distinct": _INT,
+                   "repeated": _GROUPS, "repeated_values": _INT, "overflow": _BOOL, "t": _NUM + _OPT},
     "skip": {"pid": _INT, "why": _STR, "argv": _STRS},
 }
-CHAIN_KEYS = {"draw": ("gen", "op", "site"), "module": ("name",), "op": ("name", "at")}
+CHAIN_KEYS = {"draw": ("gen", "op", "site"), "module": ("name",), "op": ("name", "at"), "arrival": ("site",),
+              "seed_value": ("site",)}
 
 
 def _check(value: Any, kind: str) -> bool:
@@ -282,6 +294,8 @@ def _check(value: Any, kind: str) -> bool:
         return type(value) is bool
     if kind == _NUM:
         return type(value) in (int, float) and math.isfinite(value)
+    if kind == _GROUPS:
+        return type(value) is list and all(type(g) is list and all(type(v) in (str, int) for v in g) for g in value)
     return type(value) is list and all(type(v) is str for v in value)
 
 
@@ -396,11 +410,21 @@ def _apply(proc: ProcessTrace, rec: dict[str, Any], number: int) -> str:
             chain = proc.chains.setdefault((rec["gen"], rec["op"], rec["site"]), Chain())
         elif rec["kind"] == "op":
             chain = proc.op_chains.setdefault((rec["name"], rec["at"]), Chain())
+        elif rec["kind"] == "arrival":
+            chain = proc.arrival_chains.setdefault(rec["site"], Chain())
+        elif rec["kind"] == "seed_value":  # seeds beyond the kept ones: their steps are in seed_group records
+            chain = Chain()
         else:
             chain = proc.module_chains.setdefault(rec["name"], Chain())
         chain.points[rec["count"]] = rec["chain"]
         if rec.get("final"):
             chain.final = rec["count"]
+    elif kind == "arrival":
+        proc.arrivals.append(rec)
+    elif kind == "seed_value":
+        proc.seed_values.append(rec)
+    elif kind == "seed_group":
+        proc.seed_groups.append(rec)
     elif kind == "spawn":
         proc.spawns.append(Spawn(rec["child"], rec["argv"], rec["via"], rec["python"]))
     elif kind == "exec":

@@ -21,7 +21,8 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
-from detaudit.trace.recorder import PostImportFinder, Recorder
+from detaudit.trace.imports import PostImportFinder
+from detaudit.trace.recorder import Recorder
 
 TORCH_FUNCTIONS = ("rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "normal",
                    "bernoulli", "multinomial", "poisson", "binomial", "_standard_gamma", "_sample_dirichlet")

@@ -17,6 +17,7 @@ import weakref
 from typing import Any
 
 from detaudit.trace.fingerprint import fingerprinter
+from detaudit.trace.parity_capture import capturer
 from detaudit.trace.recorder import Recorder
 
 _DEPTH = threading.local()
@@ -32,6 +33,7 @@ def install(rec: Recorder, torch: Any) -> None:
 
     names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
     fingerprint = fingerprinter(torch)
+    capture = capturer(rec, torch)  # --parity: the outputs of the two processes it names
 
     def pre_hook(module: Any, args: Any) -> None:
         _DEPTH.n = module_depth() + 1
@@ -50,7 +52,8 @@ def install(rec: Recorder, torch: Any) -> None:
             return
         name = names.get(module) or type(module).__name__
         try:
-            rec.module(name, type(module).__name__, fingerprint(args, kwargs), fingerprint(output))
+            rec.module(name, type(module).__name__, fingerprint(args, kwargs), fingerprint(output),
+                       capture(output) if capture is not None else None)
         except Exception as exc:  # an exotic tensor: say so rather than guess
             rec.module(name, type(module).__name__, "?", f"unhashable: {type(exc).__name__}")
 

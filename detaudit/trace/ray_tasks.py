@@ -6,19 +6,22 @@ records, and the compare says so.
 
 Hooked: ``FunctionActorManager.get_execution_info`` (what the worker runs for a task or an actor
 method): the function it returns is wrapped to enter the op tracer in the task's thread
-(``ops.enter_this_thread``) and to call ``Recorder.flush`` when it returns or raises.
+(``ops.enter_this_thread``), to hold its result back under ``--perturb-schedule``
+(``perturb.hold``), and to call ``Recorder.flush`` when it returns or raises.
 Async and generator functions (async actors, streaming tasks) are left as they are: their
-ledgers end at exit only.
+ledgers end at exit only, and their completions are not delayed.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import time
 from collections.abc import Callable
 from typing import Any
 
 from detaudit.trace.ops import enter_this_thread
+from detaudit.trace.perturb import hold
 from detaudit.trace.recorder import Recorder
 
 
@@ -29,7 +32,9 @@ def _plain(fn: Callable[..., Any]) -> bool:
                 or inspect.isgeneratorfunction(target))
 
 
-def install(rec: Recorder, function_manager: Any) -> None:
+def install(rec: Recorder | None, function_manager: Any, run: int | None = None) -> None:
+    """Wrap what this worker runs: ``rec`` (tracing on) ends its ledger after each call, ``run``
+    (``--perturb-schedule``) holds each result back."""
     manager = function_manager.FunctionActorManager
     original = manager.get_execution_info
     if getattr(original, "__detaudit_traced__", False):
@@ -44,10 +49,15 @@ def install(rec: Recorder, function_manager: Any) -> None:
         @functools.wraps(fn)
         def task(*args: Any, **kwargs: Any) -> Any:
             enter_this_thread()  # --trace modules: this thread's torch ops, whichever thread imported torch
+            started = time.monotonic()
             try:
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
+                if run is not None:
+                    hold(run, fn, args, kwargs, started)
+                return result
             finally:
-                rec.flush()
+                if rec is not None:
+                    rec.flush()
 
         for name in ("name", "method"):  # what Ray's executor reads off an actor method executor
             if hasattr(fn, name):

@@ -1,7 +1,5 @@
-"""Inside every process of a traced run: who this process is, where a draw was called from,
-and the per-process JSONL file (``Recorder``) that the ledger and module hooks write to; the
-post-import hook (``PostImportFinder``) that lets them patch torch and numpy only once the
-program imports them.
+"""Inside every process of a traced run: the per-process JSONL file (``Recorder``) that the
+ledger, module, arrival and seed hooks write to.
 
 One file per process, ``<trace dir>/<process>.<pid>.jsonl``. Lines:
 ``{"type": "process", ...}`` (who: kind, label, Ray actor class and name, pid; repeated when
@@ -10,26 +8,29 @@ set, and where), ``{"type": "draw", ...}`` (the first ``keep`` draws of each cal
 ``{"type": "chain", ...}`` (beyond those: a count and a hash chain, rewritten as the count
 doubles and at exit), ``{"type": "module", ...}`` / ``{"type": "op", ...}`` and their chains in
 modules mode, ``{"type": "spawn", ...}`` (a process this one started, by pid) and
-``{"type": "exec", ...}``. The first line is ``{"type": "start", ...}`` (mode, card, kept
-records per site), the last ``{"type": "end", ...}``: a ledger without it is incomplete.
+``{"type": "exec", ...}``; the kinds that other modules add through ``Recorder.record``
+(``arrival``: ``arrival.py``, ``seed_value``: ``seeds.py``). The first line is
+``{"type": "start", ...}`` (mode, card, kept records per site), the last ``{"type": "end", ...}``:
+a ledger without it is incomplete.
+
+Who the process is lives in ``identity.py``, where a call was made in ``sites.py``, the
+post-import hook in ``imports.py``, notes beside the ledgers in ``notes.py``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.abc
-import importlib.machinery
 import json
 import os
 import sys
-import sysconfig
 import threading
 import time
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
-from detaudit.trace import DIR_ENV
+from detaudit.trace.identity import identify, short_argv, slug
+from detaudit.trace.notes import note_failure
+from detaudit.trace.sites import CallSites
 
 _RECORDER: Recorder | None = None
 
@@ -44,204 +45,7 @@ def set_recorder(rec: Recorder) -> None:
     _RECORDER = rec
 
 
-# --- call sites ------------------------------------------------------------------------------
-
-def _library_roots() -> tuple[str, ...]:
-    roots = set()
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        path = sysconfig.get_paths().get(key)
-        if path:
-            roots.add(os.path.realpath(path) + os.sep)
-    for path in sys.path:
-        if path and os.path.basename(path.rstrip(os.sep)) in ("site-packages", "dist-packages"):
-            roots.add(os.path.realpath(path) + os.sep)
-    for path in sys.path:
-        real = os.path.realpath(path or os.curdir) + os.sep
-        if not real.startswith(tuple(roots)):
-            roots.update(_installed_into(real))
-    roots.add(os.path.dirname(os.path.realpath(__file__)) + os.sep)  # the tracer itself
-    return tuple(sorted(roots))
-
-
-def _installed_into(folder: str) -> set[str]:
-    """The packages and modules an installer put into a folder on ``sys.path`` other than
-    site-packages (``pip install --target DIR``, then ``PYTHONPATH=DIR``): what each ``*.dist-info``
-    there lists in its RECORD (an editable install's RECORD lists its path hook, not the code)."""
-    out: set[str] = set()
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError:
-        return out
-    for name in names:
-        if not name.endswith(".dist-info"):
-            continue
-        info = os.path.join(folder, name)
-        try:
-            with open(os.path.join(info, "RECORD"), encoding="utf-8") as fh:
-                lines = fh.read().splitlines()
-        except OSError:
-            continue
-        for line in lines:
-            head, slash, _ = line.split(",", 1)[0].partition("/")  # a package folder, or a module file
-            if head and not head.startswith("..") and head != "__pycache__" \
-                    and not head.endswith((".dist-info", ".data")):
-                out.add(folder + head + (os.sep if slash else ""))
-    return out
-
-
-class CallSites:
-    """``file:line function`` of the first frame outside the libraries (torch, numpy,
-    random, the standard library, site-packages); paths relative to their ``sys.path`` entry
-    so that the same code gives the same site on every machine."""
-
-    def __init__(self) -> None:
-        self.roots = _library_roots()
-        self._is_lib: dict[str, bool] = {}
-        self._short: dict[str, str] = {}
-
-    def is_library(self, filename: str) -> bool:
-        known = self._is_lib.get(filename)
-        if known is None:
-            if filename.startswith("<"):
-                known = filename.startswith("<frozen")
-            else:
-                real = os.path.realpath(filename)
-                known = real.startswith(self.roots)
-            self._is_lib[filename] = known
-        return known
-
-    def short(self, filename: str) -> str:
-        known = self._short.get(filename)
-        if known is None:
-            real = os.path.realpath(filename) if not filename.startswith("<") else filename
-            best = ""
-            for entry in sys.path:
-                base = os.path.realpath(entry or os.curdir) + os.sep
-                if real.startswith(base) and len(base) > len(best):
-                    best = base
-            known = real[len(best):] if best else real
-            self._short[filename] = known
-        return known
-
-    def where(self, frame: FrameType) -> str:
-        """``file:line function`` of a frame. A comprehension, lambda or generator expression is
-        named by the function around it: Python 3.12 runs list, dict and set comprehensions in
-        their function's own frame (PEP 709), 3.11 in a frame of their own, and one trace must
-        name a line alike on both."""
-        filename = frame.f_code.co_filename
-        name = frame.f_code.co_name
-        if name.startswith("<") and name != "<module>" and frame.f_back is not None \
-                and frame.f_back.f_code.co_filename == filename:
-            name = frame.f_back.f_code.co_name
-        return f"{self.short(filename)}:{frame.f_lineno} {name}"
-
-    def site(self, depth: int = 2) -> tuple[str, bool]:
-        """(site, library): the first user frame; else the innermost library frame that is
-        not the tracer, with ``library`` true."""
-        frame: FrameType | None = sys._getframe(depth)
-        innermost = frame
-        while frame is not None:
-            if not self.is_library(frame.f_code.co_filename):
-                return self.where(frame), False
-            frame = frame.f_back
-        if innermost is None:
-            return "?", True
-        return self.where(innermost), True
-
-
-# --- who this process is ----------------------------------------------------------------------
-
-def _ray_identity() -> dict[str, Any] | None:
-    ray = sys.modules.get("ray")
-    if ray is None:
-        return None
-    try:
-        worker = ray._private.worker.global_worker
-        if getattr(worker, "mode", None) != 1:  # WORKER_MODE; the driver is 0
-            return {"kind": "Ray worker", "label": "ray-worker", "final": False} if _is_ray_worker() else None
-        ctx = ray.get_runtime_context()
-        function = ctx.get_task_function_name() or ""
-        actor = ctx.get_actor_id()
-        if actor:
-            parts = function.split(".")
-            cls = parts[-2] if len(parts) >= 2 else (function or "actor")
-            name = ctx.get_actor_name() or ""
-            return {"kind": "Ray actor", "label": cls, "actor_class": cls, "actor_name": name, "final": True}
-        if function:
-            return {"kind": "Ray task", "label": function.split(".")[-1], "task": function, "final": False,
-                    "named": True}
-        return {"kind": "Ray worker", "label": "ray-worker", "final": False}
-    except Exception:
-        return {"kind": "Ray worker", "label": "ray-worker", "final": False}
-
-
-def _is_ray_worker() -> bool:
-    argv0 = sys.argv[0] if sys.argv else ""
-    return argv0.endswith(os.path.join("ray", "_private", "workers", "default_worker.py"))
-
-
-def _is_ray_system() -> bool:
-    """Ray's own daemons (log monitor, dashboard, ...): never part of a recipe's RNG story."""
-    argv0 = sys.argv[0] if sys.argv else ""
-    marker = os.sep + "ray" + os.sep
-    return marker in argv0 and not _is_ray_worker()
-
-
-def identify(main_pid: int | None) -> dict[str, Any]:
-    """kind (main, Ray actor, Ray task, Ray worker, multiprocessing child, DataLoader worker,
-    subprocess), a label for people, and whether it can still change (a Ray worker becomes an
-    actor or runs a task)."""
-    ray_id = _ray_identity()
-    if ray_id is not None:
-        return ray_id
-    data = sys.modules.get("torch.utils.data")
-    if data is not None:
-        try:
-            info = data.get_worker_info()
-        except Exception:
-            info = None
-        if info is not None:
-            return {"kind": "DataLoader worker", "label": f"DataLoader-worker-{info.id}", "final": True}
-    mp = sys.modules.get("multiprocessing")
-    if mp is not None:
-        try:
-            if mp.parent_process() is not None:
-                target = getattr(mp.current_process(), "_target", None)
-                if getattr(target, "__name__", "") == "_worker_loop" and \
-                        getattr(target, "__module__", "") == "torch.utils.data._utils.worker":
-                    # a DataLoader worker seeds its RNGs before it publishes its id: wait for it
-                    return {"kind": "DataLoader worker", "label": "DataLoader-worker", "final": False}
-                name = mp.current_process().name
-                return {"kind": "multiprocessing child", "label": name, "final": True}
-        except Exception:
-            pass
-    if main_pid is None or main_pid == os.getpid():
-        return {"kind": "main", "label": "main", "final": True}
-    argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
-    return {"kind": "subprocess", "label": argv0 or "python", "final": True}
-
-
-def _slug(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_" else "-" for c in text)[:80] or "process"
-
-
-# --- the recorder -----------------------------------------------------------------------------
-
 FORK_RESEED = "os.fork (CPython reseeds random from the OS in the child)"
-MAX_ARGV = 16       # arguments of a spawned command kept in the ledger
-MAX_ARG_CHARS = 200
-
-
-def short_argv(argv: Any) -> list[str]:
-    """A command as the ledger keeps it: at most MAX_ARGV arguments of MAX_ARG_CHARS each."""
-    if isinstance(argv, (str, bytes, os.PathLike)):
-        argv = [argv]
-    try:
-        items = list(argv)
-    except TypeError:
-        items = [argv]
-    out = [os.fsdecode(a) if isinstance(a, (bytes, os.PathLike)) else str(a) for a in items[:MAX_ARGV]]
-    return [a if len(a) <= MAX_ARG_CHARS else a[:MAX_ARG_CHARS] + "..." for a in out]
 
 
 class Recorder:
@@ -261,6 +65,7 @@ class Recorder:
         self.sites = CallSites()
         self.local = threading.local()
         self.started = time.time()
+        self.flush_hooks: list[Callable[[], None]] = []  # write what is still open (gathers, seed groups)
         self._reset()
 
     def _reset(self) -> None:
@@ -313,7 +118,7 @@ class Recorder:
 
     def _open(self, who: dict[str, Any]) -> None:
         os.makedirs(self.trace_dir, exist_ok=True)
-        stem = os.path.join(self.trace_dir, f"{_slug(who.get('label', 'process'))}.{self.pid}")
+        stem = os.path.join(self.trace_dir, f"{slug(who.get('label', 'process'))}.{self.pid}")
         suffix = ""
         while True:  # never append to another process's ledger (an exec keeps the pid)
             try:
@@ -334,6 +139,11 @@ class Recorder:
                 self._who()  # a silent process still says who it was
             except Exception:  # noqa: BLE001 - at exit (Ray half shut down): the ledger still ends
                 pass
+            for hook in self.flush_hooks:
+                try:
+                    hook()
+                except Exception as exc:  # noqa: BLE001 - the ledger still ends; the trace reads as incomplete
+                    note_failure(f"could not write its last records: {exc!r}")
             for key, state in self.chains.items():
                 if state[4] != state[0]:  # its count at this end is not written yet
                     self._chain_line(key, state, final=True)
@@ -389,7 +199,10 @@ class Recorder:
             else:
                 self._extend(key, f"{op}|{fingerprint}")
 
-    def module(self, name: str, cls: str, inputs: str, outputs: str) -> None:
+    def module(self, name: str, cls: str, inputs: str, outputs: str,
+               capture: Callable[[int, int], None] | None = None) -> None:
+        """A module call's fingerprints; ``capture(seq, n)``, for a kept call only, keeps its outputs
+        (``--parity``: ``parity_capture.py``)."""
         with self.lock:
             self._who()
             self.seq += 1
@@ -399,8 +212,26 @@ class Recorder:
             if count <= self.keep:
                 self._emit({"type": "module", "seq": self.seq, "name": name, "cls": cls, "n": count,
                             "in": inputs, "out": outputs, "t": round(time.time(), 3)})
+                if capture is not None:
+                    capture(self.seq, count)
             else:
                 self._extend(key, f"{inputs}>{outputs}")
+
+    def record(self, kind: str, fields: dict[str, Any], site: str | None = None, item: str = "") -> None:
+        """A record of a kind another module defines (``arrival``, ``seed_value``). With ``site``,
+        the first ``keep`` of that kind at that site are written whole and later ones only
+        folded (``item``) into the site's hash chain, as draws are."""
+        with self.lock:
+            self._who()
+            self.seq += 1
+            if site is not None:
+                key = (kind, site)
+                count = self.counts.get(key, 0) + 1
+                self.counts[key] = count
+                if count > self.keep:
+                    self._extend(key, item)
+                    return
+            self._emit({"type": kind, "seq": self.seq, **fields, "t": round(time.time(), 3)})
 
     def op(self, name: str, at: str, site: str, inputs: str, outputs: str) -> None:
         """A torch op called outside any module: its name, where (``at``: the innermost frame
@@ -463,90 +294,11 @@ class Recorder:
         elif key[0] == "op":
             self._emit({"type": "chain", "kind": "op", "name": key[1], "at": key[2], "after": self.keep,
                         "count": state[0], "chain": state[1], **extra})
-        else:
+        elif key[0] == "module":
             self._emit({"type": "chain", "kind": "module", "name": key[1], "after": self.keep,
+                        "count": state[0], "chain": state[1], **extra})
+        else:  # a kind written through record()
+            self._emit({"type": "chain", "kind": key[0], "site": key[1], "after": self.keep,
                         "count": state[0], "chain": state[1], **extra})
 
 
-def write_skip(trace_dir: str, why: str) -> None:
-    """A process the tracer leaves out on purpose (Ray's own daemons) says so: its parent's
-    record of it is then accounted for."""
-    try:
-        os.makedirs(trace_dir, exist_ok=True)
-        record = {"type": "skip", "pid": os.getpid(), "why": why, "argv": short_argv(sys.argv)}
-        with open(os.path.join(trace_dir, f"skipped.{os.getpid()}.jsonl"), "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record, separators=(",", ":"), sort_keys=True) + "\n")
-    except OSError:
-        pass
-
-
-# --- post-import hooks ---------------------------------------------------------------------------
-
-class _PostImportLoader(importlib.abc.Loader):
-    def __init__(self, loader: Any, callback: Callable[[Any], None]) -> None:
-        self.loader = loader
-        self.callback = callback
-
-    def create_module(self, spec: Any) -> Any:
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module: Any) -> None:
-        self.loader.exec_module(module)
-        try:
-            self.callback(module)
-        except Exception as exc:  # the program must run on; the trace says it is incomplete
-            _note_failure(f"after import of {module.__name__}: {exc!r}")
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.loader, name)
-
-
-class PostImportFinder(importlib.abc.MetaPathFinder):
-    """Calls ``callback(module)`` right after ``name`` is first imported."""
-
-    def __init__(self) -> None:
-        self.callbacks: dict[str, list[Callable[[Any], None]]] = {}
-        self.busy: set[str] = set()
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        callbacks = self.callbacks.get(fullname)
-        if not callbacks or fullname in self.busy:
-            return None
-        self.busy.add(fullname)
-        try:
-            for finder in sys.meta_path:
-                if finder is self or not hasattr(finder, "find_spec"):
-                    continue
-                spec = finder.find_spec(fullname, path, target)
-                if spec is not None:
-                    break
-            else:
-                return None
-        finally:
-            self.busy.discard(fullname)
-        if spec.loader is not None:
-            def run_callbacks(module: Any) -> None:
-                for callback in callbacks:
-                    callback(module)
-            spec.loader = _PostImportLoader(spec.loader, run_callbacks)
-        return spec
-
-    def when_imported(self, name: str, callback: Callable[[Any], None]) -> None:
-        module = sys.modules.get(name)
-        if module is not None:
-            callback(module)
-        else:
-            self.callbacks.setdefault(name, []).append(callback)
-
-
-def _note_failure(message: str) -> None:
-    """The trace of this process is incomplete: say so in the trace dir (compare fails closed)."""
-    print(f"detaudit trace: pid {os.getpid()}: {message}", file=sys.stderr)
-    trace_dir = os.environ.get(DIR_ENV)
-    if trace_dir:
-        try:
-            os.makedirs(trace_dir, exist_ok=True)
-            with open(os.path.join(trace_dir, f"error.{os.getpid()}.txt"), "a", encoding="utf-8") as fh:
-                fh.write(message + "\n")
-        except OSError:
-            pass

@@ -28,9 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from recipes.diffusion_nft.algorithms import ALGORITHM_MODULES
-
 PRESETS_DIR = Path(__file__).resolve().parent / "configs"
+# --algorithm name -> the module that implements it (``recipes.diffusion_nft.algorithms``). Written
+# here, with the other choices of the command line, so that the config needs nothing of the
+# algorithms (they depend on it, not it on them); dotted-path strings because that is the
+# dispatch ``detaudit scan-rng`` follows (see the algorithms package's docstring).
+ALGORITHM_MODULES = {
+    "nft": "recipes.diffusion_nft.algorithms.nft",
+    "flow-grpo": "recipes.diffusion_nft.algorithms.flow_grpo",
+}
 ALGORITHMS = tuple(ALGORITHM_MODULES)
 
 
@@ -143,6 +149,20 @@ class DeterminismSettings:
 
 
 @dataclass(frozen=True)
+class InjectSettings:
+    """Real bugs of RL pipelines, each off by default: a flag reproduces one for detaudit to name."""
+
+    completion_order: bool = setting(False, "The RolloutManager takes the engines' outputs as they complete "
+                                     "(ray.wait) and batches them in that order: the rollout depends on which engine "
+                                     "finishes first.", flag="--collect-in-completion-order")
+    engine_autocast: str = setting("none", "The engines run their transformer under torch.autocast in this dtype "
+                                   "while the trainer recomputes in its own precision: the two forwards differ on "
+                                   "the same inputs.", flag="--engine-autocast", choices=("none", "bf16", "fp16"))
+    group_seed: bool = setting(False, "Every sample of a prompt's group gets the group's noise seeds (sample index 0): "
+                               "a group of identical samples, zero advantage.", flag="--one-seed-per-group")
+
+
+@dataclass(frozen=True)
 class CompileSettings:
     blocks: bool = setting(False, "torch.compile each transformer block (engine and trainer; fused elementwise "
                            "kernels). Rollout 0 samples eagerly while the engines compile during its training. "
@@ -188,6 +208,7 @@ class JobConfig:
     nft: NFTSettings = NFTSettings()
     flow_grpo: FlowGRPOSettings = FlowGRPOSettings()
     determinism: DeterminismSettings = DeterminismSettings()
+    inject: InjectSettings = InjectSettings()
     compile: CompileSettings = CompileSettings()
     placement: PlacementSettings = PlacementSettings()
     ray: RaySettings = RaySettings()

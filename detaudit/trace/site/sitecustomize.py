@@ -54,7 +54,7 @@ def _load_detaudit() -> None:
         raise
 
 
-if os.environ.get("DETAUDIT_TRACE"):
+if os.environ.get("DETAUDIT_TRACE") or os.environ.get("DETAUDIT_PERTURB"):
     try:
         _load_detaudit()
         from detaudit.trace import bootstrap

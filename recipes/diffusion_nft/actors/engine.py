@@ -9,8 +9,8 @@ from typing import Any
 import torch
 
 from recipes.diffusion_nft.actors.common import DTYPES, setup_process
-from recipes.diffusion_nft.algorithms import ALGORITHM_MODULES, Algorithm, SampleRequest
-from recipes.diffusion_nft.config import JobConfig
+from recipes.diffusion_nft.algorithms import Algorithm, SampleRequest
+from recipes.diffusion_nft.config import ALGORITHM_MODULES, JobConfig
 from recipes.diffusion_nft.flops import image_tokens, transformer_forward_flops
 from recipes.diffusion_nft.lora import add_lora, lora_parameters
 from recipes.diffusion_nft.models import build_pipeline, compile_blocks, max_sequence_length
@@ -45,6 +45,14 @@ class RolloutEngine:
                                    scheduler_shift=model.scheduler_shift, built=self.startup.mark)
         add_lora(self.pipe.transformer, model)
         self.pipe.transformer.to(self.dtype).eval().requires_grad_(False)
+        if config.inject.engine_autocast != "none":  # --engine-autocast: the bug, a forward in another precision
+            forward, autocast = self.pipe.transformer.forward, DTYPES[config.inject.engine_autocast]
+
+            def autocast_forward(*args: Any, **kwargs: Any) -> Any:
+                with torch.autocast(self.device.type, dtype=autocast):
+                    return forward(*args, **kwargs)
+
+            self.pipe.transformer.forward = autocast_forward
         # --compile-blocks: not yet. Rollout 0 samples eagerly; compile_transformer() runs
         # while the trainer trains on it (see there).
         self.compiled = False
@@ -119,6 +127,8 @@ class RolloutEngine:
         side = config.rollout.resolution // self.pipe.vae_scale_factor
         shape = (self.pipe.transformer.config.in_channels, side, side)
         samples = [(pidx, s) for pidx, _ in prompts for s in range(group_size)]
+        if config.inject.group_seed:  # --one-seed-per-group: the bug, every sample of a group seeded alike
+            samples = [(pidx, 0) for pidx, _ in samples]
         noise = torch.stack([initial_noise(shape, rollout_seed, pidx, s) for pidx, s in samples])
         sigmas = sampler_sigmas(self.pipe.scheduler, config.rollout.steps)
         # The trainer gets each prompt's embeddings once, in the engine's dtype (the trainer's

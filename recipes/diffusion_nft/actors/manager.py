@@ -10,8 +10,8 @@ import torch
 
 from recipes.diffusion_nft import seeds
 from recipes.diffusion_nft.actors.common import setup_process
-from recipes.diffusion_nft.algorithms import ALGORITHM_MODULES, Algorithm
-from recipes.diffusion_nft.config import JobConfig
+from recipes.diffusion_nft.algorithms import Algorithm
+from recipes.diffusion_nft.config import ALGORITHM_MODULES, JobConfig
 from recipes.diffusion_nft.perf import StartupMarks
 from recipes.diffusion_nft.prompts import load_prompts, rollout_prompts
 
@@ -48,7 +48,16 @@ class RolloutManager:
         chosen = rollout_prompts(self.prompts, rollout, config.rollout.prompts_per_rollout, config.job.seed)
         shards = [chosen[i :: len(self.engines)] for i in range(len(self.engines))]
         rollout_seed = seeds.rollout(config.job.seed, rollout)
-        outputs = ray.get([e.generate.remote(s, rollout_seed) for e, s in zip(self.engines, shards) if s])
+        calls = {e.generate.remote(s, rollout_seed): s for e, s in zip(self.engines, shards) if s}
+        if config.inject.completion_order:  # --collect-in-completion-order: the bug, batched as they arrive
+            arrived, pending = [], list(calls)
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)  # detaudit: ignore[DA401] (the injected bug)
+                arrived += ready
+            shards = [calls[ref] for ref in arrived]
+            outputs = ray.get(arrived)
+        else:
+            outputs = ray.get(list(calls))
         rollout_flops = sum(o["flops"] for o in outputs)
         phases = {f"perf/engine_{phase}_time": max(o["phase_times"].get(phase, 0.0) for o in outputs)
                   for phase in sorted({phase for o in outputs for phase in o["phase_times"]})}

@@ -11,8 +11,8 @@ from typing import Iterator
 import torch
 
 from recipes.diffusion_nft.actors.common import DTYPES, setup_process
-from recipes.diffusion_nft.algorithms import ALGORITHM_MODULES, PER_PROMPT, Algorithm, TrainStep
-from recipes.diffusion_nft.config import JobConfig
+from recipes.diffusion_nft.algorithms import PER_PROMPT, Algorithm, TrainStep
+from recipes.diffusion_nft.config import ALGORITHM_MODULES, JobConfig
 from recipes.diffusion_nft.flops import image_tokens, transformer_forward_flops
 from recipes.diffusion_nft.lora import adapters_disabled, add_lora, lora_parameters
 from recipes.diffusion_nft.models import build_transformer, compile_blocks

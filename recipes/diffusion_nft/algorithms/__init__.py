@@ -13,10 +13,12 @@ The job names its algorithm once (``--algorithm``); an actor method that calls o
 module with ``importlib.import_module(ALGORITHM_MODULES[name])`` into a local name (a lookup in
 ``sys.modules`` after the first). Written out so at each use, because that is the dispatch
 ``detaudit scan-rng`` follows: a call on a module loaded so reaches the function of that name in
-every module named here, so the NFT timestep shuffle (a global-RNG draw) stays attributed to the
-RolloutManager that runs it, seeded. An attribute (``self.algorithm``) or an object would hide
-it: the scanner then finds no process that runs the draw, an error. Nothing here imports torch:
-the driver reads the algorithm names before it starts Ray.
+every module ``ALGORITHM_MODULES`` names, so the NFT timestep shuffle (a global-RNG draw) stays
+attributed to the RolloutManager that runs it, seeded. An attribute (``self.algorithm``) or an
+object would hide it: the scanner then finds no process that runs the draw, an error.
+
+``ALGORITHM_MODULES`` lives in ``config.py``, with the other choices of the command line: this
+package depends on the config, never the other way round. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -24,17 +26,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ContextManager, Protocol
 
+from recipes.diffusion_nft.config import JobConfig
+
 if TYPE_CHECKING:
     import torch
 
-    from recipes.diffusion_nft.config import JobConfig
     from recipes.diffusion_nft.perf import PhaseClock
-
-# --algorithm name -> the module that implements it (dotted paths: see the module docstring).
-ALGORITHM_MODULES = {
-    "nft": "recipes.diffusion_nft.algorithms.nft",
-    "flow-grpo": "recipes.diffusion_nft.algorithms.flow_grpo",
-}
 
 
 # A rollout batch (RolloutManager -> train actor): per-sample tensors, and these with one row per

@@ -1,0 +1,108 @@
+"""Rule DA401's matcher: results gathered in completion order that reach a batch, followed inside
+the one function (or module body) that gathers them.
+
+A gather hands results back as their work finishes: ``ray.wait``, ``as_completed`` (of
+``concurrent.futures`` and asyncio), ``asyncio.wait`` / ``concurrent.futures.wait`` with
+``return_when=FIRST_COMPLETED`` (or ``FIRST_EXCEPTION``). The names it binds (``ready, pending =
+ray.wait(...)``, ``for f in as_completed(...)``, ``done, _ = await asyncio.wait(...)``) are
+followed through assignments, ``+=``, ``.append`` / ``.extend`` / ``.insert`` / ``.add``, item
+assignment and comprehensions, in any order of the function's statements, to a call that makes a
+batch of them (``torch.cat``, ``torch.stack``, ``np.concatenate``, ``np.stack``, a tensor or array
+built from them). Not followed: a result returned to the caller or stored on an object. A
+result put back in submission order (sorted by its index) still reads as reaching the batch:
+the matcher cannot tell that key from another; such a line is suppressed with
+``# detaudit: ignore[DA401]``.
+"""
+
+from __future__ import annotations
+
+import ast
+
+GATHERS = frozenset({
+    "ray.wait", "concurrent.futures.as_completed", "concurrent.futures._base.as_completed",
+    "asyncio.as_completed", "asyncio.tasks.as_completed",
+})
+WAITS = frozenset({"asyncio.wait", "asyncio.tasks.wait", "concurrent.futures.wait", "concurrent.futures._base.wait"})
+CALLEES = GATHERS | WAITS
+FIRST = ("FIRST_COMPLETED", "FIRST_EXCEPTION")
+BATCHERS = frozenset({"cat", "concat", "concatenate", "stack", "vstack", "hstack", "dstack", "column_stack",
+                      "tensor", "as_tensor", "array", "asarray", "stack_tensors", "pad_sequence"})
+GROWERS = frozenset({"append", "extend", "insert", "add", "appendleft", "update"})
+MAX_ROUNDS = 16
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _bound(target: ast.AST) -> set[str]:
+    """The names an assignment target binds (``a, b``, ``x[k]``: ``x``, ``o.attr``: ``o``)."""
+    while isinstance(target, (ast.Subscript, ast.Attribute, ast.Starred)):
+        target = target.value
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return set().union(*(_bound(t) for t in target.elts)) if target.elts else set()
+    return {target.id} if isinstance(target, ast.Name) else set()
+
+
+def _last(func: ast.expr) -> str:
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else ""
+
+
+def _first_completed(call: ast.Call) -> bool:
+    """``return_when=FIRST_COMPLETED`` (or ``FIRST_EXCEPTION``), by keyword or third argument."""
+    value = next((k.value for k in call.keywords if k.arg == "return_when"), None)
+    if value is None and len(call.args) >= 3:
+        value = call.args[2]
+    if value is None:
+        return False
+    text = value.value if isinstance(value, ast.Constant) else _last(value)
+    return isinstance(text, str) and text in FIRST
+
+
+def _flows(scope: ast.AST) -> list[tuple[set[str], ast.AST]]:
+    """(names bound, what they are bound from) for every binding in ``scope``."""
+    out: list[tuple[set[str], ast.AST]] = []
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Assign):
+            out += [(_bound(t), node.value) for t in node.targets]
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+            out.append((_bound(node.target), node.value))
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            out.append((_bound(node.target), node.iter))
+        elif isinstance(node, ast.NamedExpr):
+            out.append((_bound(node.target), node.value))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in GROWERS:
+            out.append((_bound(node.func.value), ast.Tuple(elts=list(node.args), ctx=ast.Load())))
+    return out
+
+
+def batch_reached(call: ast.Call, callee: str, scope: ast.AST | None) -> tuple[str, int] | None:
+    """(the batching call's text, its line) that ``call``'s results reach in ``scope``, or None."""
+    if scope is None or callee not in CALLEES or (callee in WAITS and not _first_completed(call)):
+        return None
+    flows = _flows(scope)
+    tainted: set[str] = set()
+    for names, value in flows:
+        if any(node is call for node in ast.walk(value)):
+            tainted |= names
+    for _ in range(MAX_ROUNDS):
+        grown = set(tainted)
+        for names, value in flows:
+            if not names <= grown and _names(value) & grown:
+                grown |= names
+        if grown == tainted:
+            break
+        tainted = grown
+
+    def reaches(arg: ast.AST) -> bool:  # a tainted name, or the gather itself: torch.stack([... for f in as_completed(fs)])
+        return bool(_names(arg) & tainted) or any(node is call for node in ast.walk(arg))
+
+    sinks = [node for node in ast.walk(scope) if isinstance(node, ast.Call) and _last(node.func) in BATCHERS
+             and any(reaches(arg) for arg in [*node.args, *(k.value for k in node.keywords)])]
+    if not sinks:
+        return None
+    sink = min(sinks, key=lambda node: (node.lineno, node.col_offset))
+    text = ast.unparse(sink.func)
+    return text, sink.lineno

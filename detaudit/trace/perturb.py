@@ -1,0 +1,167 @@
+"""``--perturb-schedule``: inside every process of a run, delay the moment each piece of
+concurrent work completes, by an amount detaudit draws, so that results gathered in completion
+order arrive in another order than in the run before. A run's schedule number (``$DETAUDIT_PERTURB``)
+is set by ``record`` (run k: k) and ``verify`` (2).
+
+Two runs on a quiet machine usually complete their concurrent work in the same order, so code
+that batches results as they complete (``ray.wait``, ``as_completed``, a queue) reproduces
+until the load changes. Delayed here, after the work and before its result is handed over:
+a Ray task or actor method (in the worker that runs it), a function submitted to a
+``concurrent.futures`` thread or process pool, one given to a ``multiprocessing`` pool
+(``apply_async``, ``imap_unordered``; thread pools too), and a coroutine of the program made
+into an asyncio task. Ray's async actor methods and coroutines of library code are left as
+they are.
+
+The delay of one call is a fraction of a bound: the fraction a hash of the run's schedule number
+and of the call (its function's qualified name and its plain arguments, ``frames.call_text``),
+never a draw from the program's generators: it is the same for a call in every process and
+every retry, and the program's random streams are untouched. Runs ``2k - 1`` and ``2k`` use
+mirrored fractions (``f`` and ``1 - f``): two calls racing to one gather finish in opposite
+orders in runs 1 and 2 whenever their delays differ by more than the machine's own jitter. The
+bound scales with the work, so that it outweighs the jitter of work of any length: half the
+call's own duration plus 0.25 s, at most ``MAX_DELAY_S``. What a run pays is the sum of the
+delays on its critical path (``benchmarks/rl_trace_bench.py`` measures it).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from detaudit.trace import PERTURB_ENV
+from detaudit.trace.frames import call_text
+from detaudit.trace.imports import PostImportFinder
+
+MAX_DELAY_S = 2.0      # the longest a result is held
+BASE_DELAY_S = 0.25    # the bound of a call that takes no time
+SHARE_OF_DURATION = 0.5
+
+
+def schedule_number() -> int | None:
+    """This run's schedule number (``$DETAUDIT_PERTURB``), or None when the run is not perturbed."""
+    text = os.environ.get(PERTURB_ENV, "")
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def fraction(run: int, call: str) -> float:
+    """The share of its bound that ``call`` is held in run ``run``, in [0, 1) (see the module doc)."""
+    pair = (run + 1) // 2
+    digest = hashlib.blake2b(f"{pair}|{call}".encode(), digest_size=8).digest()
+    share = int.from_bytes(digest, "big") / 2**64
+    return share if run % 2 else 1.0 - share
+
+
+def delay(run: int, call: str, duration: float) -> float:
+    """Seconds to hold the result of ``call`` (which took ``duration`` seconds) in run ``run``."""
+    return fraction(run, call) * min(MAX_DELAY_S, BASE_DELAY_S + SHARE_OF_DURATION * max(0.0, duration))
+
+
+def _name(fn: Any) -> str:
+    target = getattr(fn, "method", None) or fn  # a Ray actor method's executor names its method
+    return getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or type(target).__name__
+
+
+class Delayed:
+    """``fn`` whose result is handed over ``delay(run, call)`` seconds after it is ready.
+    A class at module level, so that a process pool can pickle it with its function."""
+
+    def __init__(self, fn: Callable[..., Any], run: int) -> None:
+        self.fn = fn
+        self.run = run
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        started = time.monotonic()
+        result = self.fn(*args, **kwargs)
+        hold(self.run, self.fn, args, kwargs, started)
+        return result
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Delayed, (self.fn, self.run))
+
+
+def hold(run: int, fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any], started: float) -> None:
+    """Wait ``delay`` for this call of ``fn``, started at ``started`` (``time.monotonic``); for a
+    Ray actor method the actor, its first argument, counts by its type only."""
+    time.sleep(delay(run, call_text(_name(fn), args, kwargs), time.monotonic() - started))
+
+
+def _submit(run: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def submit(self: Any, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+            return original(self, Delayed(fn, run), *args, **kwargs)
+
+        submit.__detaudit_perturbed__ = True  # type: ignore[attr-defined]
+        return submit
+
+    return wrap
+
+
+def _pool_method(run: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def method(self: Any, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            return original(self, Delayed(func, run), *args, **kwargs)
+
+        method.__detaudit_perturbed__ = True  # type: ignore[attr-defined]
+        return method
+
+    return wrap
+
+
+def _replace(owner: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    fn = getattr(owner, name, None)
+    if fn is None or getattr(fn, "__detaudit_perturbed__", False):
+        return
+    setattr(owner, name, make(fn))
+
+
+def install_asyncio(run: int, base_events: Any, is_library: Callable[[str], bool]) -> None:
+    """Each coroutine of the program made into a task completes ``delay`` later."""
+    base = base_events.BaseEventLoop
+
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def create_task(self: Any, coro: Any, *args: Any, **kwargs: Any) -> Any:
+            code = getattr(coro, "cr_code", None)
+            if code is not None and not is_library(code.co_filename):
+                frame = coro.cr_frame
+                local = frame.f_locals if frame is not None else {}
+                names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+                call = call_text(code.co_qualname, (), {n: local[n] for n in names
+                                                        if n not in ("self", "cls") and n in local})
+                coro = _held(coro, run, call)
+            return original(self, coro, *args, **kwargs)
+
+        create_task.__detaudit_perturbed__ = True  # type: ignore[attr-defined]
+        return create_task
+
+    _replace(base, "create_task", wrap)
+
+
+async def _held(coro: Any, run: int, call: str) -> Any:
+    import asyncio
+
+    started = time.monotonic()
+    result = await coro
+    await asyncio.sleep(delay(run, call, time.monotonic() - started))
+    return result
+
+
+def install(run: int, finder: PostImportFinder, is_library: Callable[[str], bool]) -> None:
+    """Delay completions in this process: pools now, asyncio and Ray when they are imported."""
+    finder.when_imported("concurrent.futures.thread",
+                         lambda module: _replace(module.ThreadPoolExecutor, "submit", _submit(run)))
+    finder.when_imported("concurrent.futures.process",
+                         lambda module: _replace(module.ProcessPoolExecutor, "submit", _submit(run)))
+    def pools(module: Any) -> None:
+        for name in ("apply_async", "imap_unordered"):
+            _replace(module.Pool, name, _pool_method(run))
+
+    finder.when_imported("multiprocessing.pool", pools)
+    finder.when_imported("asyncio.base_events", lambda module: install_asyncio(run, module, is_library))
