@@ -154,7 +154,7 @@ def write_tree(root: Path, files: dict[str, str]) -> None:
 # Arguments that make each rule's matcher report a call of any of its names (a rule added to
 # rules.RULE_LIST needs a line here: the test below fails until it has one).
 RULE_ARGUMENTS = {
-    "DA101": "3", "DA102": "", "DA103": "w", "DA104": "x", "DA105": "(2, 3)", "DA106": "x, shuffle=True",
+    "DA101": "3", "DA102": "", "DA103": "w", "DA104": "x", "DA105": "(2, 3)", "DA106": "x, shuffle=True", "DA107": "x",
     "DA201": "", "DA202": "", "DA301": "", "DA302": "", "DA303": "int(time.time())",
 }
 
@@ -162,7 +162,7 @@ RULE_ARGUMENTS = {
 def test_every_name_of_every_rule_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # facts tries a rule only on the calls its record names: each name must still be found,
     # written out in full (qualified callees) or on a receiver (called attributes).
-    from detaudit.scan.rules import RULE_LIST
+    from detaudit.scan.rules import OBJECT_MAKERS, RULE_LIST
 
     assert set(RULE_ARGUMENTS) == {r.code for r in RULE_LIST}
     calls = []
@@ -170,7 +170,10 @@ def test_every_name_of_every_rule_is_found(tmp_path: Path, monkeypatch: pytest.M
         arguments = RULE_ARGUMENTS[rule.code]
         calls += [(f"{name}({arguments})", rule.code) for name in sorted(rule.callees)]
         calls += [(f"w.{name}({arguments})", rule.code) for name in sorted(rule.methods)]
-    modules = sorted({name.split(".")[0] for rule in RULE_LIST for name in rule.callees} | {"time"})
+        # an object rule: a call of a name bound to such an object (pipe = ...from_pretrained(); pipe(x))
+        calls += [(f"o = {OBJECT_MAKERS[kind]}('m'); o({arguments})", rule.code) for kind in sorted(rule.objects)]
+    modules = sorted({name.split(".")[0] for rule in RULE_LIST for name in rule.callees}
+                     | {OBJECT_MAKERS[k].split(".")[0] for rule in RULE_LIST for k in rule.objects} | {"time"})
     head = "".join(f"import {m}\n" for m in modules) + "\n\ndef f(w, x, g):\n"
     write_tree(tmp_path, {"lib/draws.py": head + "".join(f"    {code}\n" for code, _ in calls)})
     monkeypatch.chdir(tmp_path)

@@ -64,6 +64,9 @@ class Program:
         self.module_of: dict[str, str] = {}  # function or class -> module
         self.binds: dict[str, list[tuple[str, str, str]]] = {}  # bound name -> [(call target, code, argument)]
         self._bound_names: set[str] = set()  # the last part of every bound name
+        # (module, line) -> the keys a call's result on that line is bound to (modes.py: where an
+        # instance ends up)
+        self.bind_lines: dict[tuple[str, int], list[str]] = {}
         self.strings: dict[str, set[str]] = {"": set()}  # attribute ('' none) -> dotted strings assigned to it
         for text, attr in extra_strings or ():
             self.strings.setdefault(attr, set()).add(text)
@@ -115,6 +118,8 @@ class Program:
         self._callers: dict[str, list[tuple[str, tuple[Any, ...]]]] = {}
         self._edge_guards: dict[tuple[str, str], tuple[list[str], int]] = {}  # (conditions, line of a call)
         self._guarded_callers: set[str] = set()  # callers whose _edge_guards are known
+        # id of a process's reach -> its first unresolved seed-like call (see unresolved_seeding)
+        self._unresolved_seeding: dict[int, tuple[str, str, int] | None] = {}
 
     def add(self, path: str, f: dict[str, Any]) -> None:
         module = f["module"]
@@ -125,8 +130,10 @@ class Program:
         self.classes.update(f["classes"])
         for name in (*f["functions"], *f["classes"]):
             self.module_of[name] = module
-        for key, loader, code, argument in f["binds"]:
+        for key, loader, code, argument, line in f["binds"]:
             self.binds.setdefault(key, []).append((loader, code, argument))
+            if line:
+                self.bind_lines.setdefault((module, line), []).append(key)
             self._bound_names.add(key.rpartition(".")[2])
         for text, attr in f["strings"]:
             self.strings.setdefault(attr, set()).add(text)
@@ -442,6 +449,14 @@ class Program:
                     if table_key and name not in registered.get(table_key, ()):
                         registered.setdefault(table_key, []).append(name)
 
+    def subclasses(self, cls: str) -> list[str]:
+        """The classes of the tree that derive from ``cls``, directly or not."""
+        if self._subclasses is None:
+            self._subclasses = {}
+            for module in list(self.modules):  # a module added meanwhile adds its own (see add)
+                self._subclasses_from(module)
+        return list(self._subclasses.get(cls, ()))
+
     def overrides(self, cls: str, attr: str) -> list[str]:
         """The methods named ``attr`` that subclasses of ``cls`` in the tree define: a call ``self.attr()``
         in ``cls`` runs one of them when ``self`` is an instance of that subclass."""
@@ -650,6 +665,42 @@ class Program:
             families |= self.seeds_given(callee, callee_env)
         return frozenset(families)
 
+    def seed_call(self, roots: list[str], family: str) -> tuple[str, str, int] | None:
+        """(the call as written, the function making it, its line) of a seed of ``family`` that a
+        process with these roots makes, the nearest to a root first; None when none is seen."""
+        seen = set(roots)
+        queue = deque(r for r in roots if family in self.seeds(r))
+        while queue:
+            function = queue.popleft()
+            info = self.functions.get(function, {})
+            for index, families in sorted(info.get("seed_at", {}).items()):
+                if family in families:
+                    return info["calls"][index], function, info["sites"][index][0]
+            for callee, _ in self.callees(function):
+                if callee not in seen and family in self.seeds(callee):
+                    seen.add(callee)
+                    queue.append(callee)
+        return None
+
+    def unresolved_seeding(self, reach: set[str]) -> tuple[str, str, int] | None:
+        """A call that may seed (a seed-like name: ``set_random_seed``, ``strategy.init_seed``) made by
+        one of the functions ``reach`` holds, that the scan cannot follow: (as written, caller, line),
+        the first in name order; None when every such call was followed (or there is none)."""
+        known = self._unresolved_seeding.get(id(reach), False)
+        if known is not False:
+            return known  # type: ignore[return-value]
+        found = None
+        for function in reach:
+            info = self.functions.get(function, {})
+            for written, index, line in info.get("maybe_seed", ()):
+                if index >= 0 and (self.call_targets(function, index) or self.canonical(
+                        info["calls"][index], root=self.root(function)) is not None):
+                    continue  # the tree's own function or class: its seeding (or none) is counted
+                if found is None or (function, line) < (found[1], found[2]):
+                    found = (written, function, line)
+        self._unresolved_seeding[id(reach)] = found
+        return found
+
     def reaches_draw(self, function: str, in_tests: bool = False) -> bool:
         """Whether a call of ``function`` can run a draw: one in a function it reaches, or import-time
         code of a module it reaches (``in_tests``: a draw in test code, reached through test code)."""
@@ -773,10 +824,11 @@ class Program:
     def callers(self, function: str) -> list[tuple[str, tuple[Any, ...]]]:
         """(caller, call site) for each call of ``function`` in the tree (skipped files that
         mention its name are parsed first); a call site is (callee as written, line, positional
-        count, keywords passed)."""
+        count, keywords passed). For a class: the calls that build one."""
         cached = self._callers.get(function)
         if cached is not None:
             return cached
+        is_class = function in self.classes  # calls that build an instance of it
         short = function.rpartition(".")[2]
         if self.load_mentioning is not None:
             self.load_mentioning({short})
@@ -796,7 +848,7 @@ class Program:
                     continue
                 else:
                     target = self.canonical(name, load=False, root=self.root(caller))
-                    if target in self.classes:
+                    if target in self.classes and not is_class:
                         target = self.lookup_attr(target, "__init__")
                 if target == function:
                     found.append((caller, (name, *site)))

@@ -24,22 +24,34 @@ from detaudit.scan.impact import impact
 from detaudit.scan.rules import (
     BUILTIN_LOADERS,
     CALLING_LOADERS,
+    DIFFUSERS_PIPELINE,
     ENTROPY_CALLS,
+    GENERATOR_MAKERS,
     RULES_BY_CALLEE,
     RULES_BY_METHOD,
+    RULES_BY_OBJECT,
     SEED_CALLS,
     SEED_FLAGS,
     CallSite,
     Rule,
+    generator_holder,
     seed_families,
+    seed_like,
 )
 
-FACTS_VERSION = 17
+FACTS_VERSION = 18
 # Statements after which the rest of their block never runs.
 _ENDS_BLOCK = frozenset({ast.Raise, ast.Return, ast.Break, ast.Continue})
 MODULE_BODY = "<module>"
 MAIN_BLOCK = "<main>"
 _BUILTINS = frozenset({"id", "hash"})
+# Libraries whose classes an annotation often names; none of them is a class of the scanned tree.
+LIBRARY_HEADS = frozenset({
+    "torch", "numpy", "typing", "typing_extensions", "collections", "pathlib", "datetime", "enum", "logging",
+    "argparse", "os", "re", "json", "functools", "itertools", "ray", "transformers", "PIL", "pandas", "abc",
+    "dataclasses", "concurrent", "asyncio", "threading", "multiprocessing", "omegaconf", "tensordict", "peft",
+    "diffusers", "accelerate", "deepspeed", "megatron", "vllm", "sglang", "safetensors", "datasets", "queue",
+})
 # Fields that never hold a call, a string or a dict (contexts, operators, identifiers, flags):
 # the walks skip them.
 _LEAF_FIELDS = frozenset({"ctx", "op", "ops", "id", "arg", "attr", "kind", "conversion", "type_comment", "level",
@@ -82,6 +94,10 @@ def _child_fields(kind: type[ast.AST]) -> tuple[str, ...]:
     return fields
 
 
+# A diffusers pipeline class in a qualified name: StableDiffusion3Pipeline, AutoPipelineForText2Image.
+_PIPELINE_CLASS = re.compile(r"(?:^|\.)(?:[A-Za-z0-9_]*Pipeline|AutoPipeline[A-Za-z0-9_]*)(?:\.|$)")
+# Methods of a module or pipeline that return the object itself.
+_SAME_OBJECT = frozenset({"to", "cuda", "cpu", "half", "float", "bfloat16", "eval", "train", "requires_grad_"})
 # A string literal that names a module attribute by dotted path ("pkg.mod.fn" or "pkg.mod:fn").
 DOTTED_STRING = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?::[A-Za-z_][A-Za-z0-9_.]*)?")
 _CONSOLE_SCRIPT = re.compile(r"\s*[A-Za-z0-9_.-]+\s*=\s*([A-Za-z_][A-Za-z0-9_.]*)\s*:\s*[A-Za-z_][A-Za-z0-9_.]*\s*(?:\[.*\])?\s*")
@@ -163,6 +179,11 @@ class FileFacts:
         self.binds: list[tuple[str, ast.Call, _Ctx]] = []  # (key, the call whose result is bound, ctx)
         self.values: dict[tuple[str, str], list[ast.expr]] = {}  # (scope, name or "self.x") -> values assigned
         self.returns: list[tuple[ast.Call, _Ctx]] = []
+        self.returned_names: list[tuple[str, _Ctx]] = []  # `return x`: a factory may return a local it built
+        # Names and ``self.x`` whose class an annotation gives (``def f(self, s: Strategy)``,
+        # ``self.s: Strategy``, ``self.s = s`` of an annotated parameter): (bind key, class as resolved)
+        self.typed: list[tuple[str, str]] = []
+        self._annotated: dict[str, dict[str, str]] = {}  # function -> its annotated parameters -> class
         self.table_returns: list[tuple[ast.expr, _Ctx]] = []  # `return TABLE[key]`: (the subscript or .get call, ctx)
         # What the file's code mentions by name (attributes, its own top-level defs, imported names,
         # identifier strings passed to a call): a function or method no code names cannot be called by name.
@@ -195,12 +216,14 @@ class FileFacts:
         self._unparsed: dict[int, str] = {}  # id(an if's test) -> its text
         self._shared_guards: dict[int, tuple[_Ctx, list[str]]] = {}  # id(ctx) -> (ctx, its guard texts)
         self._stmt: ast.stmt | None = None
+        self._scopes: dict[str, ast.AST] = {}  # local qualname -> its node (where a drawn value's uses are found)
         self._handlers: dict[type[ast.AST], Callable[[Any, _Ctx], None]] = {
             ast.FunctionDef: self._def, ast.AsyncFunctionDef: self._def, ast.ClassDef: self._class,
             ast.If: self._if, ast.For: self._loop, ast.AsyncFor: self._loop, ast.While: self._loop,
             ast.Try: self._try, ast.TryStar: self._try, ast.Match: self._match,
             ast.Import: self._import, ast.ImportFrom: self._import_from,
             ast.Assign: self._assign, ast.AnnAssign: self._ann_assign, ast.Return: self._return,
+            ast.With: self._with, ast.AsyncWith: self._with,
         }
         self._function(MODULE_BODY, None, 0)
 
@@ -217,6 +240,7 @@ class FileFacts:
             elif isinstance(node, (ast.For, ast.While, ast.With)) or (
                     isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)):
                 self.script = True  # work done at the top level of the file
+        self._scopes[MODULE_BODY] = self._scopes[MAIN_BLOCK] = tree
         self.body(tree.body, _Ctx(MODULE_BODY, None, ()))
         return self
 
@@ -265,7 +289,20 @@ class FileFacts:
             self._assigned(target, node.value, ctx)
         self._children(node, ctx)
 
+    def _with(self, node: ast.With | ast.AsyncWith, ctx: _Ctx) -> None:
+        for item in node.items:  # `with Pool(4) as pool:` binds pool as an assignment does
+            if item.optional_vars is not None and isinstance(item.optional_vars, (ast.Name, ast.Attribute)):
+                self._assigned(item.optional_vars, item.context_expr, ctx)
+        self._children(node, ctx)
+
     def _ann_assign(self, node: ast.AnnAssign, ctx: _Ctx) -> None:
+        target = node.target
+        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self" \
+                and ctx.cls is not None or isinstance(target, ast.Name) and ctx.cls is not None and ctx.function == ctx.cls:
+            cls_name = self._annotation_class(node.annotation, ctx)  # self.s: Strategy, or a class field s: Strategy
+            if cls_name is not None:
+                attr = target.attr if isinstance(target, ast.Attribute) else target.id
+                self.typed.append((f"{self.module}.{ctx.cls}.{attr}", cls_name))
         if node.value is not None:
             self._assigned(node.target, node.value, ctx)
         self._children(node, ctx)
@@ -284,6 +321,10 @@ class FileFacts:
         elif isinstance(target, ast.Attribute):
             if isinstance(target.value, ast.Name) and target.value.id == "self" and ctx.cls is not None:
                 self.values.setdefault((ctx.cls, f"self.{target.attr}"), []).append(value)
+                if isinstance(value, ast.Name):  # self.s = s, of a parameter annotated with a class
+                    cls_name = self._annotated.get(ctx.function, {}).get(value.id)
+                    if cls_name is not None:
+                        self.typed.append((f"{self.module}.{ctx.cls}.{target.attr}", cls_name))
             attr = target.attr
         else:
             if isinstance(target, ast.Subscript):
@@ -314,6 +355,8 @@ class FileFacts:
             self.registrars[registrar] = self.imports[table]
 
     def _return(self, node: ast.Return, ctx: _Ctx) -> None:
+        if isinstance(node.value, ast.Name):
+            self.returned_names.append((node.value.id, ctx))
         if isinstance(node.value, ast.Subscript):
             self.table_returns.append((node.value, ctx))  # return TABLE[key]: what calling it runs
         if isinstance(node.value, ast.Call):
@@ -404,6 +447,7 @@ class FileFacts:
             qual = f"{ctx.function}.{node.name}"
         cls = ctx.cls if in_class else None
         self._function(qual, cls, node.lineno)
+        self._scopes[qual] = node
         if ctx.function == MAIN_BLOCK:
             self.functions[qual]["in_main"] = True  # defined by the `__main__` block (outside.py)
         if cls is not None:
@@ -414,7 +458,13 @@ class FileFacts:
         arguments = [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
         self.params[qual] = set(arguments)
         self._positional[qual] = [a.arg for a in (*node.args.posonlyargs, *node.args.args)]
+
         uses = [a for a in arguments if a not in ("self", "cls")]
+        for arg in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs):
+            cls_name = self._annotation_class(arg.annotation, ctx) if arg.annotation is not None else None
+            if cls_name is not None:
+                self._annotated.setdefault(qual, {})[arg.arg] = cls_name
+                self.typed.append((f"{self.module}.{qual}{LOCAL}{arg.arg}", cls_name))
         for dec in node.decorator_list:
             self.exprs(dec, ctx)
             self._decorator(dec, qual, node, uses, cls, ctx)
@@ -712,7 +762,9 @@ class FileFacts:
     # -- facts ----------------------------------------------------------------------------
 
     def facts(self) -> dict[str, Any]:
-        self.bound = {key for key, _, _ in self.binds}
+        for returned, at in self.returned_names:  # x = Cls(...); return x: a factory of Cls
+            self.returns.extend((v, at) for v in self.values.get((at.function, returned), ()) if isinstance(v, ast.Call))
+        self.bound = {key for key, _, _ in self.binds} | {key for key, _ in self.typed}
         draws: list[dict[str, Any]] = []
         entries = self.entries
         loads: dict[str, set[str]] = {}  # function -> what it calls that marks a loader
@@ -792,7 +844,16 @@ class FileFacts:
                 if resolved in ("importlib.import_module", "getattr") or resolved in BUILTIN_LOADERS \
                         or resolved in CALLING_LOADERS:
                     loads.setdefault(ctx.function, set()).add(resolved)
+            if name is not None and not self._no_names and seed_like(resolved or name) \
+                    and not self._holds_generator(name.rpartition(".")[0], ctx):
+                # a seed the scan may not follow (a library's, an unknown object's): see Program.unresolved_seeding
+                function.setdefault("maybe_seed", []).append(
+                    [name, len(function["calls"]) - 1 if resolved is not None else -1, call.lineno])
             rules = self._rules(resolved, attr)
+            if type(func) is ast.Name or type(func) is ast.Attribute:  # pipe(prompt): a call of a bound object
+                kind = self._object_kind(func, ctx)
+                if kind:
+                    rules = rules + RULES_BY_OBJECT[kind]
             for rule in rules:
                 site = site or self._site(call, resolved, attr, ctx, function)
                 message = rule.find(site)
@@ -801,6 +862,17 @@ class FileFacts:
                     if resolved is not None:
                         prior = prior[:-1]  # not the draw's own call
                     draws.append(self._draw(rule, message, site, ctx, stmt, prior))
+            if (attr == "eval" or attr == "train") and isinstance(func, ast.Attribute) and not self._no_names:
+                self._mode_call(func.value, attr, call, ctx, function)
+            if attr in E.POOL_METHODS and call.args and isinstance(func, ast.Attribute):
+                pool = self._pool_kind(func.value, ctx)
+                if pool == "process":  # pool.map(fn, items): fn runs in a worker process
+                    entries.extend({"kind": "pool", "target": t, "line": call.lineno}
+                                   for t in self._targets(call.args[0], ctx))
+                elif pool == "thread" and ctx.function != MODULE_BODY:  # in this process: a call of fn
+                    for target in self._targets(call.args[0], ctx):
+                        function["calls"].append(target)
+                        function["sites"].append(_call_site(call, function.get("none_params", {})))
             # every entry form needs keywords (Process(target=...), worker_init_fn=), a call of a
             # call's result (ray.remote(num_gpus=1)(Cls)), or one of these callee names
             if call.keywords or type(func) is ast.Call or (
@@ -898,14 +970,14 @@ class FileFacts:
             "registrars": {f"{self.module}.{q}": table for q, table in sorted(self.registrars.items())},
         }
 
-    def _bind_facts(self) -> list[list[str]]:
+    def _bind_facts(self) -> list[list[Any]]:
         """[key, what the call denotes, its code, what its first argument names] for each bound call
         result that a call of this file uses (a loaded function, an object whose methods are called).
 
         The argument: "=pkg.mod.fn" for a dotted-string constant, else the last name of an
         attribute chain or a name ("expand_path" for ``args.expand_path``), else ''.
         """
-        binds: list[list[str]] = []
+        binds: list[list[Any]] = []
         called = {c for f in self.functions.values() for c in f["calls"]}
         owners = {c.rpartition(".")[0] for c in called}
         heads = {c.partition(LOCAL)[2].split(".")[0] for c in called if LOCAL in c}
@@ -921,7 +993,11 @@ class FileFacts:
             _, resolved = self.call_name(call, ctx) if not isinstance(call.func, ast.Call) else (None, None)
             if resolved is None:
                 continue
-            binds.append([key, resolved, self._source_of(call), self._loader_argument(call, ctx)])
+            binds.append([key, resolved, self._source_of(call), self._loader_argument(call, ctx), call.lineno])
+        for key, cls_name in dict.fromkeys(self.typed):  # an annotation: an object of that class
+            name = key.partition(LOCAL)[2] if LOCAL in key else key[len(self.module) + 1 :]
+            if key in called or key in owners or name in heads:
+                binds.append([key, cls_name, f"(annotated {cls_name.rpartition('.')[2]})", "", 0])
         return binds
 
     def _loader_argument(self, call: ast.Call, ctx: _Ctx) -> str:
@@ -968,6 +1044,120 @@ class FileFacts:
             return ""
         return _name_regex(node) or (".*" if ctx.function in self.reflecting else "")
 
+    def _mode_call(self, receiver: ast.expr, attr: str, call: ast.Call, ctx: _Ctx, function: dict[str, Any]) -> None:
+        """``model.eval()``, ``self.model.train()``: [the receiver's bind key, "eval" or "train"] in the
+        function's "modes" (modes.py). ``train(False)`` is ``eval()``; ``X(...).eval()`` assigned to a
+        name puts that name's object in eval mode; a receiver with no key (``self``, a call's result)
+        is kept as '' (an unknown object)."""
+        mode = attr
+        if attr == "train" and call.args and isinstance(call.args[0], ast.Constant) and call.args[0].value is False:
+            mode = "eval"
+        key = ""
+        if isinstance(receiver, ast.Name) and receiver.id == "self" and ctx.cls is not None:
+            key = f"{self.module}.{ctx.cls}"  # the class's own instances (a module putting itself in a mode)
+        elif isinstance(receiver, (ast.Name, ast.Attribute)):
+            key = self._bind_key(receiver, ctx) or ""
+        elif isinstance(receiver, ast.Call) and mode == "eval":
+            stmt = self._stmt  # model = Cls(...).eval(): the bound name is in eval mode
+            if isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1:
+                key = self._bind_key(stmt.targets[0], ctx) or ""
+        function.setdefault("modes", []).append([key, mode])
+
+    def _mode_class(self, rule: Rule, site: CallSite, ctx: _Ctx) -> str:
+        """The class whose instances' training mode decides whether a draw happens: the module an
+        ``nn.Dropout`` is built in (a submodule), the module a ``F.dropout(..., training=self.training)``
+        or a draw under ``if self.training:`` runs in; '' for others."""
+        if ctx.cls is None:
+            return ""
+        owner = f"{self.module}.{ctx.cls}"
+        if rule.callees & {"torch.nn.Dropout"} and site.last[:1].isupper():
+            return owner  # self.drop = nn.Dropout(p): a submodule of the class being built
+        training = site.argument("training", 2) if site.last[:1].islower() and "dropout" in site.last else None
+        if training is not None and dotted(training) == "self.training":
+            return owner
+        if any(taken and dotted(test) == "self.training" for test, taken in ctx.guards):
+            return owner
+        return ""
+
+    def _object_kind(self, node: ast.expr, ctx: _Ctx, depth: int = 0) -> str:
+        """The kind of object (rules.OBJECT_KINDS) a name or ``self.x`` is bound to in this file, or ''.
+        A diffusers pipeline: made by a diffusers ``*Pipeline`` class, its ``from_pretrained``, or a
+        class of this file that derives from one; ``.to(...)``, ``.cuda()`` of one is one."""
+        if depth > 3 or (type(node) is ast.Attribute and not (
+                isinstance(node.value, ast.Name) and node.value.id == "self")):
+            return ""
+        for value in self._values_of(node, ctx):
+            if not isinstance(value, ast.Call):
+                continue
+            made = self.resolve(dotted(value.func), ctx) or ""
+            if (made.startswith("diffusers.") and _PIPELINE_CLASS.search(made)) or self._derives_from_pipeline(made):
+                return DIFFUSERS_PIPELINE
+            func = value.func
+            if isinstance(func, ast.Attribute) and func.attr in _SAME_OBJECT and isinstance(func.value, (ast.Name, ast.Attribute)):
+                kind = self._object_kind(func.value, ctx, depth + 1)  # pipe = pipe.to("cuda")
+                if kind:
+                    return kind
+        return ""
+
+    def _derives_from_pipeline(self, made: str) -> bool:
+        """``made`` (a qualified name) is, or is a method of, a class of this file that derives from a
+        diffusers pipeline class."""
+        local = made[len(self.module) + 1:] if made.startswith(self.module + ".") else ""
+        cls = self.classes.get(local) or self.classes.get(local.rpartition(".")[0])
+        return cls is not None and any(b.startswith("diffusers.") and _PIPELINE_CLASS.search(b) for b in cls["bases"])
+
+    def _pool_kind(self, receiver: ast.expr, ctx: _Ctx) -> str:
+        """"process" when ``receiver`` is a process pool (``Pool(4)``, ``ProcessPoolExecutor()``, a
+        context's ``ctx.Pool()``, or a name or ``self.x`` assigned one, ``with ... as`` too),
+        "thread" for a thread pool, else ''."""
+        for value in [receiver] if isinstance(receiver, ast.Call) else self._values_of(receiver, ctx):
+            if not isinstance(value, ast.Call):
+                continue
+            made = self.resolve(dotted(value.func), ctx) or ""
+            if made in E.PROCESS_POOLS or (isinstance(value.func, ast.Attribute) and value.func.attr == "Pool"
+                                           and made not in E.THREAD_POOLS):
+                return "process"
+            if made in E.THREAD_POOLS:
+                return "thread"
+        return ""
+
+    def _annotation_class(self, node: ast.expr, ctx: _Ctx, depth: int = 0) -> str | None:
+        """The class an annotation names (``Strategy``, ``"Strategy"``, ``Optional[Strategy]``,
+        ``Strategy | None``) as resolved here, or None: a library's type, a container, nothing."""
+        if depth > 3:
+            return None
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) < 200:
+            try:
+                node = ast.parse(node.value, mode="eval").body
+            except SyntaxError:
+                return None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):  # X | None
+            sides = [n for n in (node.left, node.right) if not (isinstance(n, ast.Constant) and n.value is None)]
+            return self._annotation_class(sides[0], ctx, depth + 1) if len(sides) == 1 else None
+        if isinstance(node, ast.Subscript):
+            wrapper = self.resolve(dotted(node.value), ctx) or ""
+            if wrapper in ("typing.Optional", "typing_extensions.Optional"):
+                return self._annotation_class(node.slice, ctx, depth + 1)
+            if wrapper in ("typing.Union", "typing_extensions.Union") and isinstance(node.slice, ast.Tuple):
+                sides = [n for n in node.slice.elts if not (isinstance(n, ast.Constant) and n.value is None)]
+                return self._annotation_class(sides[0], ctx, depth + 1) if len(sides) == 1 else None
+            return None
+        name = self.resolve(dotted(node), ctx)
+        if name is None or name.partition(".")[0] in LIBRARY_HEADS:
+            return None
+        return name
+
+    def _holds_generator(self, receiver: str, ctx: _Ctx) -> bool:
+        """``receiver`` (a name or ``self.x``) is named as, or assigned, a generator object of its own."""
+        if not receiver:
+            return False
+        if generator_holder(receiver):
+            return True
+        node: ast.expr = ast.Name(receiver) if "." not in receiver else ast.Attribute(ast.Name("self"), receiver[5:]) \
+            if receiver.startswith("self.") and receiver.count(".") == 1 else ast.Name("")
+        return any(isinstance(v, ast.Call) and self.resolve(dotted(v.func), ctx) in GENERATOR_MAKERS
+                   for v in self._values_of(node, ctx))
+
     def _rules(self, resolved: str | None, attr: str | None) -> tuple[Rule, ...]:
         by_callee = RULES_BY_CALLEE.get(resolved, ()) if resolved is not None else ()
         by_method = RULES_BY_METHOD.get(attr, ()) if attr is not None else ()
@@ -1008,6 +1198,43 @@ class FileFacts:
         readers = self._readers[function] = (is_param, value_of)
         return readers
 
+    def _guard_condition(self, ctx: _Ctx) -> tuple[C.Expr, bool]:
+        """The `if` conditions around code as one condition over its function's parameters, and
+        whether it uses one (else its value is the same at every call)."""
+        known = self._guard_conditions.get(id(ctx))
+        if known is None:  # every call under one `if` shares its ctx (kept alive by _shared_guards and calls)
+            parts = [e if taken else ["not", e] for e, taken in
+                     ((self._condition(test, ctx), taken) for test, taken in ctx.guards)]
+            guard = parts[0] if len(parts) == 1 else ["and", *parts]
+            known = self._guard_conditions[id(ctx)] = (guard, C.uses_param(guard))
+        return known
+
+    def _switched_by_params(self, ctx: _Ctx) -> C.Expr | None:
+        """For a draw under `if` conditions on its function's parameters: the condition, with the
+        function's parameters and their constant defaults written into its facts (so that the
+        analysis can tell which calls switch the draw off); else None."""
+        if not ctx.guards or ctx.function in (MODULE_BODY, MAIN_BLOCK) or self._no_names:
+            return None
+        condition, uses = self._guard_condition(ctx)
+        if not uses:
+            return None
+        function = self.functions[ctx.function]
+        if "params" not in function:
+            params = self._positional.get(ctx.function, [])
+            function["params"] = params[1:] if function.get("cls") and params[:1] in (["self"], ["cls"]) else params
+        node = self._scopes.get(ctx.function)
+        defaults: dict[str, C.Expr] = {}  # parameter -> its constant default
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            positional = (*node.args.posonlyargs, *node.args.args)
+            pairs = [*zip(positional[len(positional) - len(node.args.defaults):], node.args.defaults, strict=True),
+                     *zip(node.args.kwonlyargs, node.args.kw_defaults, strict=True)]
+            for arg, default in pairs:
+                flag = self._passed(default, ctx) if type(default) is ast.Constant else None
+                if flag is not None:
+                    defaults[arg.arg] = flag
+        function["defaults"] = defaults
+        return condition
+
     def _seed_condition(self, call: ast.Call, ctx: _Ctx, function: dict[str, Any], index: int,
                         flag: C.Expr | None) -> None:
         """What seeding through the ``index``-th call depends on: the `if` conditions around it and
@@ -1019,13 +1246,7 @@ class FileFacts:
         condition: C.Expr | None = None
         uses = False
         if ctx.guards:
-            known = self._guard_conditions.get(id(ctx))
-            if known is None:  # every call under one `if` shares its ctx (kept alive by _shared_guards)
-                parts = [e if taken else ["not", e] for e, taken in
-                         ((self._condition(test, ctx), taken) for test, taken in ctx.guards)]
-                guard = parts[0] if len(parts) == 1 else ["and", *parts]
-                known = self._guard_conditions[id(ctx)] = (guard, C.uses_param(guard))
-            condition, uses = known
+            condition, uses = self._guard_condition(ctx)
         if flag is not None:
             condition = flag if condition is None else ["and", condition, flag]
             uses = C.uses_param(condition)
@@ -1103,16 +1324,25 @@ class FileFacts:
             written = dotted(node)
             return self.resolve(written, ctx) or written or ""
 
+        inert, by_name = impact(call, stmt, ctx.function, resolve, self._scopes.get(ctx.function))
         draw = {"rule": rule.code, "message": message, "line": line, "end_line": call.end_lineno or line,
                 "col": call.col_offset + 1, "function": f"{self.module}.{ctx.function}",
-                "guards": self._guard_texts(ctx), "code": code, "param": param,
-                "impact": impact(call, stmt, ctx.function, resolve)}
+                "guards": self._guard_texts(ctx), "code": code, "param": param, "impact": inert}
+        if by_name:
+            draw["impact_by_name"] = by_name
         if before:
             draw["before"] = [index for index, _ in before]
         if seeded_here:
             draw["seeded_here"] = seeded_here
         if rule.library:
             draw["callee"] = site.name or ""
+        switch = self._switched_by_params(ctx)
+        if switch is not None:
+            draw["switch"] = switch
+        if rule.family == "torch":
+            mode_class = self._mode_class(rule, site, ctx)
+            if mode_class:
+                draw["mode_class"] = mode_class
         return draw
 
     def _entry(self, call: ast.Call, resolved: str | None, ctx: _Ctx) -> list[dict[str, Any]]:
@@ -1203,7 +1433,10 @@ def _call_site(call: ast.Call, none_params: dict[str, int]) -> tuple[int, int, t
     starred = any(isinstance(a, ast.Starred) for a in call.args)
     passed = []
     for k in call.keywords:
-        if k.arg is None or (isinstance(k.value, ast.Constant) and k.value.value is None):
+        if k.arg is None:
+            passed.append("**")  # **kwargs: any parameter may be given
+            continue
+        if isinstance(k.value, ast.Constant) and k.value.value is None:
             continue
         # forwarding our own None-default parameter: "kw<param" (passes only if our caller passes)
         passed.append(f"{k.arg}<{k.value.id}" if isinstance(k.value, ast.Name) and k.value.id in none_params else k.arg)

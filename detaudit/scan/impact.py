@@ -1,14 +1,20 @@
-"""Impact of a draw: whether its value can only reach a port, an address, a sleep, a temp name, a
-server picked for a request, what is logged, a dummy, or is thrown away.
+"""Impact of a draw: whether its value is shown to reach only a port, an address, a sleep, a temp
+name, a server picked for a request, what is logged or traced, a dummy, or is thrown away.
 
-Such a draw never moves a metric, so it is at most a warning. The test is syntactic, inside the
-draw's own statement: the value goes (through ``int()``, ``str()``, comparisons, arithmetic,
-f-strings) into an argument, an assignment target or ``os.environ`` key named like a sink, into a
-sink call (``socket.*``, ``time.sleep``, ``tempfile.*``, ``.bind()``), or out of a function so
-named; or the draw shuffles or picks from a sequence so named (``random.shuffle(port_candidates)``);
-or it is made in a function so named (``_bind_socket_in_range``); or it only builds a name
-(``"".join(random.choice(letters) for _ in range(8))``); or its value is discarded
-(``torch.randn(1).cuda()`` as a statement; not an in-place fill or shuffle).
+Such a draw never moves a metric, so it is at most a warning. Demotion by a name alone is not
+enough: the value is followed from the draw through its own statement (``int()``, ``str()``,
+``set()``, methods called on it, comparisons, arithmetic, f-strings, comprehensions) and, when it is
+assigned to a local variable, through every use of that variable in the function (and of the
+locals it flows into, a few steps deep). It is inert only when every path ends in a sink: an
+argument named like one (``port=``, ``trace=``), a sink call (``socket.*``, ``time.sleep``,
+``asyncio.sleep``, ``tempfile.*``, ``.bind()``), an attribute, subscript or ``os.environ`` key named
+like one (``self.master_port = ...``: where a stored value goes next is not followed), a return
+from a function so named, or a discarded statement. A local named ``temp``, ``jitter`` or ``delay``
+is followed like any other: ``temp = random.uniform(0.5, 1.0)`` then ``SamplingParams(temperature=temp)``
+is no sink. Also inert: a shuffle of (or pick from) a sequence so named (``random.shuffle(port_candidates)``),
+a draw in a function so named (``_bind_socket_in_range``), random characters joined into a name
+(``"".join(random.choice(letters) for _ in range(8))``), a value discarded (``torch.randn(1).cuda()``
+as a statement; not an in-place fill or shuffle).
 """
 
 from __future__ import annotations
@@ -26,6 +32,11 @@ from detaudit.scan.rules import (
 
 # Draws that permute or pick from their first argument: a sequence of ports stays ports.
 _PICKS_FROM = frozenset({"shuffle", "choice", "choices", "sample", "permutation"})
+ESCAPE = "\x00"  # a reason's prefix: the value (a local, named after it) leaves the function as it is
+MAX_LOCALS_FOLLOWED = 8  # locals a value is followed through before giving up (not inert)
+_COMPREHENSIONS = (ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)
+_PASSING = (ast.BinOp, ast.UnaryOp, ast.FormattedValue, ast.JoinedStr, ast.Tuple, ast.List, ast.Set, ast.Compare,
+            ast.BoolOp, ast.IfExp, ast.Subscript, ast.Starred, ast.Await)
 
 
 def sink_name(identifier: str) -> bool:
@@ -44,12 +55,174 @@ def _target_name(target: ast.expr) -> str:
     return ""
 
 
-def impact(call: ast.Call, stmt: ast.stmt | None, function: str, resolve: Callable[[ast.expr], str]) -> str:
-    """Why a drawn value cannot change results ('it only reaches master_port'), or ''.
+class _Flow:
+    """Follows one drawn value through its function (see the module doc)."""
+
+    def __init__(self, scope: ast.AST | None, function: str, resolve: Callable[[ast.expr], str]) -> None:
+        self.scope = scope
+        self.function = function
+        self.resolve = resolve
+        self.parents: dict[int, ast.AST] = {}
+        self.followed: set[str] = set()
+
+    def _parent_map(self, root: ast.AST) -> None:
+        for node in ast.walk(root):
+            for child in ast.iter_child_nodes(node):
+                self.parents[id(child)] = node
+
+    def inert(self, node: ast.AST, root: ast.AST) -> str:
+        """Why the value of ``node`` (an expression in ``root``: its statement, or the function) reaches
+        only sinks, or ''."""
+        if id(node) not in self.parents:
+            self._parent_map(self.scope if self.scope is not None else root)
+        current: ast.AST = node
+        per_element = False  # the value makes each element of a comprehension
+        while True:
+            parent = self.parents.get(id(current))
+            if parent is None:
+                return ""
+            if isinstance(parent, ast.keyword):
+                if parent.arg and sink_name(parent.arg):
+                    return f"it only reaches the argument {parent.arg}="
+                current = parent
+                continue
+            if isinstance(parent, ast.Attribute):  # x.tolist(), x.item(): a method of the value, called
+                grand = self.parents.get(id(parent))
+                if isinstance(grand, ast.Call) and grand.func is parent:
+                    current = grand
+                    continue
+                return ""
+            if isinstance(parent, ast.Call):
+                if current is parent.func:
+                    return ""
+                full = self.resolve(parent.func)
+                if per_element and isinstance(parent.func, ast.Attribute) and parent.func.attr == "join" and isinstance(
+                        parent.func.value, ast.Constant) and parent.func.value.value == "":
+                    return "it only builds a random name (\"\".join of random characters)"
+                if full.startswith(SINK_CALLS):
+                    return f"it only reaches {full}()"
+                last = full.rpartition(".")[2] or (parent.func.attr if isinstance(parent.func, ast.Attribute) else "")
+                if last in ("bind", "connect") or (last and sink_name(last)):
+                    return f"it only reaches {last}()"
+                if full in PASS_THROUGH_CALLS:
+                    current = parent
+                    continue
+                return ""
+            if isinstance(parent, _COMPREHENSIONS) and current is not getattr(parent, "elt", None) \
+                    and not isinstance(current, ast.comprehension):
+                return ""  # a DictComp's key or value
+            if isinstance(parent, _COMPREHENSIONS):
+                per_element = per_element or current is getattr(parent, "elt", None)
+                current = parent  # an element, or a filter: the collection is made of it
+                continue
+            if isinstance(parent, ast.comprehension):
+                current = parent
+                continue
+            if isinstance(parent, _PASSING):
+                current = parent
+                continue
+            if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and current is parent.value:
+                targets: list[ast.expr] = list(parent.targets) if isinstance(parent, ast.Assign) else [parent.target]
+                return self._assigned(targets)
+            if isinstance(parent, ast.Return):
+                last = self.function.rpartition(".")[2]
+                if sink_name(last):
+                    return f"it is only returned by {last}()"
+                return ESCAPE + current.id if isinstance(current, ast.Name) else ""  # returned as it is
+            if isinstance(parent, ast.Expr):
+                return "its value is discarded" if not per_element else ""
+            if isinstance(parent, ast.If) and current is parent.test and _only_logs(parent.body + parent.orelse):
+                return "it only decides what is printed or logged"
+            return ""
+
+    def _assigned(self, targets: list[ast.expr]) -> str:
+        """Why a value assigned to ``targets`` reaches only sinks: sink-named attributes or keys end
+        the walk; a local is followed through its uses."""
+        reasons = []
+        for target in targets:
+            if isinstance(target, ast.Name):
+                why = self._uses(target.id) if self._local(target.id) else ""
+            elif isinstance(target, (ast.Attribute, ast.Subscript)) and sink_name(_target_name(target)):
+                why = f"it only reaches {_target_name(target)}"
+            else:
+                why = ""
+            if not why:
+                return ""
+            reasons.append(why)
+        return reasons[0] if reasons else ""
+
+    def _local(self, name: str) -> bool:
+        """``name`` is a local of the function (a module's or class body's names can be used from
+        anywhere; ``global`` / ``nonlocal`` ones too)."""
+        scope = self.scope
+        if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return False
+        return not any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in ast.walk(scope))
+
+    def _uses(self, name: str) -> str:
+        """Why every use of local ``name`` in the function reaches only sinks (no use: discarded), or ''."""
+        if self.scope is None or len(self.followed) >= MAX_LOCALS_FOLLOWED:
+            return ""
+        if name in self.followed:
+            return "it only flows around a loop"  # the other uses decide
+        self.followed.add(name)
+        reasons = []
+        for node in ast.walk(self.scope):
+            if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
+                why = self.inert(node, self.scope)
+                if not why:
+                    return ""
+                reasons.append(why)
+        escapes = [r for r in reasons if r.startswith(ESCAPE)]
+        if escapes:  # returned as it is: inert only by its name, which a local not so named lacks
+            return ESCAPE + name if sink_name(name) else ""
+        sinks = [r for r in reasons if r != "it only flows around a loop"]
+        return sinks[0] if sinks else "its value is never used"
+
+
+_LOGGERS = ("logger", "logging", "log", "_logger", "LOGGER", "LOG")
+
+
+def _only_logs(stmts: list[ast.stmt]) -> bool:
+    """Every statement prints or logs (``print(...)``, ``logger.info(...)``), or is an ``if`` whose
+    branches only do so: code a value decides to run changes nothing but output."""
+    for stmt in stmts:
+        if isinstance(stmt, ast.Pass):
+            continue
+        if isinstance(stmt, ast.If):
+            if not _only_logs(stmt.body + stmt.orelse):
+                return False
+            continue
+        if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+            return False
+        func = stmt.value.func
+        if isinstance(func, ast.Name) and func.id in ("print", "pprint"):
+            continue
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in _LOGGERS:
+            continue
+        return False
+    return bool(stmts)
+
+
+def impact(call: ast.Call, stmt: ast.stmt | None, function: str, resolve: Callable[[ast.expr], str],
+           scope: ast.AST | None = None) -> tuple[str, str]:
+    """(why a drawn value cannot change results: 'it only reaches master_port', or ''; why it may
+    not, going by a name alone: 'named router_port, returned by _start_router()' when it is kept
+    in a local named like a sink that the function returns as it is, or '').
 
     ``stmt``: the statement holding ``call``; ``function``: the enclosing function's local
-    qualname; ``resolve``: a callee expression's qualified name ('' when unknown).
+    qualname; ``resolve``: a callee expression's qualified name ('' when unknown); ``scope``: the
+    enclosing function's node (its body is where a local's uses are looked for; None: not followed).
     """
+    why = _impact(call, stmt, function, resolve, scope)
+    if why.startswith(ESCAPE):
+        return "", (f"only its name says it is inert: {why[len(ESCAPE):]}, returned by "
+                    f"{function.rpartition('.')[2]}(), where it goes next is not followed")
+    return why, ""
+
+
+def _impact(call: ast.Call, stmt: ast.stmt | None, function: str, resolve: Callable[[ast.expr], str],
+            scope: ast.AST | None) -> str:
     callee = resolve(call.func)
     last = callee.rpartition(".")[2] or (call.func.attr if isinstance(call.func, ast.Attribute) else "")
     if last in _PICKS_FROM and call.args:
@@ -61,66 +234,6 @@ def impact(call: ast.Call, stmt: ast.stmt | None, function: str, resolve: Callab
         return f"it is drawn in {enclosing}(), which picks a port, address or name"
     if stmt is None:
         return ""
-    if isinstance(stmt, ast.Expr) and not last.endswith("_") and last != "shuffle" and _discards(stmt.value, call):
-        return "its value is discarded"
-    parents: dict[int, ast.AST] = {}
-    for node in ast.walk(stmt):
-        for child in ast.iter_child_nodes(node):
-            parents[id(child)] = node
-    current: ast.AST = call
-    per_element = False  # the draw makes each element of a comprehension
-    while True:
-        parent = parents.get(id(current))
-        if parent is None:
-            return ""
-        if isinstance(parent, ast.keyword):
-            if parent.arg and sink_name(parent.arg):
-                return f"it only reaches the argument {parent.arg}="
-            current = parent
-            continue
-        if isinstance(parent, ast.Call):
-            if current is parent.func:
-                return ""
-            full = resolve(parent.func)
-            if per_element and isinstance(parent.func, ast.Attribute) and parent.func.attr == "join" and isinstance(
-                    parent.func.value, ast.Constant) and parent.func.value.value == "":
-                return "it only builds a random name (\"\".join of random characters)"
-            if full.startswith(SINK_CALLS):
-                return f"it only reaches {full}()"
-            last = full.rpartition(".")[2]
-            if last in ("bind", "connect") or sink_name(last):
-                return f"it only reaches {last}()"
-            if full in PASS_THROUGH_CALLS:
-                current = parent
-                continue
-            return ""
-        if isinstance(parent, (ast.GeneratorExp, ast.ListComp)) and current is parent.elt:
-            current = parent  # a random character of "".join(...): see below
-            per_element = True
-            continue
-        if isinstance(parent, (ast.BinOp, ast.UnaryOp, ast.FormattedValue, ast.JoinedStr, ast.Tuple, ast.Compare,
-                               ast.BoolOp)):
-            current = parent
-            continue
-        if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and current is parent.value:
-            targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
-            names = [_target_name(t) for t in targets]
-            if names and all(n and sink_name(n) for n in names):
-                return f"it only reaches {', '.join(names)}"
-            return ""
-        if isinstance(parent, ast.Return):
-            last = function.rpartition(".")[2]
-            return f"it is only returned by {last}()" if sink_name(last) else ""
-        return ""
-
-
-def _discards(value: ast.expr, call: ast.Call) -> bool:
-    """The statement's value is the draw, or methods called on it (``torch.randn(1).cuda()``)."""
-    while value is not call:
-        if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
-            value = value.func.value
-        elif isinstance(value, ast.Await):
-            value = value.value
-        else:
-            return False
-    return True
+    if isinstance(stmt, ast.Expr) and (last.endswith("_") or last == "shuffle"):
+        return ""  # an in-place fill or shuffle as a statement: its effect is the draw
+    return _Flow(scope, function, resolve).inert(call, stmt)

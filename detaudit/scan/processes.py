@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from detaudit.scan import conditions as C
 from detaudit.scan.analysis import Program, display_name
 from detaudit.scan.entries import CLASS_SETUPS, KIND_LABEL, MODULE_SETUPS
 from detaudit.scan.evidence import Naming
@@ -36,6 +37,9 @@ class Process:
     entry_guards: dict[str, list[tuple[str, str, int]]] = field(default_factory=dict)  # see entry_guards()
     is_test: bool = False  # a pytest test, or a process started from test code (a test script's __main__)
     outside: str = ""  # why an entry outside test code is not the pipeline's (outside.py), judged like a test
+    # outside the pipeline only because nothing launches it (a package module's demo block): its
+    # draws are unproven, not warnings
+    unlaunched: bool = False
 
     def seeded_at(self, function: str, family: str) -> bool:
         early = self.early.get(function)
@@ -182,6 +186,9 @@ def build_processes(program: Program, scripts: list[str], test_code: Callable[[s
         if (kind, target) in seen:
             continue
         seen.add((kind, target))
+        if kind == "cli" and rel is not None and program.module_of.get(target) in program.paths:
+            # three scripts' `main` read the same: the file tells them apart
+            short = f"{rel(program.paths[program.module_of[target]])}:{display_name(target).rsplit('.', 1)[-1]}"
         name = short if kind == "main" else f"{short} ({KIND_LABEL[kind]})"
         path = program.paths.get(program.module_of.get(target, ""), "")
         process = Process(name, kind, target, seeded, roots,
@@ -218,6 +225,58 @@ def actor_methods(program: Program, actor: str, naming: Naming | None) -> list[s
     return [m for m in methods if naming.named(m)]
 
 
+def _callers_in(program: Program, process: Process) -> dict[str, list[str]]:
+    """Function -> its callers within the process (built once per process)."""
+    if process.callers_in is None:
+        callers: dict[str, list[str]] = {}
+        for caller in sorted(process.reach):
+            for callee, _ in program.callees(caller):
+                if callee in process.reach and callee != caller:
+                    callers.setdefault(callee, []).append(caller)
+        process.callers_in = callers
+    return process.callers_in
+
+
+def switched_off(program: Program, process: Process, draw: dict[str, Any]) -> bool:
+    """Whether every call by which ``process`` reaches the draw's function passes arguments (or
+    leaves defaults) that make the draw's `if` conditions on its parameters false for certain
+    (``if init_value_head:`` in a function that this process's callers never ask to init)."""
+    switch = draw.get("switch")
+    function = draw["function"]
+    if switch is None or function in process.roots:
+        return False
+    info = program.functions.get(function, {})
+    params, defaults = info.get("params", []), info.get("defaults", {})
+    callers = _callers_in(program, process).get(function, [])
+    if not callers:
+        return False
+    for caller in callers:
+        caller_info = program.functions.get(caller, {})
+        for index in range(len(caller_info.get("calls", ()))):
+            if function not in program.call_targets(caller, index):
+                continue
+            _, npos, passed = caller_info["sites"][index]
+            given = caller_info.get("call_args", {}).get(index, {})
+            keywords = {k.partition("<")[0] for k in passed}
+            env: dict[str, Any] = {}
+            for name in dict.fromkeys([*params, *defaults]):
+                position = params.index(name) if name in params else -1
+                if 0 <= position < npos:
+                    expr = given.get(position)
+                elif name in keywords:
+                    expr = given.get(name)
+                elif "**" in keywords:
+                    expr = None  # **kwargs may give it
+                else:
+                    expr = defaults.get(name)
+                value = C.value(expr, {}) if expr is not None else C.UNKNOWN
+                if value is not C.UNKNOWN:
+                    env[name] = value
+            if not C.false_for(switch, env):
+                return False  # this call can run the draw
+    return True
+
+
 def entry_guards(program: Program, process: Process, function: str) -> list[tuple[str, str, int]]:
     """(condition, caller, line of the call) triples that hold on every call path from ``process``'s roots to ``function``.
 
@@ -226,13 +285,7 @@ def entry_guards(program: Program, process: Process, function: str) -> list[tupl
     still being resolved, or a call made outside any `if` contributes no condition, so the
     answer only ever under-states: a condition listed here is one the code really requires.
     """
-    if process.callers_in is None:
-        callers: dict[str, list[str]] = {}
-        for caller in sorted(process.reach):
-            for callee, _ in program.callees(caller):
-                if callee in process.reach and callee != caller:
-                    callers.setdefault(callee, []).append(caller)
-        process.callers_in = callers
+    _callers_in(program, process)
     return _entry_guards(program, process, function, set())
 
 

@@ -102,6 +102,9 @@ class Rule:
     the call sites that pass none.
     ``library``: the callee may be defined in the scanned tree; the finding is dropped when it
     is (the tree's own code is scanned instead).
+    ``objects``: kinds of object (see ``OBJECT_KINDS``) whose call ``find`` also sees, when the
+    callee is a name or ``self.x`` the file binds to such an object (``pipe = FluxPipeline(...)``
+    ... ``pipe(prompt)``).
     """
 
     code: str
@@ -116,6 +119,7 @@ class Rule:
     guardable: bool = False
     generator_positions: dict[str, int] = field(default_factory=dict)
     library: bool = False
+    objects: frozenset[str] = frozenset()
 
     def generator_index(self, site: CallSite) -> int | None:
         """Where ``site`` may pass its generator positionally (None: keyword only)."""
@@ -146,6 +150,12 @@ TORCH_DROPOUT = frozenset({
     "torch.nn.Dropout", "torch.nn.Dropout1d", "torch.nn.Dropout2d", "torch.nn.Dropout3d", "torch.nn.AlphaDropout",
     "torch.nn.FeatureAlphaDropout", "torch.dropout", "torch.nn.modules.dropout.Dropout",
 })
+# Kinds of object a rule can match the calls of (Rule.objects); the file walker tells them from
+# what a name is bound to (facts.FileFacts._object_kind).
+DIFFUSERS_PIPELINE = "diffusers pipeline"  # made by a diffusers *Pipeline class (or from_pretrained of one)
+# Each kind, with one call that makes such an object (tests build one from it).
+OBJECT_MAKERS = {DIFFUSERS_PIPELINE: "diffusers.DiffusionPipeline.from_pretrained"}
+OBJECT_KINDS = frozenset(OBJECT_MAKERS)
 # diffusers' noise helpers: `generator=None` (the default) draws from the global torch generator.
 DIFFUSERS_RANDN = frozenset({"diffusers.utils.torch_utils.randn_tensor", "diffusers.utils.randn_tensor"})
 # randn_tensor(shape, generator=None, ...); a pipeline's
@@ -221,12 +231,34 @@ SEED_TAKERS = frozenset(SEED_CALLS) | frozenset({
     "numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.PCG64", "numpy.random.SeedSequence",
     "random.Random",
 })
+# Calls that make a generator object of their own: its manual_seed()/seed() seeds no global RNG.
+GENERATOR_MAKERS = frozenset({"torch.Generator", "numpy.random.default_rng", "numpy.random.RandomState",
+                              "numpy.random.Generator", "random.Random"})
+# Names of objects that hold a generator of their own (``g.manual_seed(0)``, ``self.rng.seed(1)``).
+GENERATOR_NAMES = frozenset({"g", "gen", "generator", "rng", "random_state"})
+
 # Seeding calls that, given no seed (or None), seed from OS entropy.
 _SEED_FROM_NOTHING = frozenset(SEED_CALLS) - {"torch.manual_seed", "torch.random.manual_seed", "torch.cuda.manual_seed",
                                               "torch.cuda.manual_seed_all", "transformers.enable_full_determinism",
                                               "transformers.trainer_utils.enable_full_determinism",
                                               "detaudit.env.determinism.seed_everything", "detaudit.env.determinism.enable",
                                               "detaudit.env.determinism.seed_python_and_numpy"}
+
+
+# Seed-like calls that are known: judged as seeds already, or seeding no global RNG.
+NOT_UNKNOWN_SEEDS = frozenset(SEED_CALLS) | SEED_TAKERS | RESEED_FROM_ENTROPY | ENTROPY_CALLS
+
+
+def seed_like(name: str) -> bool:
+    """A callee whose name says it may seed (``set_random_seed``, ``init_seed``), that is not one
+    of the seeding or seed-taking calls judged otherwise."""
+    return "seed" in name.rpartition(".")[2].lower() and name not in NOT_UNKNOWN_SEEDS
+
+
+def generator_holder(receiver: str) -> bool:
+    """A receiver named as a generator object: ``g``, ``self.rng``, ``train_generator``."""
+    last = receiver.rpartition(".")[2].lower()
+    return last in GENERATOR_NAMES or last.endswith(("_generator", "_rng", "_gen"))
 
 
 def seed_families(site: CallSite) -> tuple[str, ...]:
@@ -260,6 +292,13 @@ def _init_draw(site: CallSite) -> str | None:
 
 
 def _dropout(site: CallSite) -> str | None:
+    if site.last[:1].islower():  # F.dropout(x, p, training): no mask drawn when training is False
+        training = site.argument("training", 2)
+        if isinstance(training, ast.Constant) and training.value is False:
+            return None
+    p = site.argument("p", 1 if site.last[:1].islower() else 0)
+    if isinstance(p, ast.Constant) and type(p.value) in (int, float) and p.value == 0:
+        return None  # p=0: dropout returns its input and draws nothing
     return f"{site.last} draws its mask from the global torch generator"
 
 
@@ -273,6 +312,15 @@ def _diffusers_noise(site: CallSite) -> str | None:
     if site.has_argument("latents", index + 1) and not site.forwarded_param("latents", index + 1):
         return None
     return "prepare_latents() with generator=None draws the initial noise from the global torch generator; pass generator="
+
+
+def _pipeline_call(site: CallSite) -> str | None:
+    if site.has_argument("generator") or site.has_argument("latents"):
+        return None
+    if any(k.arg is None for k in site.node.keywords):
+        return None  # **kwargs may hold a generator: not judged (docs/scan-rng.md)
+    return ("a diffusers pipeline called without generator= or latents= draws its initial noise from the global "
+            "torch generator; pass generator=")
 
 
 def _shuffling_sampler(site: CallSite) -> str | None:
@@ -359,6 +407,15 @@ RULE_LIST: tuple[Rule, ...] = (
          "latents = randn_tensor(shape, device=device, dtype=dtype)",
          find=_diffusers_noise, callees=DIFFUSERS_RANDN, methods=frozenset({"prepare_latents"}), guardable=True,
          generator_positions=DIFFUSERS_GENERATOR_POSITIONS, library=True),
+    Rule("DA107", "torch", "diffusers pipeline called without generator= or latents= draws its initial noise from "
+         "the global torch generator",
+         "A diffusers pipeline's __call__ builds its initial latents with randn_tensor(generator=generator) when no "
+         "latents= are given; with generator=None (the default) that noise, the starting point of every sample and of "
+         "every rollout of a diffusion policy, comes from the process-global torch generator. "
+         + _WHY_GLOBAL.format(rng="torch generator"),
+         "Pass generator= a torch.Generator (one per sample, seeded from the run's seed), or latents= drawn from one.",
+         "images = pipe(prompt, num_inference_steps=28).images",
+         find=_pipeline_call, objects=frozenset({DIFFUSERS_PIPELINE})),
     Rule("DA106", "torch", "DataLoader(shuffle=True) or RandomSampler without generator= shuffles with a seed from "
          "the global torch generator",
          "A shuffling DataLoader builds a RandomSampler, which draws its seed for every epoch from the "
@@ -404,7 +461,10 @@ FAMILY: dict[str, str] = {r.code: r.family for r in RULE_LIST}
 # The rules to try on a call, by its qualified callee and by its called attribute.
 RULES_BY_CALLEE: dict[str, tuple[Rule, ...]] = {}
 RULES_BY_METHOD: dict[str, tuple[Rule, ...]] = {}
+RULES_BY_OBJECT: dict[str, tuple[Rule, ...]] = {}
 for _rule in RULE_LIST:
+    for _name in _rule.objects:
+        RULES_BY_OBJECT[_name] = RULES_BY_OBJECT.get(_name, ()) + (_rule,)
     for _name in _rule.callees:
         RULES_BY_CALLEE[_name] = RULES_BY_CALLEE.get(_name, ()) + (_rule,)
     for _name in _rule.methods:
@@ -430,7 +490,7 @@ SINK_WORDS = frozenset({
     "port", "ports", "addr", "address", "host", "hostname", "sock", "socket", "sleep", "jitter", "delay",
     "backoff", "tmp", "temp", "tmpdir", "tempdir", "tmpname", "tempname", "tmpfile", "tempfile", "timeout",
     "server", "servers", "replica", "replicas", "endpoint", "endpoints", "url", "urls",
-    "print", "logging", "verbose", "debug", "display", "dummy", "placeholder",
+    "print", "logging", "verbose", "debug", "display", "dummy", "placeholder", "trace", "traced", "tracing",
 })
 # A function named with one of these words picks a port, an address or a temp name: its draws do no more.
 PICKER_WORDS = frozenset({"port", "ports", "addr", "address", "socket", "sock", "tmpdir", "tempdir", "tmpname", "tempname"})
@@ -439,4 +499,5 @@ SINK_IDENTIFIERS = frozenset({"dp_rank"})
 # Calls whose arguments are such sinks (prefixes).
 SINK_CALLS = ("socket.", "time.sleep", "asyncio.sleep", "tempfile.")
 # Calls a drawn value may pass through on its way to a sink.
-PASS_THROUGH_CALLS = frozenset({"int", "str", "float", "round", "abs", "min", "max", "format", "repr", "hex", "bool"})
+PASS_THROUGH_CALLS = frozenset({"int", "str", "float", "round", "abs", "min", "max", "format", "repr", "hex", "bool",
+                                "set", "list", "tuple", "sorted", "frozenset", "len"})

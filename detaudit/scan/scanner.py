@@ -45,7 +45,7 @@ _RELEVANT_WORDS = (
     b"exponential_", b"geometric_", b"cauchy_", b"xavier", b"kaiming", b"orthogonal", b"sparse", b"ray",
     b"__main__", b"Process(", b"spawn", b"start_processes", b"worker_init_fn", b"worker_process_setup_hook",
     b"import_module", b"locate", b"hydra", b"generator", b"latents", b"shuffle", b"Sampler", b"absl", b"Fire(",
-    b"click", b"typer", b"notebook_launcher", b"fixture", b"determinism",
+    b"click", b"typer", b"notebook_launcher", b"fixture", b"determinism", b"Pipeline",
 )
 # Dotted-path string literals in a file that is not parsed: candidates of dynamic dispatch.
 _QUOTED_DOTTED = re.compile(rb"""["']([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?::[A-Za-z_][A-Za-z0-9_.]*)?)["']""")
