@@ -1087,16 +1087,25 @@ class FileFacts:
                 isinstance(node.value, ast.Name) and node.value.id == "self")):
             return ""
         for value in self._values_of(node, ctx):
-            if not isinstance(value, ast.Call):
-                continue
-            made = self.resolve(dotted(value.func), ctx) or ""
-            if (made.startswith("diffusers.") and _PIPELINE_CLASS.search(made)) or self._derives_from_pipeline(made):
-                return DIFFUSERS_PIPELINE
-            func = value.func
-            if isinstance(func, ast.Attribute) and func.attr in _SAME_OBJECT and isinstance(func.value, (ast.Name, ast.Attribute)):
-                kind = self._object_kind(func.value, ctx, depth + 1)  # pipe = pipe.to("cuda")
-                if kind:
-                    return kind
+            kind = self._made_kind(value, ctx, depth)
+            if kind:
+                return kind
+        return ""
+
+    def _made_kind(self, value: ast.expr, ctx: _Ctx, depth: int) -> str:
+        """The kind of object an expression makes: ``FluxPipeline.from_pretrained(p)``, ``.to("cuda")``
+        of one, or a name bound to one (see _object_kind)."""
+        if not isinstance(value, ast.Call) or depth > 3:
+            return ""
+        made = self.resolve(dotted(value.func), ctx) or ""
+        if (made.startswith("diffusers.") and _PIPELINE_CLASS.search(made)) or self._derives_from_pipeline(made):
+            return DIFFUSERS_PIPELINE
+        func = value.func
+        if isinstance(func, ast.Attribute) and func.attr in _SAME_OBJECT:  # X.to("cuda") is X
+            if isinstance(func.value, ast.Call):
+                return self._made_kind(func.value, ctx, depth + 1)
+            if isinstance(func.value, (ast.Name, ast.Attribute)):
+                return self._object_kind(func.value, ctx, depth + 1)
         return ""
 
     def _derives_from_pipeline(self, made: str) -> bool:
