@@ -231,7 +231,7 @@ PYTEST_TREE = {
 
         def test_own_draw():
             x = torch.rand(3)
-            assert x.shape == (3,)
+            assert float(x.sum()) <= 3.0
 
 
         class TestSeeded:
@@ -493,7 +493,8 @@ def test_a_value_named_like_a_port_returned_as_it_is_is_unproven(root: Path) -> 
             return port
         """})
     (draw,) = by_code("net").values()
-    assert draw.severity == "unproven" and "only its name says it is inert: port, returned by rollout()" in draw.note
+    assert draw.severity == "unproven" and ("only its name says it is inert: port; it flows on into the return of "
+                                            "rollout(), which is not followed") in draw.note
 
 
 # -- 6. seeds taken from the clock or OS entropy -------------------------------------------------

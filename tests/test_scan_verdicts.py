@@ -550,3 +550,41 @@ def test_a_new_unproven_finding_fails_against_the_baseline(root: Path) -> None:
     assert [f["severity"] for f in json.loads(result.out)["findings"]] == ["unproven"]
     assert result.code == 1  # new and unproven: the gate fails, whatever --fail-on says
     assert run_cli("scan-rng", ".", "--no-cache", cwd=root).code == 0  # without a baseline: exit 0
+
+
+@pytest.mark.parametrize("call, torch_verdict, random_verdict", [
+    ("mpu.model_parallel_cuda_manual_seed(0)", "unproven", "error"),  # CUDA seeding: torch's family only
+    ("utils.set_random_seed(0)", "unproven", "unproven"),  # any family
+    ("utils.np_seed(0)", "error", "error"),  # numpy's only
+])
+def test_an_unresolved_seed_covers_only_the_families_its_name_can_seed(root: Path, call: str, torch_verdict: str,
+                                                                      random_verdict: str) -> None:
+    write_project(root, {"w/__init__.py": "", "w/worker.py": f"""
+        import random
+
+        import ray
+        import torch
+        from megatron.core import mpu
+        from somelib import utils
+
+
+        @ray.remote
+        class Worker:
+            def __init__(self):
+                {call}
+
+            def step(self, items):
+                random.shuffle(items)
+                return torch.randperm(len(items))
+
+
+        def main():
+            return ray.get(Worker.remote().step.remote([1]))
+
+
+        if __name__ == "__main__":
+            main()
+        """})
+    found = by_code(".")
+    assert found["return torch.randperm(len(items))"].severity == torch_verdict
+    assert found["random.shuffle(items)"].severity == random_verdict

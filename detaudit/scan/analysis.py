@@ -23,7 +23,7 @@ from typing import Any
 
 from detaudit.scan import conditions as C
 from detaudit.scan.facts import LOCAL, MODULE_BODY, SUPER, TABLE
-from detaudit.scan.rules import BUILTIN_LOADERS, CALLING_LOADERS
+from detaudit.scan.rules import BUILTIN_LOADERS, CALLING_LOADERS, seed_like_families
 
 _DRAW = "<draw>"  # in a summary: the function or what it reaches holds a draw
 _DRAWS = frozenset({_DRAW})
@@ -119,7 +119,7 @@ class Program:
         self._edge_guards: dict[tuple[str, str], tuple[list[str], int]] = {}  # (conditions, line of a call)
         self._guarded_callers: set[str] = set()  # callers whose _edge_guards are known
         # id of a process's reach -> its first unresolved seed-like call (see unresolved_seeding)
-        self._unresolved_seeding: dict[int, tuple[str, str, int] | None] = {}
+        self._unresolved_seeding: dict[tuple[int, str], tuple[str, str, int] | None] = {}
 
     def add(self, path: str, f: dict[str, Any]) -> None:
         module = f["module"]
@@ -682,23 +682,26 @@ class Program:
                     queue.append(callee)
         return None
 
-    def unresolved_seeding(self, reach: set[str]) -> tuple[str, str, int] | None:
-        """A call that may seed (a seed-like name: ``set_random_seed``, ``strategy.init_seed``) made by
-        one of the functions ``reach`` holds, that the scan cannot follow: (as written, caller, line),
-        the first in name order; None when every such call was followed (or there is none)."""
-        known = self._unresolved_seeding.get(id(reach), False)
-        if known is not False:
-            return known  # type: ignore[return-value]
+    def unresolved_seeding(self, reach: set[str], family: str) -> tuple[str, str, int] | None:
+        """A call that may seed ``family`` (a seed-like name: ``set_random_seed``, ``strategy.init_seed``;
+        see rules.seed_like_families) made by one of the functions ``reach`` holds, that the scan
+        cannot follow: (as written, caller, line), the first in name order; None when every such
+        call was followed (or there is none)."""
+        key = (id(reach), family)
+        if key in self._unresolved_seeding:
+            return self._unresolved_seeding[key]
         found = None
         for function in reach:
             info = self.functions.get(function, {})
             for written, index, line in info.get("maybe_seed", ()):
+                if family not in seed_like_families(written):
+                    continue
                 if index >= 0 and (self.call_targets(function, index) or self.canonical(
                         info["calls"][index], root=self.root(function)) is not None):
                     continue  # the tree's own function or class: its seeding (or none) is counted
                 if found is None or (function, line) < (found[1], found[2]):
                     found = (written, function, line)
-        self._unresolved_seeding[id(reach)] = found
+        self._unresolved_seeding[key] = found
         return found
 
     def reaches_draw(self, function: str, in_tests: bool = False) -> bool:

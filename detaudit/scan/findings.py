@@ -264,7 +264,7 @@ def _pipeline_verdict(program: Program, pipeline: list[Process], seeded: dict[st
         how = f" ({first.name}: {_seed_text(program, source, rel)})" if source else ""
         return WARNING, (f"every process that runs it seeds the {family} RNG{how}; reproducible only while the "
                          f"call order stays fixed")
-    open_calls = [program.unresolved_seeding(p.reach) for p in unseeded]
+    open_calls = [program.unresolved_seeding(p.reach, family) for p in unseeded]
     if all(open_calls):
         call = open_calls[0]
         assert call is not None

@@ -32,7 +32,6 @@ from detaudit.scan.rules import (
 
 # Draws that permute or pick from their first argument: a sequence of ports stays ports.
 _PICKS_FROM = frozenset({"shuffle", "choice", "choices", "sample", "permutation"})
-ESCAPE = "\x00"  # a reason's prefix: the value (a local, named after it) leaves the function as it is
 MAX_LOCALS_FOLLOWED = 8  # locals a value is followed through before giving up (not inert)
 _COMPREHENSIONS = (ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)
 _PASSING = (ast.BinOp, ast.UnaryOp, ast.FormattedValue, ast.JoinedStr, ast.Tuple, ast.List, ast.Set, ast.Compare,
@@ -55,6 +54,25 @@ def _target_name(target: ast.expr) -> str:
     return ""
 
 
+# Where a use of a drawn value ends (see _Flow): a sink; out of what the walk follows (an unknown
+# function's argument, a return, a store into an attribute not named like a sink); or into data
+# (a named parameter that is no sink: temperature=, another value it perturbs: x + jitter, an
+# index, an `if` or loop it steers).
+SINK, ESCAPE, DATA = "sink", "escape", "data"
+Outcome = tuple[str, str]  # (SINK | ESCAPE | DATA, why: the sink's description, or where it went)
+# Attributes of a tensor or array that do not depend on its values.
+VALUE_FREE = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "layout"})
+VALUE_FREE_CALLS = frozenset({"size", "dim", "numel", "nelement"})
+
+
+def _worst(outcomes: list[Outcome]) -> Outcome:
+    for kind in (DATA, ESCAPE):
+        found = [o for o in outcomes if o[0] == kind]
+        if found:
+            return found[0]
+    return outcomes[0]
+
+
 class _Flow:
     """Follows one drawn value through its function (see the module doc)."""
 
@@ -64,15 +82,15 @@ class _Flow:
         self.resolve = resolve
         self.parents: dict[int, ast.AST] = {}
         self.followed: set[str] = set()
+        self.names: list[str] = []  # the sink-like names the value was kept under (`dummy_tensor`)
 
     def _parent_map(self, root: ast.AST) -> None:
         for node in ast.walk(root):
             for child in ast.iter_child_nodes(node):
                 self.parents[id(child)] = node
 
-    def inert(self, node: ast.AST, root: ast.AST) -> str:
-        """Why the value of ``node`` (an expression in ``root``: its statement, or the function) reaches
-        only sinks, or ''."""
+    def follow(self, node: ast.AST, root: ast.AST) -> Outcome:
+        """Where the value of ``node`` (an expression in ``root``: its statement, or the function) goes."""
         if id(node) not in self.parents:
             self._parent_map(self.scope if self.scope is not None else root)
         current: ast.AST = node
@@ -80,44 +98,63 @@ class _Flow:
         while True:
             parent = self.parents.get(id(current))
             if parent is None:
-                return ""
+                return ESCAPE, "its expression"
             if isinstance(parent, ast.keyword):
                 if parent.arg and sink_name(parent.arg):
-                    return f"it only reaches the argument {parent.arg}="
+                    return SINK, f"it only reaches the argument {parent.arg}="
+                call = self.parents.get(id(parent))
+                sink = self._sink_call(call) if isinstance(call, ast.Call) else ""
+                if sink:
+                    return SINK, sink  # tempfile.mkdtemp(prefix=...): any argument of a sink
+                if parent.arg:
+                    return DATA, f"the argument {parent.arg}="
                 current = parent
                 continue
-            if isinstance(parent, ast.Attribute):  # x.tolist(), x.item(): a method of the value, called
+            if isinstance(parent, ast.Attribute):
                 grand = self.parents.get(id(parent))
-                if isinstance(grand, ast.Call) and grand.func is parent:
+                if isinstance(grand, ast.Call) and grand.func is parent:  # x.tolist(), x.item(): a method, called
+                    if parent.attr in VALUE_FREE_CALLS:
+                        return SINK, f"only its {parent.attr}() is used"
                     current = grand
                     continue
-                return ""
+                if parent.attr in VALUE_FREE:
+                    return SINK, f"only its {parent.attr} is used"
+                return ESCAPE, f"its .{parent.attr}"
             if isinstance(parent, ast.Call):
                 if current is parent.func:
-                    return ""
+                    return ESCAPE, "a call of it"
                 full = self.resolve(parent.func)
                 if per_element and isinstance(parent.func, ast.Attribute) and parent.func.attr == "join" and isinstance(
                         parent.func.value, ast.Constant) and parent.func.value.value == "":
-                    return "it only builds a random name (\"\".join of random characters)"
-                if full.startswith(SINK_CALLS):
-                    return f"it only reaches {full}()"
+                    return SINK, "it only builds a random name (\"\".join of random characters)"
+                sink = self._sink_call(parent)
+                if sink:
+                    return SINK, sink
                 last = full.rpartition(".")[2] or (parent.func.attr if isinstance(parent.func, ast.Attribute) else "")
-                if last in ("bind", "connect") or (last and sink_name(last)):
-                    return f"it only reaches {last}()"
                 if full in PASS_THROUGH_CALLS:
                     current = parent
                     continue
-                return ""
+                return ESCAPE, f"{last or 'a call'}()"
             if isinstance(parent, _COMPREHENSIONS) and current is not getattr(parent, "elt", None) \
                     and not isinstance(current, ast.comprehension):
-                return ""  # a DictComp's key or value
+                return ESCAPE, "a dict it builds"  # a DictComp's key or value
             if isinstance(parent, _COMPREHENSIONS):
                 per_element = per_element or current is getattr(parent, "elt", None)
                 current = parent  # an element, or a filter: the collection is made of it
                 continue
             if isinstance(parent, ast.comprehension):
+                if current is parent.iter:
+                    return DATA, "a loop it steers"
                 current = parent
                 continue
+            if isinstance(parent, ast.BinOp):
+                other = parent.right if current is parent.left else parent.left
+                if not isinstance(other, ast.Constant):
+                    return DATA, "another value it changes"  # x + jitter
+                current = parent
+                continue
+            if isinstance(parent, ast.Subscript) and current is parent.slice:
+                return DATA, "an index"  # data[port]
             if isinstance(parent, _PASSING):
                 current = parent
                 continue
@@ -127,29 +164,44 @@ class _Flow:
             if isinstance(parent, ast.Return):
                 last = self.function.rpartition(".")[2]
                 if sink_name(last):
-                    return f"it is only returned by {last}()"
-                return ESCAPE + current.id if isinstance(current, ast.Name) else ""  # returned as it is
+                    return SINK, f"it is only returned by {last}()"
+                return ESCAPE, f"the return of {last}()"
             if isinstance(parent, ast.Expr):
-                return "its value is discarded" if not per_element else ""
-            if isinstance(parent, ast.If) and current is parent.test and _only_logs(parent.body + parent.orelse):
-                return "it only decides what is printed or logged"
-            return ""
+                return (SINK, "its value is discarded") if not per_element else (ESCAPE, "a discarded collection")
+            if isinstance(parent, ast.If) and current is parent.test:
+                if _only_logs(parent.body + parent.orelse):
+                    return SINK, "it only decides what is printed or logged"
+                return DATA, "an `if` it steers"
+            if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)):
+                return DATA, "a loop it steers"
+            return ESCAPE, type(parent).__name__
 
-    def _assigned(self, targets: list[ast.expr]) -> str:
-        """Why a value assigned to ``targets`` reaches only sinks: sink-named attributes or keys end
-        the walk; a local is followed through its uses."""
-        reasons = []
+    def _sink_call(self, call: ast.Call) -> str:
+        """Why a call is a sink (``time.sleep``, ``socket.*``, ``tempfile.*``, ``.bind()``, a name
+        like a port's), or ''."""
+        full = self.resolve(call.func)
+        if full.startswith(SINK_CALLS):
+            return f"it only reaches {full}()"
+        last = full.rpartition(".")[2] or (call.func.attr if isinstance(call.func, ast.Attribute) else "")
+        if last in ("bind", "connect") or (last and sink_name(last)):
+            return f"it only reaches {last}()"
+        return ""
+
+    def _assigned(self, targets: list[ast.expr]) -> Outcome:
+        """Where a value assigned to ``targets`` goes: sink-named attributes or keys end the walk; a
+        local is followed through its uses."""
+        outcomes = []
         for target in targets:
-            if isinstance(target, ast.Name):
-                why = self._uses(target.id) if self._local(target.id) else ""
-            elif isinstance(target, (ast.Attribute, ast.Subscript)) and sink_name(_target_name(target)):
-                why = f"it only reaches {_target_name(target)}"
+            name = _target_name(target)
+            if isinstance(target, ast.Name) and self._local(target.id):
+                if sink_name(target.id):
+                    self.names.append(target.id)
+                outcomes.append(self._uses(target.id))
+            elif isinstance(target, (ast.Attribute, ast.Subscript, ast.Name)) and name and sink_name(name):
+                outcomes.append((SINK, f"it only reaches {name}"))
             else:
-                why = ""
-            if not why:
-                return ""
-            reasons.append(why)
-        return reasons[0] if reasons else ""
+                outcomes.append((ESCAPE, name or "a store"))
+        return _worst(outcomes) if outcomes else (ESCAPE, "a store")
 
     def _local(self, name: str) -> bool:
         """``name`` is a local of the function (a module's or class body's names can be used from
@@ -159,25 +211,17 @@ class _Flow:
             return False
         return not any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in ast.walk(scope))
 
-    def _uses(self, name: str) -> str:
-        """Why every use of local ``name`` in the function reaches only sinks (no use: discarded), or ''."""
+    def _uses(self, name: str) -> Outcome:
+        """Where the uses of local ``name`` in the function go (no use: it is discarded)."""
         if self.scope is None or len(self.followed) >= MAX_LOCALS_FOLLOWED:
-            return ""
+            return ESCAPE, name
         if name in self.followed:
-            return "it only flows around a loop"  # the other uses decide
+            return SINK, "it only flows around a loop"  # the other uses decide
         self.followed.add(name)
-        reasons = []
-        for node in ast.walk(self.scope):
-            if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
-                why = self.inert(node, self.scope)
-                if not why:
-                    return ""
-                reasons.append(why)
-        escapes = [r for r in reasons if r.startswith(ESCAPE)]
-        if escapes:  # returned as it is: inert only by its name, which a local not so named lacks
-            return ESCAPE + name if sink_name(name) else ""
-        sinks = [r for r in reasons if r != "it only flows around a loop"]
-        return sinks[0] if sinks else "its value is never used"
+        outcomes = [self.follow(node, self.scope) for node in ast.walk(self.scope)
+                    if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load)]
+        outcomes = [o for o in outcomes if o != (SINK, "it only flows around a loop")] or outcomes
+        return _worst(outcomes) if outcomes else (SINK, "its value is never used")
 
 
 _LOGGERS = ("logger", "logging", "log", "_logger", "LOGGER", "LOG")
@@ -207,33 +251,29 @@ def _only_logs(stmts: list[ast.stmt]) -> bool:
 def impact(call: ast.Call, stmt: ast.stmt | None, function: str, resolve: Callable[[ast.expr], str],
            scope: ast.AST | None = None) -> tuple[str, str]:
     """(why a drawn value cannot change results: 'it only reaches master_port', or ''; why it may
-    not, going by a name alone: 'named router_port, returned by _start_router()' when it is kept
-    in a local named like a sink that the function returns as it is, or '').
+    not, going by a name alone: 'only its name says it is inert: dummy_tensor; it flows on into
+    project()' when it is kept under a name like a sink's and flows where the walk does not follow,
+    or '').
 
     ``stmt``: the statement holding ``call``; ``function``: the enclosing function's local
     qualname; ``resolve``: a callee expression's qualified name ('' when unknown); ``scope``: the
     enclosing function's node (its body is where a local's uses are looked for; None: not followed).
     """
-    why = _impact(call, stmt, function, resolve, scope)
-    if why.startswith(ESCAPE):
-        return "", (f"only its name says it is inert: {why[len(ESCAPE):]}, returned by "
-                    f"{function.rpartition('.')[2]}(), where it goes next is not followed")
-    return why, ""
-
-
-def _impact(call: ast.Call, stmt: ast.stmt | None, function: str, resolve: Callable[[ast.expr], str],
-            scope: ast.AST | None) -> str:
     callee = resolve(call.func)
     last = callee.rpartition(".")[2] or (call.func.attr if isinstance(call.func, ast.Attribute) else "")
     if last in _PICKS_FROM and call.args:
         source = _target_name(call.args[0])
         if source and sink_name(source):
-            return f"it only picks from {source}"
+            return f"it only picks from {source}", ""
     enclosing = function.rpartition(".")[2]
     if not enclosing.startswith("<") and any(w in PICKER_WORDS for w in enclosing.lower().strip("_").split("_")):
-        return f"it is drawn in {enclosing}(), which picks a port, address or name"
-    if stmt is None:
-        return ""
-    if isinstance(stmt, ast.Expr) and (last.endswith("_") or last == "shuffle"):
-        return ""  # an in-place fill or shuffle as a statement: its effect is the draw
-    return _Flow(scope, function, resolve).inert(call, stmt)
+        return f"it is drawn in {enclosing}(), which picks a port, address or name", ""
+    if stmt is None or (isinstance(stmt, ast.Expr) and (last.endswith("_") or last == "shuffle")):
+        return "", ""  # an in-place fill or shuffle as a statement: its effect is the draw
+    flow = _Flow(scope, function, resolve)
+    kind, why = flow.follow(call, stmt)
+    if kind == SINK:
+        return why, ""
+    if kind == ESCAPE and flow.names:
+        return "", f"only its name says it is inert: {flow.names[0]}; it flows on into {why}, which is not followed"
+    return "", ""

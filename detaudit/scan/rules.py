@@ -255,6 +255,17 @@ def seed_like(name: str) -> bool:
     return "seed" in name.rpartition(".")[2].lower() and name not in NOT_UNKNOWN_SEEDS
 
 
+def seed_like_families(name: str) -> tuple[str, ...]:
+    """The RNG families a seed-like call may seed, by its name: a CUDA or torch one
+    (``model_parallel_cuda_manual_seed``) only torch's, a numpy one only numpy's, any other all."""
+    last = name.rpartition(".")[2].lower()
+    if "cuda" in last or "torch" in name.lower() or last.startswith("manual_seed"):
+        return ("torch",)
+    if "numpy" in name.lower() or last.startswith("np_"):
+        return ("numpy",)
+    return FAMILIES
+
+
 def generator_holder(receiver: str) -> bool:
     """A receiver named as a generator object: ``g``, ``self.rng``, ``train_generator``."""
     last = receiver.rpartition(".")[2].lower()
