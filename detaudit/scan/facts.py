@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from detaudit.scan import conditions as C
 from detaudit.scan import entries as E
-from detaudit.scan.impact import impact
+from detaudit.scan.impact import Scope, impact
 from detaudit.scan.rules import (
     BUILTIN_LOADERS,
     CALLING_LOADERS,
@@ -217,6 +217,8 @@ class FileFacts:
         self._shared_guards: dict[int, tuple[_Ctx, list[str]]] = {}  # id(ctx) -> (ctx, its guard texts)
         self._stmt: ast.stmt | None = None
         self._scopes: dict[str, ast.AST] = {}  # local qualname -> its node (where a drawn value's uses are found)
+        self._walked: dict[str, Scope] = {}  # local qualname -> its walk for impact.py (made for its first draw)
+        self._objects = "Pipeline" in source  # a rule's object kind (rules.OBJECT_KINDS) can be named here
         self._handlers: dict[type[ast.AST], Callable[[Any, _Ctx], None]] = {
             ast.FunctionDef: self._def, ast.AsyncFunctionDef: self._def, ast.ClassDef: self._class,
             ast.If: self._if, ast.For: self._loop, ast.AsyncFor: self._loop, ast.While: self._loop,
@@ -844,13 +846,13 @@ class FileFacts:
                 if resolved in ("importlib.import_module", "getattr") or resolved in BUILTIN_LOADERS \
                         or resolved in CALLING_LOADERS:
                     loads.setdefault(ctx.function, set()).add(resolved)
-            if name is not None and not self._no_names and seed_like(resolved or name) \
+            if name is not None and "eed" in name and not self._no_names and seed_like(resolved or name) \
                     and not self._holds_generator(name.rpartition(".")[0], ctx):
                 # a seed the scan may not follow (a library's, an unknown object's): see Program.unresolved_seeding
                 function.setdefault("maybe_seed", []).append(
                     [name, len(function["calls"]) - 1 if resolved is not None else -1, call.lineno])
             rules = self._rules(resolved, attr)
-            if type(func) is ast.Name or type(func) is ast.Attribute:  # pipe(prompt): a call of a bound object
+            if self._objects and (type(func) is ast.Name or type(func) is ast.Attribute):  # pipe(prompt): an object
                 kind = self._object_kind(func, ctx)
                 if kind:
                     rules = rules + RULES_BY_OBJECT[kind]
@@ -1333,7 +1335,10 @@ class FileFacts:
             written = dotted(node)
             return self.resolve(written, ctx) or written or ""
 
-        inert, by_name = impact(call, stmt, ctx.function, resolve, self._scopes.get(ctx.function))
+        scope = self._walked.get(ctx.function)
+        if scope is None and ctx.function in self._scopes:
+            scope = self._walked[ctx.function] = Scope(self._scopes[ctx.function])
+        inert, by_name = impact(call, stmt, ctx.function, resolve, scope)
         draw = {"rule": rule.code, "message": message, "line": line, "end_line": call.end_lineno or line,
                 "col": call.col_offset + 1, "function": f"{self.module}.{ctx.function}",
                 "guards": self._guard_texts(ctx), "code": code, "param": param, "impact": inert}

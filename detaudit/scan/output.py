@@ -4,9 +4,9 @@ the count of each."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+import orjson
 from rich.console import Console
 from rich.markup import escape
 
@@ -101,10 +101,16 @@ def notices(result: ScanResult) -> list[str]:
             + [f"detaudit: note: {note}" for note in result.notes])
 
 
+def _dumps(doc: Any) -> str:
+    """``doc`` as indented JSON with sorted keys (orjson: a tenth of json.dumps's time with indent,
+    which runs json's pure-Python encoder; a rescan of a large tree spent a third of its time here)."""
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode("utf-8")
+
+
 def as_json(result: ScanResult) -> str:
     """``{"counts": {"error": n, "unproven": n, "warning": n}, "findings": [...]}``."""
     doc = {"counts": counts(result.findings), "findings": [f.as_dict() for f in result.findings]}
-    return json.dumps(doc, indent=2, sort_keys=True)
+    return _dumps(doc)
 
 
 def as_sarif(result: ScanResult) -> str:
@@ -140,7 +146,7 @@ def as_sarif(result: ScanResult) -> str:
             } for f in result.findings],
         }],
     }
-    return json.dumps(doc, indent=2, sort_keys=True)
+    return _dumps(doc)
 
 
 def _sarif_rule(rule: Rule) -> dict[str, Any]:

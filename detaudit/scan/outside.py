@@ -41,7 +41,6 @@ import re
 import stat
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from detaudit.scan.analysis import Program
@@ -70,7 +69,7 @@ MAX_NOTEBOOK_BYTES = 16 * 1024 * 1024  # a notebook's outputs (images) make it l
 # Files that hold data or pinned dependencies, never a command line: not read.
 DATA_SUFFIXES = (".lock", ".csv", ".tsv", ".jsonl", ".parquet", ".arrow", ".npy", ".npz", ".pt", ".pth", ".bin",
                  ".safetensors", ".ckpt", ".png", ".jpg", ".jpeg", ".gif", ".webp", ".svg", ".mp4", ".wav", ".sig",
-                 ".pem", ".pkl", ".gz", ".zip", ".tar")
+                 ".pem", ".pkl", ".gz", ".zip", ".tar", ".so", ".pyd", ".dll", ".dylib", ".o", ".a", ".pyc", ".lib")
 # -m NAME across spaces, quotes, commas, brackets, YAML list dashes or a line continuation, or none
 # (`python3 -mpkg.train`). Not preceded by a letter, digit, `_` or `-`: that test comes after the
 # leading "-" (a look-behind over it), so the pattern starts with a literal and the regex engine
@@ -92,18 +91,21 @@ _WORD_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 _NAME_BYTES = _WORD_BYTES | frozenset(b".-")
 
 
-def launch_file_stats(paths: list[Path]) -> list[tuple[str, int, int]]:
+def launch_file_stats(paths: list[str]) -> list[tuple[str, int, int]]:
     """(path, size, mtime) of the regular files of ``paths`` that may hold a launch (no FIFO,
-    device or folder; at most MAX_LAUNCH_BYTES); whether they are text is checked when read."""
+    device or folder; at most MAX_LAUNCH_BYTES; no data file, by its suffix, which is told before
+    a stat is spent on it); whether they are text is checked when read."""
     out = []
     for path in dict.fromkeys(paths):
+        if path.endswith(DATA_SUFFIXES):
+            continue
         try:
             st = os.stat(path)
         except OSError:
             continue
-        limit = MAX_NOTEBOOK_BYTES if str(path).endswith(".ipynb") else MAX_LAUNCH_BYTES
-        if stat.S_ISREG(st.st_mode) and st.st_size <= limit and not str(path).endswith(DATA_SUFFIXES):
-            out.append((str(path), st.st_size, st.st_mtime_ns))
+        limit = MAX_NOTEBOOK_BYTES if path.endswith(".ipynb") else MAX_LAUNCH_BYTES
+        if stat.S_ISREG(st.st_mode) and st.st_size <= limit:
+            out.append((path, st.st_size, st.st_mtime_ns))
     return out
 
 

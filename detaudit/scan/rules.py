@@ -154,6 +154,8 @@ TORCH_DROPOUT = frozenset({
 # what a name is bound to (facts.FileFacts._object_kind).
 DIFFUSERS_PIPELINE = "diffusers pipeline"  # made by a diffusers *Pipeline class (or from_pretrained of one)
 # Each kind, with one call that makes such an object (tests build one from it).
+# (The walker looks for an object's calls only in files whose text holds "Pipeline": a new kind
+# adds its own word there, facts.FileFacts._objects.)
 OBJECT_MAKERS = {DIFFUSERS_PIPELINE: "diffusers.DiffusionPipeline.from_pretrained"}
 OBJECT_KINDS = frozenset(OBJECT_MAKERS)
 # diffusers' noise helpers: `generator=None` (the default) draws from the global torch generator.

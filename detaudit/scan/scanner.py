@@ -138,12 +138,12 @@ def scan(paths: list[str | Path], config: ScanConfig | None = None, *, use_cache
 
 
 def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: int | None) -> ScanResult:
-    found_configs: list[Path] = []
-    found_launchers: list[Path] = []
+    found_configs: list[str] = []
+    found_launchers: list[str] = []
     files, skipped = collect_files(paths, config, found_configs, found_launchers)
     stats: dict[str, os.stat_result] = {}
     for file in files:
-        path = str(file) if file.is_absolute() else os.path.realpath(file)
+        path = file if os.path.isabs(file) else os.path.realpath(file)
         try:
             stats[path] = os.stat(path)
         except OSError as exc:
@@ -269,7 +269,7 @@ def whole_projects(paths: list[str | Path]) -> bool:
         for real in (os.path.realpath(p) for p in paths))
 
 
-def _config_files(found: list[Path], named: list[str | Path]) -> list[tuple[str, int, int]]:
+def _config_files(found: list[str], named: list[str | Path]) -> list[tuple[str, int, int]]:
     """(path, size, mtime) of the config files that may name code for the pipeline to call: not
     test code, at most MAX_CONFIG_BYTES (larger ones are data)."""
     out = []
