@@ -37,9 +37,9 @@ FAIL_ON = ("error", "unproven", "warning", "never")  # --fail-on, the most sever
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the caches (per-file facts, whole results).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Parser processes (default: CPU count).")
 @click.option("--unknown-process", type=click.Choice(["loaded", "error", "warning"]), default="loaded", show_default=True,
-              help="Severity of a draw that no entry point in the tree can be shown to run: loaded: an error when a "
+              help="Verdict of a draw that no entry point in the tree can be shown to run: loaded: unproven when a "
                    "pipeline process imports its module and code other than tests names its function, else a warning; "
-                   "error: always (strict); warning: never (library trees).")
+                   "error: an error always (strict); warning: a warning always (library trees).")
 @click.option("--force-exclude", is_flag=True, help="Apply [tool.detaudit] exclude to the PATHs named here too.")
 @click.option("--tests-as-pipeline", is_flag=True,
               help="Judge pytest tests, and __main__ blocks outside the pipeline (a module's self-test block, a "
