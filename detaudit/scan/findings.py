@@ -207,9 +207,6 @@ def _finding(program: Program, mine: list[Process], draw: dict[str, Any], path: 
         unseeded = [p.name for p in tests if not seeded[p.name]]
         note = (f"{only_tests}; unseeded in {_names(unseeded)}" if unseeded else
                 f"{only_tests}; every test that runs it seeds the {family} RNG" if tests else only_tests)
-        if tool_code and any(p.unlaunched and not seeded[p.name] for p in tests):
-            severity = UNPROVEN  # a demo nothing launches: not shown to be the pipeline, nor shown not to be
-            note = note.replace("(--tests-as-pipeline: an error)", "(--tests-as-pipeline: judged as the pipeline)")
     else:
         where = "module level" if function.endswith(MODULE_BODY) or function in program.classes else "no known process"
         severity, why = unreached.severity(function)

@@ -309,17 +309,9 @@ class Outside:
                        f"launched entries ({shown}) load; nothing launches it")
             else:
                 why = self._tool(module)
-            unlaunched = False
-            if not why and "." in program.dotted_name(module):
-                # a package module's `__main__` block that nothing launches and no launched entry loads:
-                # a demo or a manual tool, not shown to be the pipeline's (unproven, not an entry)
-                why = (f"the `__main__` block of {self.rel(program.paths.get(module, module))}, a package module "
-                       f"that nothing of the tree launches and no launched entry loads")
-                unlaunched = True
             for process in by_module[module] if why else ():
                 process.outside = why
                 process.is_test = True
-                process.unlaunched = unlaunched
 
     def _tool(self, module: str) -> str:
         """Why module key ``module``'s script is a stand-alone tool, or ''."""

@@ -37,9 +37,6 @@ class Process:
     entry_guards: dict[str, list[tuple[str, str, int]]] = field(default_factory=dict)  # see entry_guards()
     is_test: bool = False  # a pytest test, or a process started from test code (a test script's __main__)
     outside: str = ""  # why an entry outside test code is not the pipeline's (outside.py), judged like a test
-    # outside the pipeline only because nothing launches it (a package module's demo block): its
-    # draws are unproven, not warnings
-    unlaunched: bool = False
 
     def seeded_at(self, function: str, family: str) -> bool:
         early = self.early.get(function)
