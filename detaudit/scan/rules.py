@@ -420,15 +420,6 @@ RULE_LIST: tuple[Rule, ...] = (
          "latents = randn_tensor(shape, device=device, dtype=dtype)",
          find=_diffusers_noise, callees=DIFFUSERS_RANDN, methods=frozenset({"prepare_latents"}), guardable=True,
          generator_positions=DIFFUSERS_GENERATOR_POSITIONS, library=True),
-    Rule("DA107", "torch", "diffusers pipeline called without generator= or latents= draws its initial noise from "
-         "the global torch generator",
-         "A diffusers pipeline's __call__ builds its initial latents with randn_tensor(generator=generator) when no "
-         "latents= are given; with generator=None (the default) that noise, the starting point of every sample and of "
-         "every rollout of a diffusion policy, comes from the process-global torch generator. "
-         + _WHY_GLOBAL.format(rng="torch generator"),
-         "Pass generator= a torch.Generator (one per sample, seeded from the run's seed), or latents= drawn from one.",
-         "images = pipe(prompt, num_inference_steps=28).images",
-         find=_pipeline_call, objects=frozenset({DIFFUSERS_PIPELINE})),
     Rule("DA106", "torch", "DataLoader(shuffle=True) or RandomSampler without generator= shuffles with a seed from "
          "the global torch generator",
          "A shuffling DataLoader builds a RandomSampler, which draws its seed for every epoch from the "
@@ -438,6 +429,15 @@ RULE_LIST: tuple[Rule, ...] = (
          "DistributedSampler(seed=...)).",
          "loader = DataLoader(dataset, batch_size=8, shuffle=True)",
          find=_shuffling_sampler, callees=SHUFFLING_LOADERS | RANDOM_SAMPLERS, guardable=True),
+    Rule("DA107", "torch", "diffusers pipeline called without generator= or latents= draws its initial noise from "
+         "the global torch generator",
+         "A diffusers pipeline's __call__ builds its initial latents with randn_tensor(generator=generator) when no "
+         "latents= are given; with generator=None (the default) that noise, the starting point of every sample and of "
+         "every rollout of a diffusion policy, comes from the process-global torch generator. "
+         + _WHY_GLOBAL.format(rng="torch generator"),
+         "Pass generator= a torch.Generator (one per sample, seeded from the run's seed), or latents= drawn from one.",
+         "images = pipe(prompt, num_inference_steps=28).images",
+         find=_pipeline_call, objects=frozenset({DIFFUSERS_PIPELINE})),
     Rule("DA201", "numpy", "legacy numpy.random function draws from the global RandomState",
          _WHY_GLOBAL.format(rng="numpy RandomState"),
          "Use rng = np.random.default_rng(seed) and rng.<method>(...).",
