@@ -15,7 +15,9 @@ import detaudit.scan.processes
 import detaudit.scan.scanner
 from detaudit.scan import ScanConfig, scan
 from detaudit.scan.cache import ResultCache
-from detaudit.scan.facts import MODULE_BODY, FileFacts, _Ctx
+from detaudit.scan.facts import FileFacts
+from detaudit.scan.facts_base import _Ctx
+from detaudit.scan.schema import MODULE_BODY
 
 CORPUS = REPO / "tests" / "fixtures" / "scan_corpus"
 REAL_CASE = REPO / "tests" / "fixtures" / "real_case"

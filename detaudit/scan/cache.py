@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from detaudit.scan.facts import FACTS_VERSION
+from detaudit.scan.schema import FACTS_VERSION
 
 OUTCOME_KINDS = ("facts", "light", "skip")
 _SCANNER_DIGEST: str | None = None

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from detaudit.scan.analysis import Program, display_name
-from detaudit.scan.facts import MAIN_BLOCK, MODULE_BODY
+from detaudit.scan.schema import MAIN_BLOCK, MODULE_BODY
 
 # Bases that call none of a class's own methods by name (only dunders, which always count as called).
 PLAIN_BASES = frozenset({"object", "abc.ABC", "typing.Generic", "typing.Protocol", "typing_extensions.Protocol",

@@ -22,10 +22,10 @@ from typing import Any
 
 from detaudit.scan.analysis import Program, display_name
 from detaudit.scan.evidence import Naming, loaded_modules
-from detaudit.scan.facts import MAIN_BLOCK, MODULE_BODY
 from detaudit.scan.modes import Modes
 from detaudit.scan.processes import Process, entry_guards, switched_off
 from detaudit.scan.rules import FAMILY
+from detaudit.scan.schema import MAIN_BLOCK, MODULE_BODY
 
 ERROR, UNPROVEN, WARNING = "error", "unproven", "warning"
 # Verdicts from the mildest; --fail-on names the lowest that makes the exit code 1.

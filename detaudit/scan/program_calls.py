@@ -12,10 +12,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from detaudit.scan.facts import LOCAL, MODULE_BODY, SUPER, TABLE
 from detaudit.scan.program_dispatch import ProgramDispatch
 from detaudit.scan.program_names import display_name
 from detaudit.scan.rules import CALLING_LOADERS
+from detaudit.scan.schema import LOCAL, MODULE_BODY, SUPER, TABLE
 
 
 class ProgramCalls(ProgramDispatch):

@@ -11,9 +11,9 @@ dicts of functions or classes, filled by literals or registering decorators, rea
 
 from __future__ import annotations
 
-from detaudit.scan.facts import LOCAL, TABLE
 from detaudit.scan.program_names import ProgramNames
 from detaudit.scan.rules import BUILTIN_LOADERS
+from detaudit.scan.schema import LOCAL, TABLE
 
 
 class ProgramDispatch(ProgramNames):

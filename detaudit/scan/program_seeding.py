@@ -10,9 +10,9 @@ from collections import deque
 from typing import Any
 
 from detaudit.scan import conditions as C
-from detaudit.scan.facts import MODULE_BODY
 from detaudit.scan.program_calls import ProgramCalls
 from detaudit.scan.rules import seed_like_families
+from detaudit.scan.schema import MODULE_BODY
 
 _DRAW = "<draw>"  # in a summary: the function or what it reaches holds a draw
 _DRAWS = frozenset({_DRAW})

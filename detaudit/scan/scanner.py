@@ -21,7 +21,7 @@ from detaudit.scan.cache import FactsCache, ResultCache, result_key
 from detaudit.scan.config import ScanConfig
 from detaudit.scan.entries import is_conftest, is_test_module
 from detaudit.scan.evidence import Mentions, Naming
-from detaudit.scan.facts import DOTTED_STRING, file_facts
+from detaudit.scan.facts import file_facts
 from detaudit.scan.files import (
     MAX_CONFIG_BYTES,
     MAX_FILE_BYTES,
@@ -34,6 +34,7 @@ from detaudit.scan.files import (
 from detaudit.scan.findings import Finding, findings_for
 from detaudit.scan.outside import Launches, Outside, holds_word, launch_file_stats
 from detaudit.scan.processes import build_processes, process_summary
+from detaudit.scan.schema import DOTTED_STRING
 
 # A file needs parsing only if its text could hold a draw, a seed, an entry point or a loader.
 # Plain substring tests (memchr speed) beat one alternation regex ~5x on 120 MB of code.
