@@ -25,17 +25,9 @@ from detaudit.scan import entries as E
 from detaudit.scan.facts_base import MAIN_BLOCK, MODULE_BODY, _Ctx, _dotted_string, dotted
 from detaudit.scan.facts_calls import _call_site
 from detaudit.scan.facts_walk import FactsWalk
-from detaudit.scan.rules import (
-    BUILTIN_LOADERS,
-    CALLING_LOADERS,
-    RULES_BY_OBJECT,
-    SEED_CALLS,
-    SEED_FLAGS,
-    CallSite,
-    seed_families,
-    seed_like,
-)
+from detaudit.scan.rules import BUILTIN_LOADERS, CALLING_LOADERS, RULES_BY_OBJECT, CallSite, seed_families
 from detaudit.scan.schema import FACTS_VERSION
+from detaudit.scan.seeds import SEED_CALLS, SEED_FLAGS, seed_like
 
 __all__ = ["FileFacts", "file_facts"]
 

@@ -11,8 +11,8 @@ from typing import Any, NamedTuple
 from detaudit.scan import conditions as C
 from detaudit.scan import entries as E
 from detaudit.scan.impact import Scope
-from detaudit.scan.rules import GENERATOR_MAKERS, generator_holder
 from detaudit.scan.schema import DOTTED_STRING, LOCAL, MAIN_BLOCK, MODULE_BODY
+from detaudit.scan.seeds import GENERATOR_MAKERS, generator_holder
 
 _BUILTINS = frozenset({"id", "hash"})
 

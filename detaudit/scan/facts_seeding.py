@@ -11,7 +11,7 @@ from typing import Any
 from detaudit.scan import conditions as C
 from detaudit.scan.facts_base import MAIN_BLOCK, MODULE_BODY, _Ctx, dotted
 from detaudit.scan.facts_calls import FactsCalls
-from detaudit.scan.rules import ENTROPY_CALLS
+from detaudit.scan.seeds import ENTROPY_CALLS
 
 # Argument expressions that can be a constant or come from a parameter (see conditions.encode).
 # Argument expressions that can be a constant or come from a parameter (see conditions.encode).

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from detaudit.errors import InputError
 from detaudit.scan.config import ScanConfig
+from detaudit.scan.entries import is_test_path
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 # Config files that may name a function or method for the code to call (a Hydra `_target_`, a method
@@ -169,8 +170,6 @@ def test_files(paths: list[str], named: list[str | Path]) -> set[str]:
     """The absolute ``paths`` that are test code, judged from their path from the named path that
     holds them (its own name included): a project scanned from inside a tests/fixtures folder is
     not a test, `scan-rng tests` scans tests."""
-    from detaudit.scan.entries import is_test_path
-
     bases = sorted((os.path.realpath(n) for n in named), key=len, reverse=True)
     out = set()
     for path in paths:

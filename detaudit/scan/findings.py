@@ -78,7 +78,6 @@ class Unreached:
         self.imported = imported
         self._loaded: set[str] | None = None
         self._dispatched = False
-        self.modes: Modes | None = Modes(program)
 
     def severity(self, function: str) -> tuple[str, str]:
         """(verdict, why it is a warning: '' for unproven, or when unknown_process is "error" or "warning")."""
@@ -115,6 +114,7 @@ def findings_for(program: Program, processes: list[Process], rel: Callable[[str]
     ``naming`` and ``imported`` (the import lists of files set aside): see ``Unreached``."""
     findings: list[Finding] = []
     unreached = Unreached(program, processes, unknown_process, naming, imported or {}, tests_as_pipeline)
+    modes = Modes(program)
     if program.load_mentioning is not None:  # one pass over the skipped files for every generator=None guard
         program.load_mentioning({d["function"].rpartition(".")[2] for f in list(program.modules.values())
                                  for d in f["draws"] if d.get("param")})
@@ -131,7 +131,7 @@ def findings_for(program: Program, processes: list[Process], rel: Callable[[str]
             if "*" in marks or draw["rule"] in marks:
                 continue
             in_tests = test_code is not None and test_code(program.paths[module])
-            finding = _finding(program, running.get(draw["function"], []), draw, path, rel, unreached,
+            finding = _finding(program, running.get(draw["function"], []), draw, path, rel, unreached, modes,
                                tests_as_pipeline, in_tests)
             if finding is not None:
                 findings.append(finding)
@@ -139,8 +139,23 @@ def findings_for(program: Program, processes: list[Process], rel: Callable[[str]
     return findings
 
 
+def _not_drawing(program: Program, mine: list[Process], draw: dict[str, Any], modes: Modes) -> dict[str, str]:
+    """The processes (by name) of ``mine`` that run the draw's function but not the draw, and why:
+    their calls pass arguments that switch it off, or every instance of the module whose training
+    mode gates it is in eval mode there (modes.py)."""
+    off_why: dict[str, str] = {}
+    for p in mine:
+        if draw.get("switch") is not None and switched_off(program, p, draw):
+            off_why[p.name] = f"every call that reaches it passes arguments that make `{' and '.join(draw['guards'])}` false"
+        elif draw.get("mode_class"):
+            why = modes.eval_only(draw["mode_class"], p)
+            if why:
+                off_why[p.name] = f"{why}: it draws nothing"
+    return off_why
+
+
 def _finding(program: Program, mine: list[Process], draw: dict[str, Any], path: str,
-             rel: Callable[[str], str], unreached: Unreached, tests_as_pipeline: bool,
+             rel: Callable[[str], str], unreached: Unreached, modes: Modes, tests_as_pipeline: bool,
              in_tests: bool) -> Finding | None:
     """The finding for one draw; ``mine``: the processes that reach its function."""
     family = FAMILY[draw["rule"]]
@@ -164,16 +179,7 @@ def _finding(program: Program, mine: list[Process], draw: dict[str, Any], path: 
             shown.append(f"{where}:{line}" + (f" ({_names(names)})" if names else " (no known process)"))
         extra = (f"{draw['param']}=None by default and not passed at: " + "; ".join(shown)) if shown else \
             f"{draw['param']}=None by default: an entry point itself"
-    # Processes that do not run the draw: their calls pass arguments that switch it off, or every
-    # instance of the module whose training mode gates it is in eval mode there (modes.py).
-    off_why: dict[str, str] = {}
-    for p in mine:
-        if draw.get("switch") is not None and switched_off(program, p, draw):
-            off_why[p.name] = f"every call that reaches it passes arguments that make `{' and '.join(draw['guards'])}` false"
-        elif draw.get("mode_class") and unreached.modes is not None:
-            why = unreached.modes.eval_only(draw["mode_class"], p)
-            if why:
-                off_why[p.name] = f"{why}: it draws nothing"
+    off_why = _not_drawing(program, mine, draw, modes)
     off = [p for p in mine if p.name in off_why]
     if off:
         mine = [p for p in mine if p not in off]

@@ -23,13 +23,25 @@ import ast
 from collections.abc import Callable
 from typing import Any
 
-from detaudit.scan.rules import (
-    PASS_THROUGH_CALLS,
-    PICKER_WORDS,
-    SINK_CALLS,
-    SINK_IDENTIFIERS,
-    SINK_WORDS,
-)
+# Impact: where a drawn value may go without making results differ between runs.
+# Identifier words (split at "_") that name a port, an address, a sleep/jitter, a temp name, a
+# server or replica picked for a request (load balancing), what is printed or logged, or a
+# dummy whose values nobody reads (only its shape matters).
+SINK_WORDS = frozenset({
+    "port", "ports", "addr", "address", "host", "hostname", "sock", "socket", "sleep", "jitter", "delay",
+    "backoff", "tmp", "temp", "tmpdir", "tempdir", "tmpname", "tempname", "tmpfile", "tempfile", "timeout",
+    "server", "servers", "replica", "replicas", "endpoint", "endpoints", "url", "urls",
+    "print", "logging", "verbose", "debug", "display", "dummy", "placeholder", "trace", "traced", "tracing",
+})
+# A function named with one of these words picks a port, an address or a temp name: its draws do no more.
+PICKER_WORDS = frozenset({"port", "ports", "addr", "address", "socket", "sock", "tmpdir", "tempdir", "tmpname", "tempname"})
+# Whole identifiers that name such a pick (a data-parallel rank chosen to serve a request).
+SINK_IDENTIFIERS = frozenset({"dp_rank"})
+# Calls whose arguments are such sinks (prefixes).
+SINK_CALLS = ("socket.", "time.sleep", "asyncio.sleep", "tempfile.")
+# Calls a drawn value may pass through on its way to a sink.
+PASS_THROUGH_CALLS = frozenset({"int", "str", "float", "round", "abs", "min", "max", "format", "repr", "hex", "bool",
+                                "set", "list", "tuple", "sorted", "frozenset", "len"})
 
 # Draws that permute or pick from their first argument: a sequence of ports stays ports.
 _PICKS_FROM = frozenset({"shuffle", "choice", "choices", "sample", "permutation"})

@@ -41,14 +41,11 @@ import re
 import stat
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING
 
 from detaudit.scan.analysis import Program
 from detaudit.scan.evidence import loaded_modules
+from detaudit.scan.processes import Process
 from detaudit.scan.rules import FAMILY
-
-if TYPE_CHECKING:
-    from detaudit.scan.processes import Process
 
 # Libraries a stand-alone tool may import besides the standard library: data, I/O and command-line
 # libraries, none of which can build or run a model. Anything else (torch, mlx, paddle, a package

@@ -19,7 +19,6 @@ from detaudit.scan import conditions as C
 from detaudit.scan.analysis import Program, display_name
 from detaudit.scan.entries import CLASS_SETUPS, KIND_LABEL, MODULE_SETUPS
 from detaudit.scan.evidence import Naming
-from detaudit.scan.outside import Outside
 
 
 @dataclass
@@ -102,12 +101,12 @@ class _Fixtures:
 
 def build_processes(program: Program, scripts: list[str], test_code: Callable[[str], bool] | None = None,
                     rel: Callable[[str], str] | None = None, tests_as_pipeline: bool = False,
-                    naming: Naming | None = None, outside: Outside | None = None) -> list[Process]:
+                    naming: Naming | None = None) -> list[Process]:
     """Every process of the tree; ``test_code(path)``: the file is test code (its processes are tests);
     ``rel(path)``: a path as shown (names a `__main__` whose module name several files share);
     ``naming``: what the tree's non-test code names (a Ray actor's entry methods are those named;
-    None: every method); ``outside``: which ``__main__`` blocks are self-tests or stand-alone tools
-    (their processes, and those started inside them, are judged like tests; None: none is).
+    None: every method). Which ``__main__`` blocks are self-tests or stand-alone tools is judged
+    afterwards, over these processes (outside.Outside.judge).
 
     Unless ``tests_as_pipeline``, a pytest test is followed through test code only: what it runs
     there is what its findings need (draws in tests); the pipeline code it calls is judged by the
@@ -205,8 +204,6 @@ def build_processes(program: Program, scripts: list[str], test_code: Callable[[s
             process.reach.add(body)
             process.early[body] = start_seeded  # import-time code runs before any seed call
         processes.append(process)
-    if outside is not None:
-        outside.judge(processes)
     return processes
 
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from detaudit.scan import conditions as C
 from detaudit.scan.program_calls import ProgramCalls
-from detaudit.scan.rules import seed_like_families
 from detaudit.scan.schema import MODULE_BODY
+from detaudit.scan.seeds import seed_like_families
 
 _DRAW = "<draw>"  # in a summary: the function or what it reaches holds a draw
 _DRAWS = frozenset({_DRAW})
@@ -91,7 +91,7 @@ class ProgramSeeding(ProgramCalls):
 
     def unresolved_seeding(self, reach: set[str], family: str) -> tuple[str, str, int] | None:
         """A call that may seed ``family`` (a seed-like name: ``set_random_seed``, ``strategy.init_seed``;
-        see rules.seed_like_families) made by one of the functions ``reach`` holds, that the scan
+        see seeds.seed_like_families) made by one of the functions ``reach`` holds, that the scan
         cannot follow: (as written, caller, line), the first in name order; None when every such
         call was followed (or there is none)."""
         key = (id(reach), family)

@@ -1,4 +1,5 @@
-"""The scan-rng rules: what counts as a global-RNG draw, a seed, an entropy source.
+"""The scan-rng rules: what counts as a global-RNG draw or a seed taken from entropy (the seeding
+calls themselves: seeds.py; where a drawn value may go harmlessly: impact.py).
 
 Each rule is one ``Rule`` record: its code, RNG family, the text of the docs table, SARIF rule
 help and ``scan-rng --explain``, and what it matches: the qualified callee names and called
@@ -12,6 +13,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from detaudit.scan.seeds import RESEED_FROM_ENTROPY, SEED_CALLS, SEED_FROM_NOTHING, SEED_TAKERS
 
 
 class CallSite:
@@ -186,92 +189,7 @@ STDLIB_DRAWS = frozenset({
     "vonmisesvariate", "paretovariate", "weibullvariate", "gammavariate", "randbytes", "binomialvariate",
 })
 
-# -- seeding ---------------------------------------------------------------------------------
-
-FAMILIES = ("torch", "numpy", "random")
-# Calls that seed a process-global RNG, by family, when given a seed that is not None and not
-# taken from the clock or the OS.
-SEED_CALLS: dict[str, tuple[str, ...]] = {
-    "torch.manual_seed": ("torch",),
-    "torch.random.manual_seed": ("torch",),
-    "torch.cuda.manual_seed": ("torch",),
-    "torch.cuda.manual_seed_all": ("torch",),
-    "numpy.random.seed": ("numpy",),
-    "random.seed": ("random",),
-    "transformers.set_seed": FAMILIES,
-    "transformers.trainer_utils.set_seed": FAMILIES,
-    "transformers.enable_full_determinism": FAMILIES,
-    "transformers.trainer_utils.enable_full_determinism": FAMILIES,
-    "accelerate.utils.set_seed": FAMILIES,
-    "accelerate.utils.random.set_seed": FAMILIES,
-    "lightning.seed_everything": FAMILIES,
-    "lightning.pytorch.seed_everything": FAMILIES,
-    "lightning.fabric.seed_everything": FAMILIES,
-    "pytorch_lightning.seed_everything": FAMILIES,
-    "lightning_fabric.utilities.seed.seed_everything": FAMILIES,
-    "lightning.fabric.utilities.seed.seed_everything": FAMILIES,
-    # detaudit's own seeding API, for projects that seed through it (the scan need not hold detaudit)
-    "detaudit.env.determinism.seed_everything": FAMILIES,
-    "detaudit.env.determinism.enable": FAMILIES,
-    "detaudit.env.determinism.seed_python_and_numpy": ("numpy", "random"),
-}
-# Seeding calls that a flag switches off: callee -> the keyword (given False, the call seeds nothing;
-# computed from the caller's parameters, it seeds only where the caller's arguments make it true).
-SEED_FLAGS: dict[str, str] = {"detaudit.env.determinism.enable": "seed_rngs"}
-# Calls that reseed a global RNG from a value that differs per run (they take no seed).
-RESEED_FROM_ENTROPY = frozenset({"torch.seed", "torch.random.seed", "torch.cuda.seed", "torch.cuda.seed_all"})
-# Calls whose value differs per run or per process: no seed may come from them.
-ENTROPY_CALLS = frozenset({
-    "time.time", "time.time_ns", "time.perf_counter", "time.perf_counter_ns", "time.monotonic",
-    "time.monotonic_ns", "time.process_time", "time.process_time_ns", "os.getpid", "os.getppid", "os.urandom",
-    "id", "hash", "uuid.uuid1", "uuid.uuid4", "datetime.datetime.now", "datetime.datetime.utcnow",
-    "datetime.now", "datetime.utcnow", "secrets.randbits", "secrets.token_bytes", "secrets.token_hex",
-    "secrets.randbelow", "random.SystemRandom", "torch.seed", "torch.initial_seed",
-})
-# Seed-taking calls checked for entropy arguments (a called attribute `manual_seed` / `seed` is, too).
-SEED_TAKERS = frozenset(SEED_CALLS) | frozenset({
-    "numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.PCG64", "numpy.random.SeedSequence",
-    "random.Random",
-})
-# Calls that make a generator object of their own: its manual_seed()/seed() seeds no global RNG.
-GENERATOR_MAKERS = frozenset({"torch.Generator", "numpy.random.default_rng", "numpy.random.RandomState",
-                              "numpy.random.Generator", "random.Random"})
-# Names of objects that hold a generator of their own (``g.manual_seed(0)``, ``self.rng.seed(1)``).
-GENERATOR_NAMES = frozenset({"g", "gen", "generator", "rng", "random_state"})
-
-# Seeding calls that, given no seed (or None), seed from OS entropy.
-_SEED_FROM_NOTHING = frozenset(SEED_CALLS) - {"torch.manual_seed", "torch.random.manual_seed", "torch.cuda.manual_seed",
-                                              "torch.cuda.manual_seed_all", "transformers.enable_full_determinism",
-                                              "transformers.trainer_utils.enable_full_determinism",
-                                              "detaudit.env.determinism.seed_everything", "detaudit.env.determinism.enable",
-                                              "detaudit.env.determinism.seed_python_and_numpy"}
-
-
-# Seed-like calls that are known: judged as seeds already, or seeding no global RNG.
-NOT_UNKNOWN_SEEDS = frozenset(SEED_CALLS) | SEED_TAKERS | RESEED_FROM_ENTROPY | ENTROPY_CALLS
-
-
-def seed_like(name: str) -> bool:
-    """A callee whose name says it may seed (``set_random_seed``, ``init_seed``), that is not one
-    of the seeding or seed-taking calls judged otherwise."""
-    return "seed" in name.rpartition(".")[2].lower() and name not in NOT_UNKNOWN_SEEDS
-
-
-def seed_like_families(name: str) -> tuple[str, ...]:
-    """The RNG families a seed-like call may seed, by its name: a CUDA or torch one
-    (``model_parallel_cuda_manual_seed``) only torch's, a numpy one only numpy's, any other all."""
-    last = name.rpartition(".")[2].lower()
-    if "cuda" in last or "torch" in name.lower() or last.startswith("manual_seed"):
-        return ("torch",)
-    if "numpy" in name.lower() or last.startswith("np_"):
-        return ("numpy",)
-    return FAMILIES
-
-
-def generator_holder(receiver: str) -> bool:
-    """A receiver named as a generator object: ``g``, ``self.rng``, ``train_generator``."""
-    last = receiver.rpartition(".")[2].lower()
-    return last in GENERATOR_NAMES or last.endswith(("_generator", "_rng", "_gen"))
+# -- seeding (the calls, by family, and the names that say a call may seed: seeds.py) ------------
 
 
 def seed_families(site: CallSite) -> tuple[str, ...]:
@@ -377,7 +295,7 @@ def _entropy_seed(site: CallSite) -> str | None:
     source = site.entropy()
     if source:
         return f"seed comes from {source}(), which differs per run or process"
-    if site.name in _SEED_FROM_NOTHING and site.unseeded():
+    if site.name in SEED_FROM_NOTHING and site.unseeded():
         given = "None" if site.seed_arguments() else "no seed"
         return f"{site.name}() with {given} seeds from OS entropy or the clock, which differs per run"
     return None
@@ -485,7 +403,7 @@ for _rule in RULE_LIST:
 # The last part of every name a rule (or a seed) looks at: calls ending otherwise are never tried.
 LAST_NAMES = frozenset(n.rpartition(".")[2] for n in (*RULES_BY_CALLEE, *SEED_CALLS)) | frozenset(RULES_BY_METHOD)
 
-# -- dynamic dispatch, impact --------------------------------------------------------------------
+# -- dynamic dispatch --------------------------------------------------------------------
 
 # Dynamic dispatch: calls that return the object a dotted-path string names.
 BUILTIN_LOADERS = frozenset({
@@ -494,23 +412,3 @@ BUILTIN_LOADERS = frozenset({
 })
 # Calls that call the `_target_` a config names right away.
 CALLING_LOADERS = frozenset({"hydra.utils.instantiate", "hydra.utils.call"})
-
-# Impact: where a drawn value may go without making results differ between runs.
-# Identifier words (split at "_") that name a port, an address, a sleep/jitter, a temp name, a
-# server or replica picked for a request (load balancing), what is printed or logged, or a
-# dummy whose values nobody reads (only its shape matters).
-SINK_WORDS = frozenset({
-    "port", "ports", "addr", "address", "host", "hostname", "sock", "socket", "sleep", "jitter", "delay",
-    "backoff", "tmp", "temp", "tmpdir", "tempdir", "tmpname", "tempname", "tmpfile", "tempfile", "timeout",
-    "server", "servers", "replica", "replicas", "endpoint", "endpoints", "url", "urls",
-    "print", "logging", "verbose", "debug", "display", "dummy", "placeholder", "trace", "traced", "tracing",
-})
-# A function named with one of these words picks a port, an address or a temp name: its draws do no more.
-PICKER_WORDS = frozenset({"port", "ports", "addr", "address", "socket", "sock", "tmpdir", "tempdir", "tmpname", "tempname"})
-# Whole identifiers that name such a pick (a data-parallel rank chosen to serve a request).
-SINK_IDENTIFIERS = frozenset({"dp_rank"})
-# Calls whose arguments are such sinks (prefixes).
-SINK_CALLS = ("socket.", "time.sleep", "asyncio.sleep", "tempfile.")
-# Calls a drawn value may pass through on its way to a sink.
-PASS_THROUGH_CALLS = frozenset({"int", "str", "float", "round", "abs", "min", "max", "format", "repr", "hex", "bool",
-                                "set", "list", "tuple", "sorted", "frozenset", "len"})

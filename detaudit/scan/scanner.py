@@ -244,8 +244,9 @@ def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: in
         code_strings = mentions.script_strings | mentions.string_names | {
             t.partition(":")[0] for strings in program.strings.values() for t in strings}  # "pkg.train:main": pkg.train
         outside = Outside(program, Launches(launchers, code_strings), mentions.imported, rel)
-    processes = build_processes(program, scripts, in_tests.__contains__, rel, config.tests_as_pipeline, naming,
-                                outside)
+    processes = build_processes(program, scripts, in_tests.__contains__, rel, config.tests_as_pipeline, naming)
+    if outside is not None:  # their processes, and those started inside them, are judged like tests
+        outside.judge(processes)
 
     findings = [f for f in findings_for(program, processes, rel, config.unknown_process, config.tests_as_pipeline,
                                         in_tests.__contains__, naming, mentions.imported) if config.wants(f.rule)]
