@@ -8,10 +8,10 @@ are built in ``processes``, findings in ``findings``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from detaudit.scan.program_names import display_name
 from detaudit.scan.program_seeding import ProgramSeeding
+from detaudit.scan.schema import Facts
 
 __all__ = ["MAX_CANDIDATES_SHOWN", "Program", "display_name"]
 
@@ -25,7 +25,7 @@ class Program(ProgramSeeding):
     (light ones too); keys that differ from their dotted name are shared names.
     """
 
-    def __init__(self, facts: dict[str, dict[str, Any]], load_module: Callable[[str], bool] | None = None,
+    def __init__(self, facts: dict[str, Facts], load_module: Callable[[str], bool] | None = None,
                  extra_strings: set[tuple[str, str]] | None = None,
                  load_mentioning: Callable[[set[str]], None] | None = None,
                  names: dict[str, tuple[str, str]] | None = None) -> None:
@@ -33,7 +33,7 @@ class Program(ProgramSeeding):
         for path, f in facts.items():
             self.add(path, f)
 
-    def add(self, path: str, f: dict[str, Any]) -> None:
+    def add(self, path: str, f: Facts) -> None:
         module = f["module"]
         self._heads.add(module.partition(".")[0])  # module keys: "core.run#2.main" starts with "core"
         self.paths[module] = path

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Any
 
 from detaudit.scan import conditions as C
 from detaudit.scan import entries as E
@@ -26,7 +25,7 @@ from detaudit.scan.facts_base import MAIN_BLOCK, MODULE_BODY, _Ctx, _dotted_stri
 from detaudit.scan.facts_calls import _call_site
 from detaudit.scan.facts_walk import FactsWalk
 from detaudit.scan.rules import BUILTIN_LOADERS, CALLING_LOADERS, RULES_BY_OBJECT, CallSite, seed_families
-from detaudit.scan.schema import FACTS_VERSION
+from detaudit.scan.schema import FACTS_VERSION, DrawFacts, Facts, FunctionFacts
 from detaudit.scan.seeds import SEED_CALLS, SEED_FLAGS, seed_like
 
 __all__ = ["FileFacts", "file_facts"]
@@ -41,7 +40,7 @@ class FileFacts(FactsWalk):
     import name (relative imports resolve from it; default ``module``).
     """
 
-    def facts(self) -> dict[str, Any]:
+    def facts(self) -> Facts:
         """The file's facts (the walk has run): each call judged once, then the rest assembled."""
         for returned, at in self.returned_names:  # x = Cls(...); return x: a factory of Cls
             self.returns.extend((v, at) for v in self.values.get((at.function, returned), ()) if isinstance(v, ast.Call))
@@ -93,10 +92,10 @@ class FileFacts(FactsWalk):
                 dynamic.append([holder, ".*"])
         return dynamic
 
-    def _call_facts(self, dynamic: list[list[str]]) -> list[dict[str, Any]]:
+    def _call_facts(self, dynamic: list[list[str]]) -> list[DrawFacts]:
         """Each call, in order: what it names and seeds, the draws it is, the entries it declares;
         marks the loaders. Returns the draws."""
-        draws: list[dict[str, Any]] = []
+        draws: list[DrawFacts] = []
         loads: dict[str, set[str]] = {}  # function -> what it calls that marks a loader
         # function -> (block, index in its "calls", families it seeds) of each call so far, in order
         made: dict[str, list[tuple[tuple[int, ...], int, tuple[str, ...]]]] = {}
@@ -169,7 +168,7 @@ class FileFacts(FactsWalk):
             self.imported.add(call.args[0].value)
         return resolved
 
-    def _record_call(self, call: ast.Call, ctx: _Ctx, resolved: str, attr: str | None, function: dict[str, Any],
+    def _record_call(self, call: ast.Call, ctx: _Ctx, resolved: str, attr: str | None, function: FunctionFacts,
                      made: dict[str, list[tuple[tuple[int, ...], int, tuple[str, ...]]]]) -> CallSite | None:
         """A resolved call into its function's facts: the call, its site, the `if` conditions around
         it, the families it seeds and what that seeding depends on. Returns its CallSite when made."""
@@ -201,7 +200,7 @@ class FileFacts(FactsWalk):
         return site
 
     def _process_calls(self, call: ast.Call, ctx: _Ctx, resolved: str | None, attr: str | None,
-                       function: dict[str, Any]) -> None:
+                       function: FunctionFacts) -> None:
         """What a call says about processes: a module put in eval or training mode, a pool that runs a
         function in a worker (or a thread: a call), an entry point it declares."""
         func = call.func
@@ -306,7 +305,7 @@ class FileFacts(FactsWalk):
         return string_tables
 
 
-def file_facts(module: str, source: str, is_package: bool = False, name: str | None = None) -> dict[str, Any]:
+def file_facts(module: str, source: str, is_package: bool = False, name: str | None = None) -> Facts:
     """Parse ``source`` (raises SyntaxError) and return its facts (``name``: its dotted import
     name when ``module``, the key its functions are stored under, differs)."""
     tree = ast.parse(source)

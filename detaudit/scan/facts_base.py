@@ -6,12 +6,21 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from detaudit.scan import conditions as C
 from detaudit.scan import entries as E
 from detaudit.scan.impact import Scope
-from detaudit.scan.schema import DOTTED_STRING, LOCAL, MAIN_BLOCK, MODULE_BODY
+from detaudit.scan.schema import (
+    DOTTED_STRING,
+    LOCAL,
+    MAIN_BLOCK,
+    MODULE_BODY,
+    ClassFacts,
+    EntryFacts,
+    FixtureFacts,
+    FunctionFacts,
+)
 from detaudit.scan.seeds import GENERATOR_MAKERS, generator_holder
 
 _BUILTINS = frozenset({"id", "hash"})
@@ -94,11 +103,11 @@ class FactsBase:
         self._suppresses = "detaudit" in source  # one search of the text, not one per line (see facts)
         self.imports: dict[str, str] = {}
         self.top_level: set[str] = set()
-        self.functions: dict[str, dict[str, Any]] = {}
-        self.classes: dict[str, dict[str, Any]] = {}
+        self.functions: dict[str, FunctionFacts] = {}
+        self.classes: dict[str, ClassFacts] = {}
         self.calls: list[tuple[ast.Call, _Ctx, ast.stmt | None]] = []
-        self.entries: list[dict[str, Any]] = []
-        self.fixtures: list[dict[str, Any]] = []
+        self.entries: list[EntryFacts] = []
+        self.fixtures: list[FixtureFacts] = []
         self.hooks: list[ast.expr] = []
         self.strings: set[str] = set()
         self.string_attrs: dict[str, set[str]] = {}  # dotted string -> attributes / options it is assigned to

@@ -6,13 +6,13 @@ calls and decorators declare (``entries``)."""
 from __future__ import annotations
 
 import ast
-from typing import Any
 
 from detaudit.scan import entries as E
 from detaudit.scan.facts_base import MODULE_BODY, _Ctx, dotted
 from detaudit.scan.facts_seeding import FactsSeeding
 from detaudit.scan.impact import Scope, impact
 from detaudit.scan.rules import RULES_BY_CALLEE, RULES_BY_METHOD, CallSite, Rule
+from detaudit.scan.schema import DrawFacts, EntryFacts, FunctionFacts
 
 # Decorators that leave a function callable only through its own name (they wrap it, or mark it):
 # a function decorated otherwise may be registered somewhere (``@register("x")``, ``@app.route``).
@@ -40,11 +40,11 @@ class FactsDraws(FactsSeeding):
         return by_callee + tuple(r for r in by_method if r not in by_callee)
 
     def _site(self, call: ast.Call, resolved: str | None, attr: str | None, ctx: _Ctx,
-              function: dict[str, Any]) -> CallSite:
+              function: FunctionFacts) -> CallSite:
         return CallSite(call, resolved, attr, lambda node: self.entropy_of(node, ctx), function.get("none_params", {}))
 
     def _draw(self, rule: Rule, message: str, site: CallSite, ctx: _Ctx, stmt: ast.stmt | None,
-              made: list[tuple[tuple[int, ...], int, tuple[str, ...]]]) -> dict[str, Any]:
+              made: list[tuple[tuple[int, ...], int, tuple[str, ...]]]) -> DrawFacts:
         call = site.node
         line = call.lineno
         code = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
@@ -64,9 +64,9 @@ class FactsDraws(FactsSeeding):
         if scope is None and ctx.function in self._scopes:
             scope = self._walked[ctx.function] = Scope(self._scopes[ctx.function])
         inert, by_name = impact(call, stmt, ctx.function, resolve, scope)
-        draw = {"rule": rule.code, "message": message, "line": line, "end_line": call.end_lineno or line,
-                "col": call.col_offset + 1, "function": f"{self.module}.{ctx.function}",
-                "guards": self._guard_texts(ctx), "code": code, "param": param, "impact": inert}
+        draw: DrawFacts = {"rule": rule.code, "message": message, "line": line, "end_line": call.end_lineno or line,
+                           "col": call.col_offset + 1, "function": f"{self.module}.{ctx.function}",
+                           "guards": self._guard_texts(ctx), "code": code, "param": param, "impact": inert}
         if by_name:
             draw["impact_by_name"] = by_name
         if before:
@@ -84,7 +84,7 @@ class FactsDraws(FactsSeeding):
                 draw["mode_class"] = mode_class
         return draw
 
-    def _mode_call(self, receiver: ast.expr, attr: str, call: ast.Call, ctx: _Ctx, function: dict[str, Any]) -> None:
+    def _mode_call(self, receiver: ast.expr, attr: str, call: ast.Call, ctx: _Ctx, function: FunctionFacts) -> None:
         """``model.eval()``, ``self.model.train()``: [the receiver's bind key, "eval" or "train"] in the
         function's "modes" (modes.py). ``train(False)`` is ``eval()``; ``X(...).eval()`` assigned to a
         name puts that name's object in eval mode; a receiver with no key (``self``, a call's result)
@@ -119,7 +119,7 @@ class FactsDraws(FactsSeeding):
             return owner
         return ""
 
-    def _entry(self, call: ast.Call, resolved: str | None, ctx: _Ctx) -> list[dict[str, Any]]:
+    def _entry(self, call: ast.Call, resolved: str | None, ctx: _Ctx) -> list[EntryFacts]:
         target: ast.expr | None = None
         kind = ""
         func = call.func

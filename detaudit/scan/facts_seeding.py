@@ -6,11 +6,11 @@ call with its caller's constants."""
 from __future__ import annotations
 
 import ast
-from typing import Any
 
 from detaudit.scan import conditions as C
 from detaudit.scan.facts_base import MAIN_BLOCK, MODULE_BODY, _Ctx, dotted
 from detaudit.scan.facts_calls import FactsCalls
+from detaudit.scan.schema import FunctionFacts
 from detaudit.scan.seeds import ENTROPY_CALLS
 
 # Argument expressions that can be a constant or come from a parameter (see conditions.encode).
@@ -75,7 +75,7 @@ class FactsSeeding(FactsCalls):
         function["defaults"] = defaults
         return condition
 
-    def _seed_condition(self, call: ast.Call, ctx: _Ctx, function: dict[str, Any], index: int,
+    def _seed_condition(self, call: ast.Call, ctx: _Ctx, function: FunctionFacts, index: int,
                         flag: C.Expr | None) -> None:
         """What seeding through the ``index``-th call depends on: the `if` conditions around it and
         a seeding flag it passes (as conditions over the function's parameters: "seed_conds"), and

@@ -25,7 +25,7 @@ from detaudit.scan.evidence import Naming, loaded_modules
 from detaudit.scan.modes import Modes
 from detaudit.scan.processes import Process, entry_guards, switched_off
 from detaudit.scan.rules import FAMILY
-from detaudit.scan.schema import MAIN_BLOCK, MODULE_BODY
+from detaudit.scan.schema import MAIN_BLOCK, MODULE_BODY, DrawFacts
 
 ERROR, UNPROVEN, WARNING = "error", "unproven", "warning"
 # Verdicts from the mildest; --fail-on names the lowest that makes the exit code 1.
@@ -139,7 +139,7 @@ def findings_for(program: Program, processes: list[Process], rel: Callable[[str]
     return findings
 
 
-def _not_drawing(program: Program, mine: list[Process], draw: dict[str, Any], modes: Modes) -> dict[str, str]:
+def _not_drawing(program: Program, mine: list[Process], draw: DrawFacts, modes: Modes) -> dict[str, str]:
     """The processes (by name) of ``mine`` that run the draw's function but not the draw, and why:
     their calls pass arguments that switch it off, or every instance of the module whose training
     mode gates it is in eval mode there (modes.py)."""
@@ -154,7 +154,7 @@ def _not_drawing(program: Program, mine: list[Process], draw: dict[str, Any], mo
     return off_why
 
 
-def _finding(program: Program, mine: list[Process], draw: dict[str, Any], path: str,
+def _finding(program: Program, mine: list[Process], draw: DrawFacts, path: str,
              rel: Callable[[str], str], unreached: Unreached, modes: Modes, tests_as_pipeline: bool,
              in_tests: bool) -> Finding | None:
     """The finding for one draw; ``mine``: the processes that reach its function."""

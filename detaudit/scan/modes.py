@@ -1,4 +1,4 @@
-"""Training mode: whether a module's draws can happen in a process (docs/scan-rng.md, "Module mode").
+"""Training mode: whether a module's draws can happen in a process (docs/scan-rng.md, "Draws a process does not make").
 
 Dropout (``nn.Dropout`` built as a submodule, ``F.dropout(x, training=self.training)``) and any
 draw under ``if self.training:`` draw only while their module is in training mode, the mode every
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from detaudit.scan.analysis import Program
 from detaudit.scan.processes import Process
+from detaudit.scan.schema import NO_FUNCTION
 
 MAX_HOLDERS = 4  # modules holding modules followed (a transformer's block's MLP's dropout)
 
@@ -38,7 +39,7 @@ class Modes:
         if known is None:
             known = {}
             for function in process.reach:
-                for key, mode in self.program.functions.get(function, {}).get("modes", ()):
+                for key, mode in self.program.functions.get(function, NO_FUNCTION).get("modes", ()):
                     known.setdefault(key, set()).add(mode)
             self._modes[id(process.reach)] = known
         return known
@@ -99,8 +100,8 @@ class Modes:
                 if bound:
                     keys.update(bound)
                     continue
-                made = program.functions.get(caller, {}).get("makes", ())
-                if not any(program.canonical(m, root=program.root(caller)) in classes for m in made):
+                factory_of = program.functions.get(caller, NO_FUNCTION).get("makes", ())
+                if not any(program.canonical(m, root=program.root(caller)) in classes for m in factory_of):
                     return None  # built and handed on, or built inline
                 more = self._instance_keys({caller}, process, seen)  # a factory: where its results go
                 if more is None:

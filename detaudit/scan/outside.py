@@ -46,6 +46,7 @@ from detaudit.scan.analysis import Program
 from detaudit.scan.evidence import loaded_modules
 from detaudit.scan.processes import Process
 from detaudit.scan.rules import FAMILY
+from detaudit.scan.schema import NO_CLASS, NO_FUNCTION
 
 # Libraries a stand-alone tool may import besides the standard library: data, I/O and command-line
 # libraries, none of which can build or run a model. Anything else (torch, mlx, paddle, a package
@@ -272,8 +273,8 @@ class Outside:
                 continue
             if process.kind == "main":
                 by_module.setdefault(process.target.rsplit(".", 1)[0], []).append(process)
-            elif program.functions.get(process.target, {}).get("in_main") or \
-                    program.classes.get(process.target, {}).get("in_main"):
+            elif program.functions.get(process.target, NO_FUNCTION).get("in_main") or \
+                    program.classes.get(process.target, NO_CLASS).get("in_main"):
                 by_module.setdefault(program.module_of.get(process.target, ""), []).append(process)
         mains = {m for m, ps in by_module.items() if any(p.kind == "main" for p in ps)}
         drawn: dict[str, set[str]] = {}  # function -> the RNG families its draws take from

@@ -19,6 +19,7 @@ from detaudit.scan import conditions as C
 from detaudit.scan.analysis import Program, display_name
 from detaudit.scan.entries import CLASS_SETUPS, KIND_LABEL, MODULE_SETUPS
 from detaudit.scan.evidence import Naming
+from detaudit.scan.schema import NO_FUNCTION, DrawFacts, FixtureFacts
 
 
 @dataclass
@@ -52,9 +53,9 @@ class _Fixtures:
         for module, path in program.paths.items():
             if os.path.basename(path) == "conftest.py":
                 self.conftests[os.path.dirname(path)] = module
-        self._visible: dict[str, list[dict[str, Any]]] = {}  # module -> the fixtures its tests see
+        self._visible: dict[str, list[FixtureFacts]] = {}  # module -> the fixtures its tests see
         # (module, class) -> (fixtures by name, the autouse ones) for its tests
-        self._by_name: dict[tuple[str, str], tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]] = {}
+        self._by_name: dict[tuple[str, str], tuple[dict[str, FixtureFacts], list[FixtureFacts]]] = {}
 
     def scopes(self, module: str) -> list[str]:
         """The modules whose fixtures a test of ``module`` sees, nearest first."""
@@ -80,7 +81,7 @@ class _Fixtures:
             if visible is None:
                 visible = self._visible[module] = [f for scope in self.scopes(module)
                                                    for f in self.program.fixtures.get(scope, ())]
-            by_name: dict[str, dict[str, Any]] = {}
+            by_name: dict[str, FixtureFacts] = {}
             for fixture in reversed(visible):  # the nearest definition of a name wins
                 if not fixture["cls"] or fixture["cls"] == cls:
                     by_name[fixture["name"]] = fixture
@@ -231,7 +232,7 @@ def _callers_in(program: Program, process: Process) -> dict[str, list[str]]:
     return process.callers_in
 
 
-def switched_off(program: Program, process: Process, draw: dict[str, Any]) -> bool:
+def switched_off(program: Program, process: Process, draw: DrawFacts) -> bool:
     """Whether every call by which ``process`` reaches the draw's function passes arguments (or
     leaves defaults) that make the draw's `if` conditions on its parameters false for certain
     (``if init_value_head:`` in a function that this process's callers never ask to init)."""
@@ -239,13 +240,13 @@ def switched_off(program: Program, process: Process, draw: dict[str, Any]) -> bo
     function = draw["function"]
     if switch is None or function in process.roots:
         return False
-    info = program.functions.get(function, {})
+    info = program.functions.get(function, NO_FUNCTION)
     params, defaults = info.get("params", []), info.get("defaults", {})
     callers = _callers_in(program, process).get(function, [])
     if not callers:
         return False
     for caller in callers:
-        caller_info = program.functions.get(caller, {})
+        caller_info = program.functions.get(caller, NO_FUNCTION)
         for index in range(len(caller_info.get("calls", ()))):
             if function not in program.call_targets(caller, index):
                 continue

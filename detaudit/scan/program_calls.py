@@ -15,7 +15,7 @@ from typing import Any
 from detaudit.scan.program_dispatch import ProgramDispatch
 from detaudit.scan.program_names import display_name
 from detaudit.scan.rules import CALLING_LOADERS
-from detaudit.scan.schema import LOCAL, MODULE_BODY, SUPER, TABLE
+from detaudit.scan.schema import LOCAL, MODULE_BODY, NO_FUNCTION, SUPER, TABLE
 
 
 class ProgramCalls(ProgramDispatch):
@@ -66,7 +66,7 @@ class ProgramCalls(ProgramDispatch):
         line of such a call (0 when there is no condition)."""
         if caller not in self._guarded_callers:
             self._guarded_callers.add(caller)
-            info = self.functions.get(caller) or {}
+            info = self.functions.get(caller, NO_FUNCTION)
             guarded = {index: (conditions, line) for index, conditions, line in info.get("guarded_calls", ())}
             for index in range(len(info.get("calls", ()))):
                 conditions, line = guarded.get(index, ([], 0))

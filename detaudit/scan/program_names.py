@@ -13,6 +13,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from detaudit.scan.schema import NO_CLASS, ClassFacts, Facts, FixtureFacts, FunctionFacts
+
 MAX_NAMESPACE_DEPTH = 4  # folders without __init__.py followed above a module's own name
 # Methods that library code calls on an object the tree builds (a DataLoader iterates a dataset,
 # `with` enters a context manager): building an instance reaches them.
@@ -40,9 +42,9 @@ class ProgramNames:
                  load_mentioning: Callable[[set[str]], None] | None = None,
                  names: dict[str, tuple[str, str]] | None = None) -> None:
         self.paths: dict[str, str] = {}  # module -> path
-        self.modules: dict[str, dict[str, Any]] = {}
-        self.functions: dict[str, dict[str, Any]] = {}
-        self.classes: dict[str, dict[str, Any]] = {}
+        self.modules: dict[str, Facts] = {}
+        self.functions: dict[str, FunctionFacts] = {}
+        self.classes: dict[str, ClassFacts] = {}
         self.module_of: dict[str, str] = {}  # function or class -> module
         self.binds: dict[str, list[tuple[str, str, str]]] = {}  # bound name -> [(call target, code, argument)]
         self._bound_names: set[str] = set()  # the last part of every bound name
@@ -52,7 +54,7 @@ class ProgramNames:
         self.strings: dict[str, set[str]] = {"": set()}  # attribute ('' none) -> dotted strings assigned to it
         for text, attr in extra_strings or ():
             self.strings.setdefault(attr, set()).add(text)
-        self.fixtures: dict[str, list[dict[str, Any]]] = {}  # module -> its pytest fixtures
+        self.fixtures: dict[str, list[FixtureFacts]] = {}  # module -> its pytest fixtures
         self.registrars: dict[str, str] = {}  # function that registers what it is given -> the dict it fills
         self._registered: dict[str, list[str]] | None = None  # see registered
         self._registrar_tables: dict[str, str | None] = {}  # registrar -> its dict as a module key + name
@@ -101,7 +103,7 @@ class ProgramNames:
         # id of a process's reach -> its first unresolved seed-like call (see unresolved_seeding)
         self._unresolved_seeding: dict[tuple[int, str], tuple[str, str, int] | None] = {}
 
-    def _index_calls(self, functions: dict[str, dict[str, Any]]) -> None:
+    def _index_calls(self, functions: dict[str, FunctionFacts]) -> None:
         """Add ``functions`` to the index: the short name of each callee -> the functions that call it."""
         index = self._calls_by_short_name
         assert index is not None
@@ -234,7 +236,7 @@ class ProgramNames:
         out = [cls]
         if depth > 16:
             return out
-        for base in self.classes.get(cls, {}).get("bases", ()):
+        for base in self.classes.get(cls, NO_CLASS).get("bases", ()):
             target = self.canonical(base, depth + 1, root=self.root(cls))
             if target in self.classes and target not in out:
                 out += [c for c in self.mro(target, depth + 1) if c not in out]

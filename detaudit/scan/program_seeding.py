@@ -11,7 +11,7 @@ from typing import Any
 
 from detaudit.scan import conditions as C
 from detaudit.scan.program_calls import ProgramCalls
-from detaudit.scan.schema import MODULE_BODY
+from detaudit.scan.schema import MODULE_BODY, NO_FUNCTION, DrawFacts
 from detaudit.scan.seeds import seed_like_families
 
 _DRAW = "<draw>"  # in a summary: the function or what it reaches holds a draw
@@ -44,7 +44,7 @@ class ProgramSeeding(ProgramCalls):
             return self.seeds(function)  # a cycle, or a long chain: what it may seed
         self._seeds_active.add(key)
         families: set[str] = set()
-        for index in range(len(self.functions.get(function, {}).get("calls", ()))):
+        for index in range(len(self.functions.get(function, NO_FUNCTION).get("calls", ()))):
             families |= self.call_seeds(function, index, env or {})
         self._seeds_active.discard(key)
         result = self._seeds_given[key] = frozenset(families)
@@ -63,7 +63,7 @@ class ProgramSeeding(ProgramCalls):
                 continue
             callee_env: dict[str, Any] = {}
             if passed:
-                params = self.functions.get(callee, {}).get("params", ())
+                params = self.functions.get(callee, NO_FUNCTION).get("params", ())
                 for where, expr in passed.items():
                     name = where if isinstance(where, str) else params[where] if where < len(params) else None
                     v = C.value(expr, env)
@@ -79,7 +79,7 @@ class ProgramSeeding(ProgramCalls):
         queue = deque(r for r in roots if family in self.seeds(r))
         while queue:
             function = queue.popleft()
-            info = self.functions.get(function, {})
+            info = self.functions.get(function, NO_FUNCTION)
             for index, families in sorted(info.get("seed_at", {}).items()):
                 if family in families:
                     return info["calls"][index], function, info["sites"][index][0]
@@ -99,7 +99,7 @@ class ProgramSeeding(ProgramCalls):
             return self._unresolved_seeding[key]
         found = None
         for function in reach:
-            info = self.functions.get(function, {})
+            info = self.functions.get(function, NO_FUNCTION)
             for written, index, line in info.get("maybe_seed", ()):
                 if family not in seed_like_families(written):
                     continue
@@ -139,12 +139,12 @@ class ProgramSeeding(ProgramCalls):
         drawing, at_import, functions, module_of = self._drawing, self._drawing_at_import, self.functions, self.module_of
 
         def own(name: str) -> frozenset[str]:
-            seeds = frozenset(functions.get(name, {}).get("seeds", ()))
+            seeds = frozenset(functions.get(name, NO_FUNCTION).get("seeds", ()))
             return seeds | _DRAWS if name in drawing or module_of.get(name) in at_import else seeds
 
         return self._closure(function, self._summaries, own)
 
-    def seeded_before(self, draw: dict[str, Any]) -> set[str]:
+    def seeded_before(self, draw: DrawFacts) -> set[str]:
         """RNG families seeded in the draw's own function before it, on every path to it."""
         families = set(draw.get("seeded_here", ()))
         function = draw["function"]

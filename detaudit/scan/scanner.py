@@ -34,7 +34,7 @@ from detaudit.scan.files import (
 from detaudit.scan.findings import Finding, findings_for
 from detaudit.scan.outside import Launches, Outside, holds_word, launch_file_stats
 from detaudit.scan.processes import build_processes, process_summary
-from detaudit.scan.schema import DOTTED_STRING
+from detaudit.scan.schema import DOTTED_STRING, Facts
 
 # A file needs parsing only if its text could hold a draw, a seed, an entry point or a loader.
 # Plain substring tests (memchr speed) beat one alternation regex ~5x on 120 MB of code.
@@ -163,7 +163,7 @@ def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: in
     if isinstance(known, ScanResult):  # no file, setting or folder changed since this very scan ran
         return known
     cache = FactsCache(use_cache)
-    facts: dict[str, dict[str, Any]] = {}
+    facts: dict[str, Facts] = {}
     light: dict[str, tuple[str, tuple[str, Any]]] = {}  # module key -> (path, its facts outcome)
     light_strings: set[tuple[str, str]] = set()
     hits = 0
@@ -286,13 +286,13 @@ def _config_files(found: list[str], named: list[str | Path]) -> list[tuple[str, 
     return [c for c in out if c[0] not in tests]
 
 
-def _mentions(facts: dict[str, dict[str, Any]], light: dict[str, tuple[str, tuple[str, Any]]], in_tests: set[str],
+def _mentions(facts: dict[str, Facts], light: dict[str, tuple[str, tuple[str, Any]]], in_tests: set[str],
               configs: list[tuple[str, int, int]]) -> Mentions:
     """What the non-test code of every scanned file (those set aside too) names, and a search of
     the config files for names the code does not hold."""
     mentions = Mentions()
 
-    def add(path: str, f: dict[str, Any]) -> None:
+    def add(path: str, f: Facts) -> None:
         mentions.script_strings.update(f["script_strings"])  # a test's command line launches a script too
         if path not in in_tests:
             mentions.names.update(f["names"])
