@@ -36,6 +36,12 @@ PACKAGES = ("torch", "diffusers", "transformers")
 GREP = re.compile(r"torch\.(rand|randn|randint|randperm|normal)\(")
 
 
+def findings_of(stdout: str) -> list[dict]:
+    """The findings of a ``--format json`` report: an object with "findings" since issue #37, a list before."""
+    doc = json.loads(stdout)
+    return doc["findings"] if isinstance(doc, dict) else doc
+
+
 def package_dirs() -> list[Path]:
     dirs = []
     for name in PACKAGES:
@@ -80,7 +86,7 @@ def main() -> None:
     scan = [sys.executable, "-P", "-m", "detaudit", "scan-rng", *map(str, dirs), "--format", "json", "--fail-on", "never"]
     cold, proc = timed(scan, env)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    findings = json.loads(proc.stdout)
+    findings = findings_of(proc.stdout)
     warm, proc2 = timed(scan, env)
     assert proc2.returncode == 0, proc2.stderr[-2000:]
     for results in Path(cache, "detaudit").glob("scan-rng-results-*"):
@@ -113,8 +119,8 @@ def main() -> None:
         ref_time, ref_findings = reference
         print(f"previous implementation ({args.reference}) cold: {ref_time:.2f} s ({ref_time / cold:.1f}x this one's)")
         print_difference("previous implementation vs cold", ref_findings, findings)
-    for label, other in (("rescan", json.loads(proc2.stdout)), ("facts-cache rescan", json.loads(proc4.stdout)),
-                         ("--jobs 1", json.loads(proc3.stdout))):
+    for label, other in (("rescan", findings_of(proc2.stdout)), ("facts-cache rescan", findings_of(proc4.stdout)),
+                         ("--jobs 1", findings_of(proc3.stdout))):
         print_difference(f"cold vs {label}", findings, other)
     profile(dirs)
 
@@ -131,7 +137,7 @@ def run_reference(revision: str, scan: list[str], cache: str) -> tuple[float, li
         env = {**os.environ, "XDG_CACHE_HOME": str(Path(cache, "reference")), "PYTHONPATH": str(tree)}
         seconds, proc = timed(scan, env)
         assert proc.returncode == 0, proc.stderr[-2000:]
-        return seconds, json.loads(proc.stdout)
+        return seconds, findings_of(proc.stdout)
     finally:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], capture_output=True, check=False)
         shutil.rmtree(tree.parent, ignore_errors=True)

@@ -218,9 +218,10 @@ def oracle(paths: dict[str, str], needed: set[str], kind: dict[str, str]) -> Non
 
 
 def phase_one(sources: list[bytes]) -> None:
-    from detaudit.scan.facts import _DRAW_NAMES, _ENTRY_NAMES
+    from detaudit.scan.entries import CALL_NAMES
+    from detaudit.scan.rules import LAST_NAMES
 
-    names = sorted(_DRAW_NAMES | _ENTRY_NAMES | {"Process"})
+    names = sorted(LAST_NAMES | CALL_NAMES | {"Process"})  # what a rule, a seed or an entry call ends in
     calls = re.compile(rb"\b(?:" + b"|".join(n.encode() for n in names) + rb")\s*\(")
     total = needed = units = 0
     for source in sources:

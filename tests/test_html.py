@@ -278,7 +278,7 @@ def test_scan_findings_that_run_in_the_traced_processes(tmp_path: Path) -> None:
     scan = tmp_path / "scan.json"
     out = run_cli("scan-rng", "recipes", "--format", "json", "--fail-on", "never", "--no-cache", cwd=REPO).out
     scan.write_text(out)
-    findings = json.loads(out)
+    findings = json.loads(out)["findings"]
     in_manager = [f for f in findings if any(p["entry"] == "RolloutManager (Ray actor)" for p in f["processes"])]
     assert in_manager, "scan-rng finds the RolloutManager's torch.randperm"
     page = tmp_path / "record.html"

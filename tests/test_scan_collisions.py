@@ -68,7 +68,7 @@ def test_an_import_that_matches_none_of_the_shared_files_is_reported(projects: P
     assert "note: module name core.mixing is shared by 2 files (alpha/core/mixing.py, beta/core/mixing.py)" in text.out
     as_json = run_cli("scan-rng", "alpha", "beta", "--format", "json", "--no-cache", cwd=projects)
     assert "detaudit: note: module name core.mixing is shared by 2 files" in as_json.err
-    assert len(json.loads(as_json.out)) == 4
+    assert len(json.loads(as_json.out)["findings"]) == 4
     sarif = json.loads(run_cli("scan-rng", "alpha", "beta", "--format", "sarif", "--no-cache", cwd=projects).out)
     notes = [n["message"]["text"] for n in sarif["runs"][0]["invocations"][0]["toolExecutionNotifications"]]
     assert any("module name helpers is shared by 2 files" in n for n in notes)

@@ -222,7 +222,7 @@ def test_a_function_a_decorator_registers_is_reached_through_the_lookup(root: Pa
     write_project(root, REGISTRY_FORM)
     noisy = by_code(".")["return x + torch.randn(x.shape)"]
     assert noisy.severity == "error" and entries(noisy) == {"Learner (Ray actor)": False}
-    assert noisy.note == "runs in a process that does not seed the torch RNG before it"
+    assert noisy.note == "runs in Learner (Ray actor), which does not seed the torch RNG before it"
 
 
 PACKERS = {
@@ -369,8 +369,8 @@ def test_a_draw_in_a_module_no_process_imports_is_a_warning(root: Path) -> None:
     assert orphan.note == "no known process: no process of the scanned tree imports app.orphan"
     # imported by the pipeline (app.deep, through app.steps) and named: it can be called there
     deep = by_path["app/deep.py"]
-    assert deep.severity == "error" and deep.note.startswith("no known process: cannot show that a seeded process runs")
-    assert found["return torch.rand(2)"].severity == "error"  # on_step: named by a dict the scan does not follow
+    assert deep.severity == "unproven" and deep.note.startswith("no known process: cannot show that a seeded process runs")
+    assert found["return torch.rand(2)"].severity == "unproven"  # on_step: named by a dict the scan does not follow
     # --unknown-process error: the old strict rule, for every such draw
     strict = {f.path: f for f in scan(["."], ScanConfig(unknown_process="error"), use_cache=False).findings}
     assert strict["app/orphan.py"].severity == "error"
@@ -398,9 +398,9 @@ LOOKUP = "from app import steps\n\n\ndef call(cfg):\n    return getattr(steps, c
     ("app/extra.py", "from app import steps\n\n\ndef every():\n    return [getattr(steps, n) for n in dir(steps)]\n",
      False),
 ], ids=["config", "string", "call-argument", "call-keyword", "import", "module-listed"])
-def test_a_function_named_outside_tests_stays_an_error(root: Path, path: str, text: str, lookup: bool) -> None:
+def test_a_function_named_outside_tests_stays_unproven(root: Path, path: str, text: str, lookup: bool) -> None:
     write_project(root, {**UNREACHED, path: text, **({"app/dispatch.py": LOOKUP} if lookup else {})})
-    assert by_code(".")["return torch.rand(3)"].severity == "error"
+    assert by_code(".")["return torch.rand(3)"].severity == "unproven"
 
 
 @pytest.mark.parametrize("lookup", [
@@ -418,7 +418,7 @@ def test_a_string_no_lookup_can_take_calls_nothing(root: Path, lookup: str | Non
     # a lookup on an object the scan cannot place may be on app.steps: the strings count again
     unknown = "def call(obj, cfg):\n    return getattr(obj, cfg.hook)()\n"
     write_project(root, {**files, "app/dispatch.py": unknown})
-    assert by_code(".")["return torch.rand(3)"].severity == "error"
+    assert by_code(".")["return torch.rand(3)"].severity == "unproven"
 
 
 def test_listing_another_module_names_nothing_here(root: Path) -> None:
@@ -431,35 +431,35 @@ def test_listing_another_module_names_nothing_here(root: Path) -> None:
     ("def only_tested():", "@app_registry.register\ndef only_tested():"),  # a decorator may register it
     ("def only_tested():", "class Probe(torch.nn.Module):\n    def only_tested(self):"),  # a library base may call it
 ], ids=["decorated", "library-base"])
-def test_what_more_than_a_name_can_call_stays_an_error(root: Path, old: str, new: str) -> None:
+def test_what_more_than_a_name_can_call_stays_unproven(root: Path, old: str, new: str) -> None:
     write_project(root, UNREACHED)
     steps = root / "app" / "steps.py"
     edit(steps, old, new)
     if "Probe" in new:
         edit(steps, "    return torch.rand(3)\n", "        return torch.rand(3)\n")
-    assert by_code(".")["return torch.rand(3)"].severity == "error"
+    assert by_code(".")["return torch.rand(3)"].severity == "unproven"
 
 
 def test_a_module_a_dotted_path_names_may_be_loaded(root: Path) -> None:
     """A loader can take a path from a config file or launch script: its module counts as imported."""
     write_project(root, {**UNREACHED, "scripts/run.sh": "python -m app.train --hook app.orphan.unused\n"})
     result = scan(["."], ScanConfig(), use_cache=False)
-    assert {f.path: f for f in result.findings}["app/orphan.py"].severity == "error"
+    assert {f.path: f for f in result.findings}["app/orphan.py"].severity == "unproven"
 
 
-def test_a_package_scanned_alone_keeps_unreached_draws_errors(root: Path) -> None:
+def test_a_package_scanned_alone_keeps_unreached_draws_unproven(root: Path) -> None:
     write_project(root, UNREACHED)
     result = scan(["app"], ScanConfig(), use_cache=False)
     found = {f.path: f for f in result.findings}
-    assert found["app/orphan.py"].severity == "error"
-    assert {f.code: f for f in result.findings}["return torch.rand(3)"].severity == "error"
+    assert found["app/orphan.py"].severity == "unproven"
+    assert {f.code: f for f in result.findings}["return torch.rand(3)"].severity == "unproven"
 
 
 def test_cli_unknown_process_choices(root: Path) -> None:
     write_project(root, {"app/__init__.py": "", "app/orphan.py": UNREACHED["app/orphan.py"]})
     default = run_cli("scan-rng", ".", "--no-cache", "--format", "json", cwd=root)
     assert default.code == 0, default.text
-    assert [f["severity"] for f in json.loads(default.out)] == ["warning"]
+    assert [f["severity"] for f in json.loads(default.out)["findings"]] == ["warning"]
     strict = run_cli("scan-rng", ".", "--no-cache", "--unknown-process", "error", cwd=root)
     assert strict.code == 1 and "error DA101" in strict.out
 
@@ -507,12 +507,12 @@ def test_a_helper_only_dead_functions_call_is_a_warning(root: Path) -> None:
     ("app/prompts.py", "\n\nclass Table:\n    pick = staticmethod(animals)\n"),  # a class body names it
     ("app/prompts.py", "\n\ndef everything():\n    return animals()\n\n\nALL = [everything]\n"),  # live through a chain
 ], ids=["module-level", "imported", "class-body", "chain"])
-def test_a_helper_a_live_caller_uses_stays_an_error(root: Path, path: str, text: str) -> None:
+def test_a_helper_a_live_caller_uses_stays_unproven(root: Path, path: str, text: str) -> None:
     files = dict(PROMPTS)
     files[path] = (textwrap.dedent(files[path]) if path in files else "") + text
     write_project(root, files)
     helper = by_code(".")["return random.choice(open(path).read().split())"]
-    assert helper.severity == "error", helper.note
+    assert helper.severity == "unproven", helper.note
 
 
 def test_calls_among_dead_functions_alone_keep_them_dead(root: Path) -> None:
@@ -539,7 +539,7 @@ def test_a_caller_reached_by_a_dotted_path_or_a_listing_stays_live(root: Path, p
     files[path] = (textwrap.dedent(files[path]) + text) if path in files and path.endswith(".py") else text
     write_project(root, files)
     helper = by_code(".")["return random.choice(open(path).read().split())"]
-    assert helper.severity == "error", helper.note
+    assert helper.severity == "unproven", helper.note
 
 
 def test_a_long_chain_of_dead_helpers_is_judged_without_recursion(root: Path) -> None:
@@ -561,7 +561,7 @@ def test_listing_an_object_the_scan_cannot_place_names_nothing(root: Path) -> No
 
 def test_a_helper_a_method_uses_stays_live(root: Path) -> None:
     """A plain class handed to a library (an env a vector wrapper steps) has methods no code of the
-    tree names: the helpers they use stay errors."""
+    tree names: the helpers they use stay unproven."""
     files = dict(PROMPTS)
     files["app/prompts.py"] += """
 
@@ -571,7 +571,7 @@ def test_a_helper_a_method_uses_stays_live(root: Path) -> None:
         """
     files["app/config.py"] = "import gymnasium\n\nfrom app.prompts import GridEnv\n\nENVS = gymnasium.vector.SyncVectorEnv([lambda: GridEnv()])\n"
     write_project(root, files)
-    assert by_code(".")["return random.choice(open(path).read().split())"].severity == "error"
+    assert by_code(".")["return random.choice(open(path).read().split())"].severity == "unproven"
 
 
 def test_a_method_of_a_decorated_class_is_not_only_called_by_name(root: Path) -> None:
@@ -592,7 +592,7 @@ def test_a_method_of_a_decorated_class_is_not_only_called_by_name(root: Path) ->
                 return random.random()
         """
     write_project(root, files)
-    assert by_code(".")["return random.random()"].severity == "error"
+    assert by_code(".")["return random.random()"].severity == "unproven"
 
 
 def test_a_config_word_names_a_function_only_as_a_whole_word(root: Path) -> None:
@@ -612,4 +612,4 @@ def test_a_config_file_names_a_module_by_a_whole_dotted_word(root: Path, text: s
     module a loader may take."""
     write_project(root, {**UNREACHED, "conf/run.yaml": text})
     result = scan(["."], ScanConfig(), use_cache=False)
-    assert {f.path: f for f in result.findings}["app/orphan.py"].severity == ("error" if loaded else "warning")
+    assert {f.path: f for f in result.findings}["app/orphan.py"].severity == ("unproven" if loaded else "warning")

@@ -101,7 +101,9 @@ def test_a_self_test_block_a_launch_file_names_is_the_pipeline(root: Path, path:
 
 
 def test_a_main_nothing_imports_stays_the_pipeline(root: Path) -> None:
-    """Only tests import the module: its `__main__` is an entry like any script's."""
+    """Only tests import the module: its `__main__` is an entry like any script's (a package module's
+    too: a rule that judged an unimported package module's block outside the pipeline turned real
+    entries green, see docs/scan-rng.md, "Tests")."""
     files = {**SELF_TEST, "tests/test_scorer.py": "from lab.scorer import build\n\n\ndef test_build():\n    build()\n"}
     files["scripts/train.py"] = "import torch\n\nif __name__ == '__main__':\n    torch.manual_seed(0)\n"
     write_project(root, files)

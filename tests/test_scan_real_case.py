@@ -61,7 +61,7 @@ def test_cli_exit_code_and_text(tree: Path) -> None:
         assert result.code == 1, result.text
         assert "runs in: RolloutManager (Ray actor) UNSEEDED" in result.out
         assert "reached via load_function(args.expand_path): candidates" in result.out
-    data = json.loads(run_cli("scan-rng", "pkg", "--format", "json", "--no-cache", cwd=tree).out)
+    data = json.loads(run_cli("scan-rng", "pkg", "--format", "json", "--no-cache", cwd=tree).out)["findings"]
     assert {f["path"] for f in data if f["severity"] == "error"} == {"pkg/ray/hub/nft.py", "pkg/models/noise.py"}
 
 
@@ -96,11 +96,14 @@ def test_seeding_in_a_later_method_does_not_cover_init(tree: Path) -> None:
     assert found[("pkg/ray/train_actor.py", 19)].severity == "warning"  # the shuffle, after init()
 
 
-def test_unknown_process_is_an_error_unless_asked(tree: Path) -> None:
+def test_unknown_process_is_unproven_unless_asked(tree: Path) -> None:
     (tree / "pkg" / "orphan.py").write_text("import torch\n\n\ndef unused(n):\n    return torch.rand(n)\n")
     orphan = findings("pkg")[("pkg/orphan.py", 5)]
-    assert orphan.severity == "error" and "cannot show that a seeded process runs it" in orphan.note
+    assert orphan.severity == "unproven" and "cannot show that a seeded process runs it" in orphan.note
     assert findings("pkg", unknown_process="warning")[("pkg/orphan.py", 5)].severity == "warning"
+    assert findings("pkg", unknown_process="error")[("pkg/orphan.py", 5)].severity == "error"
     cli = run_cli("scan-rng", "pkg/orphan.py", "--unknown-process", "warning", "--no-cache", cwd=tree)
     assert cli.code == 0 and "warning DA101" in cli.out
-    assert run_cli("scan-rng", "pkg/orphan.py", "--no-cache", cwd=tree).code == 1
+    default = run_cli("scan-rng", "pkg/orphan.py", "--no-cache", cwd=tree)
+    assert default.code == 0 and "unproven DA101" in default.out and "0 errors, 1 unproven, 0 warnings" in default.out
+    assert run_cli("scan-rng", "pkg/orphan.py", "--fail-on", "unproven", "--no-cache", cwd=tree).code == 1

@@ -103,7 +103,7 @@ def test_baseline_round_trip(corpus: Path) -> None:
     assert [(f.path, f.rule) for f in kept] == [("pkg/new.py", "DA101")]
     cli = run_cli("scan-rng", "pkg", "--baseline", "baseline.json", "--format", "json", cwd=corpus)
     # The new draw runs in no known process of a tree with entry points: an error (fail closed).
-    assert cli.code == 1 and [f["path"] for f in json.loads(cli.out)] == ["pkg/new.py"]
+    assert cli.code == 1 and [f["path"] for f in json.loads(cli.out)["findings"]] == ["pkg/new.py"]
 
 
 def test_cache_reuses_facts_and_no_cache_bypasses(corpus: Path) -> None:
@@ -121,7 +121,8 @@ def test_cli_formats_and_exit_codes(corpus: Path) -> None:
     text = run_cli("scan-rng", "pkg", cwd=corpus)
     assert text.code == 1 and "runs in: RolloutManager (Ray actor) UNSEEDED" in text.out
     assert "only when `args.loss_type == 'nft'`" in text.out
-    data = json.loads(run_cli("scan-rng", "pkg", "--format", "json", cwd=corpus).out)
+    doc = json.loads(run_cli("scan-rng", "pkg", "--format", "json", cwd=corpus).out)
+    data = doc["findings"]
     first = next(f for f in data if f["path"] == "pkg/helpers.py" and f["line"] == 8)
     assert {"path", "line", "col", "rule", "severity", "message", "processes"} <= set(first)
     assert first["processes"][0]["entry"] == "RolloutManager (Ray actor)" and first["processes"][0]["seeded"] is False
@@ -129,8 +130,12 @@ def test_cli_formats_and_exit_codes(corpus: Path) -> None:
     assert sarif["version"] == "2.1.0" and sarif["runs"][0]["results"][0]["ruleId"].startswith("DA")
     github = run_cli("scan-rng", "pkg", "--format", "github", cwd=corpus).out.splitlines()
     assert any(line.startswith("::error file=pkg/helpers.py,line=8,") for line in github)
-    # helpers' draws that main_mod's process does not run: errors (fail closed), warnings on request.
-    assert run_cli("scan-rng", "pkg/main_mod.py", "pkg/helpers.py", cwd=corpus).code == 1
+    # helpers' draws that main_mod's process does not run: unproven (fail closed: shown and counted, not
+    # dropped; exit 1 with --fail-on unproven), errors on request, warnings on request.
+    partial = run_cli("scan-rng", "pkg/main_mod.py", "pkg/helpers.py", cwd=corpus)
+    assert partial.code == 0 and " unproven, " in partial.out and "0 unproven" not in partial.out
+    assert run_cli("scan-rng", "pkg/main_mod.py", "pkg/helpers.py", "--fail-on", "unproven", cwd=corpus).code == 1
+    assert run_cli("scan-rng", "pkg/main_mod.py", "pkg/helpers.py", "--unknown-process", "error", cwd=corpus).code == 1
     library = ("scan-rng", "pkg/main_mod.py", "pkg/helpers.py", "--unknown-process", "warning")
     assert run_cli(*library, cwd=corpus).code == 0  # warnings only
     assert run_cli(*library, "--fail-on", "warning", cwd=corpus).code == 1
@@ -138,16 +143,16 @@ def test_cli_formats_and_exit_codes(corpus: Path) -> None:
     missing = run_cli("scan-rng", "nope", cwd=corpus)
     assert missing.code == 2 and "nope: no such file or directory" in missing.err
     # Same inputs, same bytes.
-    assert run_cli("scan-rng", "pkg", "--format", "json", cwd=corpus).out == json.dumps(data, indent=2, sort_keys=True) + "\n"
+    assert run_cli("scan-rng", "pkg", "--format", "json", cwd=corpus).out == json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
 def test_pyproject_settings(corpus: Path) -> None:
     (corpus / "pyproject.toml").write_text('[tool.detaudit]\nignore = ["DA104", "DA3"]\nexclude = ["pkg/mp.py"]\n')
-    data = json.loads(run_cli("scan-rng", "pkg", "--format", "json", cwd=corpus).out)
+    data = json.loads(run_cli("scan-rng", "pkg", "--format", "json", cwd=corpus).out)["findings"]
     rules = {f["rule"] for f in data}
     assert "DA104" not in rules and not any(r.startswith("DA3") for r in rules) and "DA101" in rules
     assert not any(f["path"] == "pkg/mp.py" for f in data)
-    selected = json.loads(run_cli("scan-rng", "pkg", "--format", "json", "--select", "DA2", cwd=corpus).out)
+    selected = json.loads(run_cli("scan-rng", "pkg", "--format", "json", "--select", "DA2", cwd=corpus).out)["findings"]
     assert {f["rule"] for f in selected} == {"DA201", "DA202"}
     (corpus / "pyproject.toml").write_text('[tool.detaudit]\ncolour = ["x"]\n')
     bad = run_cli("scan-rng", "pkg", cwd=corpus)
@@ -157,7 +162,7 @@ def test_pyproject_settings(corpus: Path) -> None:
 def test_the_project_itself_has_no_unseeded_draw() -> None:
     result = run_cli("scan-rng", "detaudit", "recipes", "--format", "json", "--no-cache", cwd=REPO)
     assert result.code == 0, result.text
-    findings = json.loads(result.out)
+    findings = json.loads(result.out)["findings"]
     assert not [f for f in findings if f["severity"] == "error"]
     # The one deliberate global draw (DiffusionNFT's per-sample shuffle) runs only in a seeded actor,
     # which loads the algorithm's module by a lookup in ALGORITHM_MODULES (algorithms/__init__.py).
@@ -243,7 +248,7 @@ def test_call_site_guards_say_when_a_draw_is_reached(tmp_path: Path) -> None:
     assert result.code == 0, result.text
     reached = {f["function"].rpartition(".")[2]: [(g["condition"], g["caller"], g["line"], g["path"])
                                                   for g in f["reached_only_when"]]
-               for f in json.loads(result.out)}
+               for f in json.loads(result.out)["findings"]}
     # Nested conditions in the caller, then the caller's own call site.
     assert reached["shuffle"] == [("algorithm == 'nft'", "pkg.run.pairs", 10, "pkg/run.py"),
                                   ("n > 2", "pkg.run.pairs", 10, "pkg/run.py"),
@@ -260,5 +265,5 @@ def test_call_site_guards_say_when_a_draw_is_reached(tmp_path: Path) -> None:
     # Without the other process, `both` is reached only through pairs(), which step() calls under a condition.
     (tmp_path / "pkg/run.py").write_text(CALL_SITE_GUARDS["pkg/run.py"].split("@ray.remote\nclass Other")[0])
     again = {f["function"].rpartition(".")[2]: [g["condition"] for g in f["reached_only_when"]]
-             for f in json.loads(run_cli("scan-rng", "pkg", "--format", "json", "--no-cache", cwd=tmp_path).out)}
+             for f in json.loads(run_cli("scan-rng", "pkg", "--format", "json", "--no-cache", cwd=tmp_path).out)["findings"]}
     assert again["both"] == ["algorithm != 'off'"]

@@ -168,7 +168,7 @@ def test_suppression_on_the_last_line_of_a_call(root: Path) -> None:
 @pytest.mark.parametrize("sink", [
     "time.sleep(random.uniform(0, 1))",
     "sock.bind(('127.0.0.1', 20000 + random.randint(0, 100)))",
-    "tmp_name = f'run-{random.randint(0, 9999)}'",
+    "tmp_name = f'run-{random.randint(0, 9999)}'; tempfile.mkdtemp(prefix=tmp_name)",
     "start_server(port=int(random.random() * 1000))",
     "tempfile.mkdtemp(suffix=str(random.random()))",
 ])

@@ -15,7 +15,9 @@ import detaudit.scan.processes
 import detaudit.scan.scanner
 from detaudit.scan import ScanConfig, scan
 from detaudit.scan.cache import ResultCache
-from detaudit.scan.facts import MODULE_BODY, FileFacts, _Ctx
+from detaudit.scan.facts import FileFacts
+from detaudit.scan.facts_base import _Ctx
+from detaudit.scan.schema import MODULE_BODY
 
 CORPUS = REPO / "tests" / "fixtures" / "scan_corpus"
 REAL_CASE = REPO / "tests" / "fixtures" / "real_case"
@@ -154,7 +156,7 @@ def write_tree(root: Path, files: dict[str, str]) -> None:
 # Arguments that make each rule's matcher report a call of any of its names (a rule added to
 # rules.RULE_LIST needs a line here: the test below fails until it has one).
 RULE_ARGUMENTS = {
-    "DA101": "3", "DA102": "", "DA103": "w", "DA104": "x", "DA105": "(2, 3)", "DA106": "x, shuffle=True",
+    "DA101": "3", "DA102": "", "DA103": "w", "DA104": "x", "DA105": "(2, 3)", "DA106": "x, shuffle=True", "DA107": "x",
     "DA201": "", "DA202": "", "DA301": "", "DA302": "", "DA303": "int(time.time())",
     "DA401": "x, return_when=FIRST_COMPLETED",
 }
@@ -165,7 +167,7 @@ RULE_CONTEXT = {"DA401": "torch.cat([r for r in {call}])"}
 def test_every_name_of_every_rule_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # facts tries a rule only on the calls its record names: each name must still be found,
     # written out in full (qualified callees) or on a receiver (called attributes).
-    from detaudit.scan.rules import RULE_LIST
+    from detaudit.scan.rules import OBJECT_MAKERS, RULE_LIST
 
     assert set(RULE_ARGUMENTS) == {r.code for r in RULE_LIST}
     calls = []
@@ -174,7 +176,10 @@ def test_every_name_of_every_rule_is_found(tmp_path: Path, monkeypatch: pytest.M
         around = RULE_CONTEXT.get(rule.code, "{call}")
         calls += [(around.format(call=f"{name}({arguments})"), rule.code) for name in sorted(rule.callees)]
         calls += [(around.format(call=f"w.{name}({arguments})"), rule.code) for name in sorted(rule.methods)]
-    modules = sorted({name.split(".")[0] for rule in RULE_LIST for name in rule.callees} | {"time"})
+        # an object rule: a call of a name bound to such an object (pipe = ...from_pretrained(); pipe(x))
+        calls += [(f"o = {OBJECT_MAKERS[kind]}('m'); o({arguments})", rule.code) for kind in sorted(rule.objects)]
+    modules = sorted({name.split(".")[0] for rule in RULE_LIST for name in rule.callees}
+                     | {OBJECT_MAKERS[k].split(".")[0] for rule in RULE_LIST for k in rule.objects} | {"time"})
     head = "".join(f"import {m}\n" for m in modules) + "\n\ndef f(w, x, g):\n"
     write_tree(tmp_path, {"lib/draws.py": head + "".join(f"    {code}\n" for code, _ in calls)})
     monkeypatch.chdir(tmp_path)

@@ -150,7 +150,7 @@ def test_multiprocessing_children_are_traced_and_collisions_warned(tmp_path: Pat
 def test_ray_hidden_draw_scan_rng_cannot_see_is_named_by_record_trace(tmp_path: Path) -> None:
     line = recipe_line("return sampler(n)")
     scan = run_cli("scan-rng", str(TRACE_RECIPE), "--format", "json", "--no-cache")
-    assert not any(f["line"] == line for f in json.loads(scan.out))  # statically invisible
+    assert not any(f["line"] == line for f in json.loads(scan.out)["findings"])  # statically invisible
     card = trace_card(tmp_path, "--ray")
     result = run_cli("record", str(card), "--runs", "2", "--trace", "--workdir", str(tmp_path / "runs"))
     assert result.code == 1, result.text

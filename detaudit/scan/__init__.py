@@ -9,9 +9,18 @@ hash under ``$XDG_CACHE_HOME/detaudit``, whole results by the files' stats and t
 a file whose text holds none of the words a draw, seed, entry point or loader needs joins the
 analysis only when a call path leads into it.
 
-Modules, one job each: ``config`` (settings), ``files`` (which files, their text),
-``facts`` (one file's facts), ``cache``, ``analysis`` (processes and findings),
-``scanner`` (orchestration), ``baseline``, ``rules`` (the rule registry), ``output``.
+Modules, one job each (no import circle among them):
+
+- settings and input: ``config`` (``[tool.detaudit]``), ``files`` (which files, their module
+  names and text), ``entries`` (what starts a process), ``rules`` (the rule registry: one ``Rule``
+  record per rule), ``seeds`` (the seeding calls), ``conditions`` (conditions over parameters);
+- one file: ``schema`` (the facts' shape, markers and version), ``facts`` (``file_facts``,
+  assembled from the layers ``facts_base``, ``facts_calls``, ``facts_seeding``, ``facts_draws``,
+  ``facts_walk``), ``impact`` (where a drawn value goes), ``cache``;
+- the whole tree: ``analysis.Program`` (composed of ``program_names``, ``program_dispatch``,
+  ``program_calls``, ``program_seeding``), ``processes``, ``outside`` (self-tests and stand-alone
+  tools), ``evidence`` and ``modes`` (draws no process is seen to make), ``findings`` (verdicts);
+- ``scanner`` (orchestration), ``baseline``, ``output`` (text, JSON, SARIF, GitHub, CI cases).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from detaudit.scan.facts import FACTS_VERSION
+from detaudit.scan.schema import FACT_KINDS, FACTS_VERSION
 
 OUTCOME_KINDS = ("facts", "light", "skip")
 _SCANNER_DIGEST: str | None = None
@@ -32,8 +32,6 @@ def scanner_digest(folder: Path | None = None) -> str:
     if folder is None:
         _SCANNER_DIGEST = value
     return value
-FACT_FIELDS = {"module": str, "imports": dict, "functions": dict, "classes": dict, "draws": list, "entries": list,
-               "hooks": list, "suppress": dict, "strings": list, "binds": list}
 
 
 def _valid_outcome(value: Any) -> bool:
@@ -42,7 +40,7 @@ def _valid_outcome(value: Any) -> bool:
     if value[0] == "facts":
         facts = value[1]
         return isinstance(facts, dict) and facts.get("version") == FACTS_VERSION and all(
-            isinstance(facts.get(key), kind) for key, kind in FACT_FIELDS.items())
+            isinstance(facts.get(key), kind) for key, kind in FACT_KINDS.items())
     if value[0] == "skip":
         return isinstance(value[1], str)
     # light: (dotted strings, the file's own facts or skip outcome)

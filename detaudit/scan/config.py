@@ -25,9 +25,9 @@ class ScanConfig:
     # Like ruff: a path named on the command line is scanned even when `exclude` matches it,
     # unless force_exclude is set.
     force_exclude: bool = False
-    # Severity of a draw no pipeline process is seen to run: "loaded" (an error when a pipeline
+    # Verdict of a draw no pipeline process is seen to run: "loaded" (unproven when a pipeline
     # process loads its module and code other than tests names it, else a warning), "error" (every
-    # one, strict fail closed) or "warning" (none: library trees). docs/scan-rng.md, "Severity".
+    # one, strict) or "warning" (none: library trees). docs/scan-rng.md, "Verdicts".
     unknown_process: str = "loaded"
     # pytest tests are processes of their own; by default they are not the pipeline (a draw only
     # tests run is a warning). True: judge them as the pipeline's processes.

@@ -13,6 +13,7 @@ KIND_LABEL = {
     "script": "console script",
     "cli": "command-line entry",
     "multiprocessing": "multiprocessing target",
+    "pool": "process-pool worker",
     "worker-init": "DataLoader worker_init_fn",
     "test": "pytest test",
 }
@@ -20,6 +21,20 @@ KIND_LABEL = {
 RAY_REMOTE = "ray.remote"
 MP_SPAWN = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"})
 MP_MODULES = ("multiprocessing", "torch.multiprocessing")
+# Process pools: `pool.map(fn, items)`, `executor.submit(fn, x)` run `fn` in a worker process
+# (a thread pool's `submit`/`map` run it in this process: a call). A pool is what these make,
+# or `X.Pool(...)` of a multiprocessing context.
+PROCESS_POOLS = frozenset({
+    "multiprocessing.Pool", "multiprocessing.pool.Pool", "torch.multiprocessing.Pool",
+    "concurrent.futures.ProcessPoolExecutor", "concurrent.futures.process.ProcessPoolExecutor",
+    "loky.get_reusable_executor", "joblib.externals.loky.get_reusable_executor",
+})
+THREAD_POOLS = frozenset({
+    "concurrent.futures.ThreadPoolExecutor", "concurrent.futures.thread.ThreadPoolExecutor",
+    "multiprocessing.pool.ThreadPool", "multiprocessing.dummy.Pool",
+})
+POOL_METHODS = frozenset({"map", "imap", "imap_unordered", "starmap", "map_async", "starmap_async", "apply",
+                          "apply_async", "submit"})
 # Calls that run their first argument as the program: absl's app.run(main), fire.Fire(obj),
 # accelerate's notebook_launcher(fn).
 RUNNERS = frozenset({"absl.app.run", "fire.Fire", "accelerate.notebook_launcher",

@@ -1,4 +1,4 @@
-"""What the tree shows about code no pipeline process is seen to run (docs/scan-rng.md, "Severity").
+"""What the tree shows about code no pipeline process is seen to run (docs/scan-rng.md, "Verdicts").
 
 Two questions, each answered from the whole scanned tree:
 
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from detaudit.scan.analysis import Program, display_name
-from detaudit.scan.facts import MAIN_BLOCK, MODULE_BODY
+from detaudit.scan.schema import MAIN_BLOCK, MODULE_BODY, NO_CLASS, NO_FUNCTION
 
 # Bases that call none of a class's own methods by name (only dunders, which always count as called).
 PLAIN_BASES = frozenset({"object", "abc.ABC", "typing.Generic", "typing.Protocol", "typing_extensions.Protocol",
@@ -230,7 +230,7 @@ class Naming:
         if cls is None:
             return function == f"{module}.{short}"  # not a function nested in another
         klass = f"{module}.{cls}"
-        if any(d != "ray.remote" for d in program.classes.get(klass, {}).get("decorators", ())):
+        if any(d != "ray.remote" for d in program.classes.get(klass, NO_CLASS).get("decorators", ())):
             return False  # a class decorator may register the class (a Ray actor's methods are judged by name)
         return "." not in cls and self.plain_class(klass) and not self.handed_over(klass)
 
@@ -249,7 +249,7 @@ class Naming:
             program = self.program
             known = True
             for klass in program.mro(cls):
-                info = program.classes.get(klass, {})
+                info = program.classes.get(klass, NO_CLASS)
                 root = program.root(klass)
                 if info.get("opaque_bases") or any(
                         base not in PLAIN_BASES and program.canonical(base, root=root) not in program.classes
@@ -288,7 +288,7 @@ class Naming:
         if not kind:
             return True
         program = self.program
-        info = program.functions.get(function, {})
+        info = program.functions.get(function, NO_FUNCTION)
         if kind == "module":
             return info.get("cls") is None and program.module_of.get(function) == owner
         cls = f"{program.module_of.get(function, '')}.{info.get('cls')}" if info.get("cls") else ""

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from detaudit.errors import InputError
 from detaudit.scan.config import ScanConfig
+from detaudit.scan.entries import is_test_path
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 # Config files that may name a function or method for the code to call (a Hydra `_target_`, a method
@@ -29,8 +30,8 @@ class Skipped:
     reason: str
 
 
-def collect_files(paths: list[str | Path], config: ScanConfig, config_files: list[Path] | None = None,
-                  launch_files: list[Path] | None = None) -> tuple[list[Path], list[Skipped]]:
+def collect_files(paths: list[str | Path], config: ScanConfig, config_files: list[str] | None = None,
+                  launch_files: list[str] | None = None) -> tuple[list[str], list[Skipped]]:
     """Python files under ``paths`` and the folders that could not be read; the config files
     (``CONFIG_SUFFIXES``) found below the named folders are appended to ``config_files``, the docs
     and every other file that is not Python, which may launch a script (excluded folders included),
@@ -38,8 +39,10 @@ def collect_files(paths: list[str | Path], config: ScanConfig, config_files: lis
 
     No symlink loops; tool folders and ``exclude`` globs are left out below the named paths.
     A path named here is scanned even when ``exclude`` matches it, unless ``config.force_exclude``.
+    Paths are strings (a rescan walks every file of the tree: a Path object each cost more than
+    the rest of a cached scan), absolute below a named folder, as named for a named file.
     """
-    files: list[Path] = []
+    files: list[str] = []
     skipped: list[Skipped] = []
     seen_dirs: set[tuple[int, int]] = set()
     pruned: list[str] = []  # excluded folders, walked for launch files only
@@ -54,7 +57,7 @@ def collect_files(paths: list[str | Path], config: ScanConfig, config_files: lis
         if config.force_exclude and config.excluded(path):
             continue
         if path.is_file():
-            files.append(path)
+            files.append(str(path))
             continue
         globs = config.excludes_below(path)
         for folder, dirs, names in os.walk(path, followlinks=True, onerror=unreadable):
@@ -71,17 +74,18 @@ def collect_files(paths: list[str | Path], config: ScanConfig, config_files: lis
                 pruned += [os.path.join(folder, d) for d in sorted(dirs) if d in LAUNCH_DIRS]
             dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info"))
             real = os.path.realpath(folder)
+            join = os.path.join
             for name in sorted(names):
                 if name.endswith(".py"):
-                    file = Path(real, name)
-                    if not config.excluded(file, globs, resolved=True):
+                    file = join(real, name)
+                    if not globs or not config.excluded(Path(file), globs, resolved=True):
                         files.append(file)
                 elif config_files is not None and name.endswith(CONFIG_SUFFIXES):
-                    file = Path(real, name)
-                    if not config.excluded(file, globs, resolved=True):
+                    file = join(real, name)
+                    if not globs or not config.excluded(Path(file), globs, resolved=True):
                         config_files.append(file)
                 if launch_files is not None and not name.endswith(".py"):
-                    launch_files.append(Path(real, name))  # excluded or not: a launch there still runs
+                    launch_files.append(join(real, name))  # excluded or not: a launch there still runs
             if globs:
                 kept = [d for d in dirs if not config.excluded(Path(folder) / d, globs)]
                 if launch_files is not None:
@@ -100,7 +104,8 @@ def collect_files(paths: list[str | Path], config: ScanConfig, config_files: lis
                 continue
             seen_dirs.add((st.st_dev, st.st_ino))
             dirs[:] = sorted(d for d in dirs if (d not in SKIP_DIRS or d in LAUNCH_DIRS) and not d.endswith(".egg-info"))
-            launch_below.extend(Path(os.path.realpath(below), n) for n in sorted(names) if not n.endswith(".py"))
+            real = os.path.realpath(below)
+            launch_below.extend(os.path.join(real, n) for n in sorted(names) if not n.endswith(".py"))
     return list(dict.fromkeys(files)), skipped
 
 
@@ -120,9 +125,11 @@ def _package(folder: str) -> str:
     return cached
 
 
-def module_name(path: Path) -> tuple[str, bool]:
+def module_name(path: str | Path) -> tuple[str, bool]:
     """Dotted module name from the package folders (those with __init__.py) around ``path``."""
-    text = str(path) if path.is_absolute() else os.path.realpath(path)
+    text = str(path)
+    if not os.path.isabs(text):
+        text = os.path.realpath(text)
     folder, name = os.path.split(text)
     package = _package(folder)
     if name == "__init__.py":
@@ -146,7 +153,7 @@ def module_keys(paths: list[str]) -> dict[str, tuple[str, str, bool, str]]:
     without ``__init__.py``, several projects scanned at once) get ``name#1``, ``name#2``, ...
     in path order, so that none replaces another.
     """
-    named = {path: module_name(Path(path)) for path in paths}
+    named = {path: module_name(path) for path in paths}
     groups: dict[str, list[str]] = {}
     for path, (name, _) in named.items():
         groups.setdefault(name, []).append(path)
@@ -163,8 +170,6 @@ def test_files(paths: list[str], named: list[str | Path]) -> set[str]:
     """The absolute ``paths`` that are test code, judged from their path from the named path that
     holds them (its own name included): a project scanned from inside a tests/fixtures folder is
     not a test, `scan-rng tests` scans tests."""
-    from detaudit.scan.entries import is_test_path
-
     bases = sorted((os.path.realpath(n) for n in named), key=len, reverse=True)
     out = set()
     for path in paths:

@@ -1,14 +1,17 @@
-"""Findings: each draw of the tree, the processes that run it, and its severity.
+"""Findings: each draw of the tree, the processes that run it, and its verdict.
 
-Severity (docs/scan-rng.md, "Severity"): an error when a pipeline process runs the draw without
-seeding its RNG family first, or when the draw is wrong in any process (DA202, DA302, DA303), or
-when no entry point can be shown to run it (fail closed) while a pipeline process loads its module
-and code other than tests can call it; a warning when every process that runs it seeds the
-family, when its own function seeds the family right before it, when its value only reaches a
-port, an address, a sleep or a temp name, when only pytest tests (or test code) run it (tests are
-not the pipeline, unless ``tests_as_pipeline``), or when no pipeline process is seen to run it
-and none imports its module, or nothing outside tests names its function (``unknown_process``
-"loaded"; "error": every such draw is an error, "warning": none is).
+Three verdicts (docs/scan-rng.md, "Verdicts"), each with a one-line reason in ``note``:
+
+- **error** (exit 1): a pipeline process runs the draw without seeding its RNG family first, and
+  no call in that process that the scan could not resolve could have seeded it; or the draw is
+  wrong in any process (DA202, DA302, DA303).
+- **unproven** (exit 0 unless ``--fail-on unproven``, or new against a baseline): the scan cannot
+  tell: no entry point is seen to run the draw while a pipeline process loads its module and code
+  other than tests names its function (fail closed, ``unknown_process`` "loaded"), only test
+  scripts run pipeline code, or the process's seeding rests on a call the scan could not resolve.
+- **warning**: every process that runs it seeds the family, its own function seeds right before
+  it, its value is shown to reach only a port, a sleep, a log line or a name, only tests run it
+  (unless ``tests_as_pipeline``), or nothing outside tests can run it.
 """
 
 from __future__ import annotations
@@ -19,9 +22,15 @@ from typing import Any
 
 from detaudit.scan.analysis import Program, display_name
 from detaudit.scan.evidence import Naming, loaded_modules
-from detaudit.scan.facts import MAIN_BLOCK, MODULE_BODY
-from detaudit.scan.processes import Process, entry_guards
+from detaudit.scan.modes import Modes
+from detaudit.scan.processes import Process, entry_guards, switched_off
 from detaudit.scan.rules import FAMILY
+from detaudit.scan.schema import MAIN_BLOCK, MODULE_BODY, DrawFacts
+
+ERROR, UNPROVEN, WARNING = "error", "unproven", "warning"
+# Verdicts from the mildest; --fail-on names the lowest that makes the exit code 1.
+VERDICTS = (WARNING, UNPROVEN, ERROR)
+VERDICT_RANK = {v: i + 1 for i, v in enumerate(VERDICTS)}
 
 # reached_only_when is an intersection over processes: over more than this many tests it is left
 # empty (an under-statement, which the field allows) rather than computed for each.
@@ -71,11 +80,11 @@ class Unreached:
         self._dispatched = False
 
     def severity(self, function: str) -> tuple[str, str]:
-        """(severity, why it is a warning: '' for an error, or when unknown_process is "warning")."""
+        """(verdict, why it is a warning: '' for unproven, or when unknown_process is "error" or "warning")."""
         if self.unknown_process != UNKNOWN_LOADED:
             return self.unknown_process, ""
         if self.naming is None:  # not a whole project: what calls the code may lie outside the scan
-            return "error", ""
+            return UNPROVEN, ""
         program = self.program
         module = program.module_of.get(function, "")
         if self._loaded is None:
@@ -91,7 +100,7 @@ class Unreached:
             return "warning", f"no process of the scanned tree imports {display_name(module)}"
         if self.naming is not None and self.naming.unnamed(function):
             return "warning", self.naming.reason(function)
-        return "error", ""
+        return UNPROVEN, ""
 
 
 UNKNOWN_LOADED = "loaded"  # the default of unknown_process
@@ -105,6 +114,7 @@ def findings_for(program: Program, processes: list[Process], rel: Callable[[str]
     ``naming`` and ``imported`` (the import lists of files set aside): see ``Unreached``."""
     findings: list[Finding] = []
     unreached = Unreached(program, processes, unknown_process, naming, imported or {}, tests_as_pipeline)
+    modes = Modes(program)
     if program.load_mentioning is not None:  # one pass over the skipped files for every generator=None guard
         program.load_mentioning({d["function"].rpartition(".")[2] for f in list(program.modules.values())
                                  for d in f["draws"] if d.get("param")})
@@ -121,7 +131,7 @@ def findings_for(program: Program, processes: list[Process], rel: Callable[[str]
             if "*" in marks or draw["rule"] in marks:
                 continue
             in_tests = test_code is not None and test_code(program.paths[module])
-            finding = _finding(program, running.get(draw["function"], []), draw, path, rel, unreached,
+            finding = _finding(program, running.get(draw["function"], []), draw, path, rel, unreached, modes,
                                tests_as_pipeline, in_tests)
             if finding is not None:
                 findings.append(finding)
@@ -129,8 +139,23 @@ def findings_for(program: Program, processes: list[Process], rel: Callable[[str]
     return findings
 
 
-def _finding(program: Program, mine: list[Process], draw: dict[str, Any], path: str,
-             rel: Callable[[str], str], unreached: Unreached, tests_as_pipeline: bool,
+def _not_drawing(program: Program, mine: list[Process], draw: DrawFacts, modes: Modes) -> dict[str, str]:
+    """The processes (by name) of ``mine`` that run the draw's function but not the draw, and why:
+    their calls pass arguments that switch it off, or every instance of the module whose training
+    mode gates it is in eval mode there (modes.py)."""
+    off_why: dict[str, str] = {}
+    for p in mine:
+        if draw.get("switch") is not None and switched_off(program, p, draw):
+            off_why[p.name] = f"every call that reaches it passes arguments that make `{' and '.join(draw['guards'])}` false"
+        elif draw.get("mode_class"):
+            why = modes.eval_only(draw["mode_class"], p)
+            if why:
+                off_why[p.name] = f"{why}: it draws nothing"
+    return off_why
+
+
+def _finding(program: Program, mine: list[Process], draw: DrawFacts, path: str,
+             rel: Callable[[str], str], unreached: Unreached, modes: Modes, tests_as_pipeline: bool,
              in_tests: bool) -> Finding | None:
     """The finding for one draw; ``mine``: the processes that reach its function."""
     family = FAMILY[draw["rule"]]
@@ -154,6 +179,10 @@ def _finding(program: Program, mine: list[Process], draw: dict[str, Any], path: 
             shown.append(f"{where}:{line}" + (f" ({_names(names)})" if names else " (no known process)"))
         extra = (f"{draw['param']}=None by default and not passed at: " + "; ".join(shown)) if shown else \
             f"{draw['param']}=None by default: an entry point itself"
+    off_why = _not_drawing(program, mine, draw, modes)
+    off = [p for p in mine if p.name in off_why]
+    if off:
+        mine = [p for p in mine if p not in off]
     pipeline = [p for p in mine if tests_as_pipeline or not p.is_test]
     tests = [p for p in mine if p.is_test and not tests_as_pipeline]
     test_code = not tests_as_pipeline and in_tests
@@ -164,27 +193,23 @@ def _finding(program: Program, mine: list[Process], draw: dict[str, Any], path: 
     if tool_code:
         test_code = True
     local = program.seeded_before(draw) if family else set()
-    seeded = {p.name: p.seeded_at(function, family) or family in local for p in mine} if family else {}
+    seeded = {p.name: p.seeded_at(function, family) or family in local for p in mine + off} if family else {}
     only_tests = "runs only in tests, which are not the pipeline (--tests-as-pipeline: an error)"
     if tool_code:
         only_tests = (f"runs only outside the pipeline: {'; '.join(sorted({p.outside for p in tests}))} "
                       f"(--tests-as-pipeline: an error)")
     if not family:
-        severity, note = "error", "nondeterministic in any process"
+        severity, note = ERROR, "nondeterministic in any process"
         if not pipeline and test_code:
-            severity, note = "warning", f"{note}; {only_tests}"
+            severity, note = WARNING, f"{note}; {only_tests}"
     elif family in local:
-        severity = "warning"
+        severity = WARNING
         note = (f"its function seeds the {family} RNG before it; reproducible only while the seed and the "
                 f"call order stay fixed")
     elif pipeline:
-        if all(seeded[p.name] for p in pipeline):
-            severity = "warning"
-            note = f"every process that runs it seeds the {family} RNG; reproducible only while the call order stays fixed"
-        else:
-            severity, note = "error", f"runs in a process that does not seed the {family} RNG before it"
+        severity, note = _pipeline_verdict(program, pipeline, seeded, family, rel)
     elif test_code:
-        severity = "warning"
+        severity = WARNING
         unseeded = [p.name for p in tests if not seeded[p.name]]
         note = (f"{only_tests}; unseeded in {_names(unseeded)}" if unseeded else
                 f"{only_tests}; every test that runs it seeds the {family} RNG" if tests else only_tests)
@@ -197,9 +222,16 @@ def _finding(program: Program, mine: list[Process], draw: dict[str, Any], path: 
                     "point of the pipeline found that runs it)")
         if why:
             note = f"{'no pipeline process (only tests run it)' if tests else where}: {why}"
-    if draw.get("impact") and family and severity == "error":
-        severity = "warning"
+    if off and not mine:
+        severity = WARNING
+        note = f"not run in {_names([p.name for p in off])}: {off_why[off[0].name]}"
+        mine = off
+    if draw.get("impact") and family and severity != WARNING:
+        severity = WARNING
         note += f"; at most a warning: {draw['impact']}"
+    elif draw.get("impact_by_name") and family and severity == ERROR:
+        severity = UNPROVEN  # a value named like a port that flows on: not shown to matter, nor not to
+        note += f"; unproven: {draw['impact_by_name']}"
     if extra:
         note = f"{note}; {extra}"
     via = sorted({p.via[function] for p in mine if function in p.via})
@@ -221,6 +253,42 @@ def _finding(program: Program, mine: list[Process], draw: dict[str, Any], path: 
                             "path": rel(program.paths[program.module_of[caller]]) if caller in program.module_of else ""}
                            for condition, caller, line in reached_only_when],
     )
+
+
+def _pipeline_verdict(program: Program, pipeline: list[Process], seeded: dict[str, bool], family: str,
+                      rel: Callable[[str], str]) -> tuple[str, str]:
+    """(verdict, why) of a draw that pipeline processes run: a warning when each seeds ``family``
+    (naming the seed), else an error naming the unseeded processes, or unproven when each unseeded
+    one makes a seed-like call that the scan cannot resolve (naming it)."""
+    unseeded = [p for p in pipeline if not seeded[p.name]]
+    if not unseeded:
+        first = pipeline[0]
+        source = program.seed_call(first.roots, family)
+        how = f" ({first.name}: {_seed_text(program, source, rel)})" if source else ""
+        return WARNING, (f"every process that runs it seeds the {family} RNG{how}; reproducible only while the "
+                         f"call order stays fixed")
+    open_calls = [program.unresolved_seeding(p.reach, family) for p in unseeded]
+    if all(open_calls):
+        call = open_calls[0]
+        assert call is not None
+        return UNPROVEN, (f"{_names([p.name for p in unseeded])} seeds the {family} RNG only if "
+                          f"{_seed_text(program, call, rel)} does: a call the scan cannot resolve")
+    names = _names([p.name for p, call in zip(unseeded, open_calls, strict=True) if not call])
+    return ERROR, f"runs in {names}, which does not seed the {family} RNG before it"
+
+
+def _seed_text(program: Program, call: tuple[str, str, int], rel: Callable[[str], str]) -> str:
+    """``transformers.set_seed() in Strategy.setup, pkg/strategy.py:12``: a call and where it is made."""
+    written, function, line = call
+    path = program.paths.get(program.module_of.get(function, ""), "")
+    return f"{written}() in {_short(program, function)}, {rel(path) if path else '?'}:{line}"
+
+
+def _short(program: Program, function: str) -> str:
+    """``Cls.method`` or ``function`` of a qualified name, as a reader finds it in its file."""
+    module = program.module_of.get(function, "")
+    local = function[len(module) + 1:] if module and function.startswith(module + ".") else function
+    return local.replace(MAIN_BLOCK, "__main__").replace(MODULE_BODY, "<module>")
 
 
 def _names(names: list[str], shown: int = 5) -> str:

@@ -41,15 +41,12 @@ import re
 import stat
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from detaudit.scan.analysis import Program
 from detaudit.scan.evidence import loaded_modules
+from detaudit.scan.processes import Process
 from detaudit.scan.rules import FAMILY
-
-if TYPE_CHECKING:
-    from detaudit.scan.processes import Process
+from detaudit.scan.schema import NO_CLASS, NO_FUNCTION
 
 # Libraries a stand-alone tool may import besides the standard library: data, I/O and command-line
 # libraries, none of which can build or run a model. Anything else (torch, mlx, paddle, a package
@@ -70,7 +67,7 @@ MAX_NOTEBOOK_BYTES = 16 * 1024 * 1024  # a notebook's outputs (images) make it l
 # Files that hold data or pinned dependencies, never a command line: not read.
 DATA_SUFFIXES = (".lock", ".csv", ".tsv", ".jsonl", ".parquet", ".arrow", ".npy", ".npz", ".pt", ".pth", ".bin",
                  ".safetensors", ".ckpt", ".png", ".jpg", ".jpeg", ".gif", ".webp", ".svg", ".mp4", ".wav", ".sig",
-                 ".pem", ".pkl", ".gz", ".zip", ".tar")
+                 ".pem", ".pkl", ".gz", ".zip", ".tar", ".so", ".pyd", ".dll", ".dylib", ".o", ".a", ".pyc", ".lib")
 # -m NAME across spaces, quotes, commas, brackets, YAML list dashes or a line continuation, or none
 # (`python3 -mpkg.train`). Not preceded by a letter, digit, `_` or `-`: that test comes after the
 # leading "-" (a look-behind over it), so the pattern starts with a literal and the regex engine
@@ -92,18 +89,21 @@ _WORD_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 _NAME_BYTES = _WORD_BYTES | frozenset(b".-")
 
 
-def launch_file_stats(paths: list[Path]) -> list[tuple[str, int, int]]:
+def launch_file_stats(paths: list[str]) -> list[tuple[str, int, int]]:
     """(path, size, mtime) of the regular files of ``paths`` that may hold a launch (no FIFO,
-    device or folder; at most MAX_LAUNCH_BYTES); whether they are text is checked when read."""
+    device or folder; at most MAX_LAUNCH_BYTES; no data file, by its suffix, which is told before
+    a stat is spent on it); whether they are text is checked when read."""
     out = []
     for path in dict.fromkeys(paths):
+        if path.endswith(DATA_SUFFIXES):
+            continue
         try:
             st = os.stat(path)
         except OSError:
             continue
-        limit = MAX_NOTEBOOK_BYTES if str(path).endswith(".ipynb") else MAX_LAUNCH_BYTES
-        if stat.S_ISREG(st.st_mode) and st.st_size <= limit and not str(path).endswith(DATA_SUFFIXES):
-            out.append((str(path), st.st_size, st.st_mtime_ns))
+        limit = MAX_NOTEBOOK_BYTES if path.endswith(".ipynb") else MAX_LAUNCH_BYTES
+        if stat.S_ISREG(st.st_mode) and st.st_size <= limit:
+            out.append((path, st.st_size, st.st_mtime_ns))
     return out
 
 
@@ -273,8 +273,8 @@ class Outside:
                 continue
             if process.kind == "main":
                 by_module.setdefault(process.target.rsplit(".", 1)[0], []).append(process)
-            elif program.functions.get(process.target, {}).get("in_main") or \
-                    program.classes.get(process.target, {}).get("in_main"):
+            elif program.functions.get(process.target, NO_FUNCTION).get("in_main") or \
+                    program.classes.get(process.target, NO_CLASS).get("in_main"):
                 by_module.setdefault(program.module_of.get(process.target, ""), []).append(process)
         mains = {m for m, ps in by_module.items() if any(p.kind == "main" for p in ps)}
         drawn: dict[str, set[str]] = {}  # function -> the RNG families its draws take from

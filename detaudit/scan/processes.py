@@ -15,10 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from detaudit.scan import conditions as C
 from detaudit.scan.analysis import Program, display_name
 from detaudit.scan.entries import CLASS_SETUPS, KIND_LABEL, MODULE_SETUPS
 from detaudit.scan.evidence import Naming
-from detaudit.scan.outside import Outside
+from detaudit.scan.schema import NO_FUNCTION, DrawFacts, FixtureFacts
 
 
 @dataclass
@@ -52,9 +53,9 @@ class _Fixtures:
         for module, path in program.paths.items():
             if os.path.basename(path) == "conftest.py":
                 self.conftests[os.path.dirname(path)] = module
-        self._visible: dict[str, list[dict[str, Any]]] = {}  # module -> the fixtures its tests see
+        self._visible: dict[str, list[FixtureFacts]] = {}  # module -> the fixtures its tests see
         # (module, class) -> (fixtures by name, the autouse ones) for its tests
-        self._by_name: dict[tuple[str, str], tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]] = {}
+        self._by_name: dict[tuple[str, str], tuple[dict[str, FixtureFacts], list[FixtureFacts]]] = {}
 
     def scopes(self, module: str) -> list[str]:
         """The modules whose fixtures a test of ``module`` sees, nearest first."""
@@ -80,7 +81,7 @@ class _Fixtures:
             if visible is None:
                 visible = self._visible[module] = [f for scope in self.scopes(module)
                                                    for f in self.program.fixtures.get(scope, ())]
-            by_name: dict[str, dict[str, Any]] = {}
+            by_name: dict[str, FixtureFacts] = {}
             for fixture in reversed(visible):  # the nearest definition of a name wins
                 if not fixture["cls"] or fixture["cls"] == cls:
                     by_name[fixture["name"]] = fixture
@@ -101,12 +102,12 @@ class _Fixtures:
 
 def build_processes(program: Program, scripts: list[str], test_code: Callable[[str], bool] | None = None,
                     rel: Callable[[str], str] | None = None, tests_as_pipeline: bool = False,
-                    naming: Naming | None = None, outside: Outside | None = None) -> list[Process]:
+                    naming: Naming | None = None) -> list[Process]:
     """Every process of the tree; ``test_code(path)``: the file is test code (its processes are tests);
     ``rel(path)``: a path as shown (names a `__main__` whose module name several files share);
     ``naming``: what the tree's non-test code names (a Ray actor's entry methods are those named;
-    None: every method); ``outside``: which ``__main__`` blocks are self-tests or stand-alone tools
-    (their processes, and those started inside them, are judged like tests; None: none is).
+    None: every method). Which ``__main__`` blocks are self-tests or stand-alone tools is judged
+    afterwards, over these processes (outside.Outside.judge).
 
     Unless ``tests_as_pipeline``, a pytest test is followed through test code only: what it runs
     there is what its findings need (draws in tests); the pipeline code it calls is judged by the
@@ -182,6 +183,9 @@ def build_processes(program: Program, scripts: list[str], test_code: Callable[[s
         if (kind, target) in seen:
             continue
         seen.add((kind, target))
+        if kind == "cli" and rel is not None and program.module_of.get(target) in program.paths:
+            # three scripts' `main` read the same: the file tells them apart
+            short = f"{rel(program.paths[program.module_of[target]])}:{display_name(target).rsplit('.', 1)[-1]}"
         name = short if kind == "main" else f"{short} ({KIND_LABEL[kind]})"
         path = program.paths.get(program.module_of.get(target, ""), "")
         process = Process(name, kind, target, seeded, roots,
@@ -201,8 +205,6 @@ def build_processes(program: Program, scripts: list[str], test_code: Callable[[s
             process.reach.add(body)
             process.early[body] = start_seeded  # import-time code runs before any seed call
         processes.append(process)
-    if outside is not None:
-        outside.judge(processes)
     return processes
 
 
@@ -218,6 +220,58 @@ def actor_methods(program: Program, actor: str, naming: Naming | None) -> list[s
     return [m for m in methods if naming.named(m)]
 
 
+def _callers_in(program: Program, process: Process) -> dict[str, list[str]]:
+    """Function -> its callers within the process (built once per process)."""
+    if process.callers_in is None:
+        callers: dict[str, list[str]] = {}
+        for caller in sorted(process.reach):
+            for callee, _ in program.callees(caller):
+                if callee in process.reach and callee != caller:
+                    callers.setdefault(callee, []).append(caller)
+        process.callers_in = callers
+    return process.callers_in
+
+
+def switched_off(program: Program, process: Process, draw: DrawFacts) -> bool:
+    """Whether every call by which ``process`` reaches the draw's function passes arguments (or
+    leaves defaults) that make the draw's `if` conditions on its parameters false for certain
+    (``if init_value_head:`` in a function that this process's callers never ask to init)."""
+    switch = draw.get("switch")
+    function = draw["function"]
+    if switch is None or function in process.roots:
+        return False
+    info = program.functions.get(function, NO_FUNCTION)
+    params, defaults = info.get("params", []), info.get("defaults", {})
+    callers = _callers_in(program, process).get(function, [])
+    if not callers:
+        return False
+    for caller in callers:
+        caller_info = program.functions.get(caller, NO_FUNCTION)
+        for index in range(len(caller_info.get("calls", ()))):
+            if function not in program.call_targets(caller, index):
+                continue
+            _, npos, passed = caller_info["sites"][index]
+            given = caller_info.get("call_args", {}).get(index, {})
+            keywords = {k.partition("<")[0] for k in passed}
+            env: dict[str, Any] = {}
+            for name in dict.fromkeys([*params, *defaults]):
+                position = params.index(name) if name in params else -1
+                if 0 <= position < npos:
+                    expr = given.get(position)
+                elif name in keywords:
+                    expr = given.get(name)
+                elif "**" in keywords:
+                    expr = None  # **kwargs may give it
+                else:
+                    expr = defaults.get(name)
+                value = C.value(expr, {}) if expr is not None else C.UNKNOWN
+                if value is not C.UNKNOWN:
+                    env[name] = value
+            if not C.false_for(switch, env):
+                return False  # this call can run the draw
+    return True
+
+
 def entry_guards(program: Program, process: Process, function: str) -> list[tuple[str, str, int]]:
     """(condition, caller, line of the call) triples that hold on every call path from ``process``'s roots to ``function``.
 
@@ -226,13 +280,7 @@ def entry_guards(program: Program, process: Process, function: str) -> list[tupl
     still being resolved, or a call made outside any `if` contributes no condition, so the
     answer only ever under-states: a condition listed here is one the code really requires.
     """
-    if process.callers_in is None:
-        callers: dict[str, list[str]] = {}
-        for caller in sorted(process.reach):
-            for callee, _ in program.callees(caller):
-                if callee in process.reach and callee != caller:
-                    callers.setdefault(callee, []).append(caller)
-        process.callers_in = callers
+    _callers_in(program, process)
     return _entry_guards(program, process, function, set())
 
 

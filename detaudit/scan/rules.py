@@ -1,4 +1,5 @@
-"""The scan-rng rules: what counts as a global-RNG draw, a seed, an entropy source.
+"""The scan-rng rules: what counts as a global-RNG draw or a seed taken from entropy (the seeding
+calls themselves: seeds.py; where a drawn value may go harmlessly: impact.py).
 
 Each rule is one ``Rule`` record: its code, RNG family, the text of the docs table, SARIF rule
 help and ``scan-rng --explain``, and what it matches: the qualified callee names and called
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 
 from detaudit.scan.completion_order import CALLEES as COMPLETION_ORDER_CALLEES
 from detaudit.scan.completion_order import batch_reached
+from detaudit.scan.seeds import RESEED_FROM_ENTROPY, SEED_CALLS, SEED_FROM_NOTHING, SEED_TAKERS
 
 
 class CallSite:
@@ -108,6 +110,9 @@ class Rule:
     the call sites that pass none.
     ``library``: the callee may be defined in the scanned tree; the finding is dropped when it
     is (the tree's own code is scanned instead).
+    ``objects``: kinds of object (see ``OBJECT_KINDS``) whose call ``find`` also sees, when the
+    callee is a name or ``self.x`` the file binds to such an object (``pipe = FluxPipeline(...)``
+    ... ``pipe(prompt)``).
     """
 
     code: str
@@ -122,6 +127,7 @@ class Rule:
     guardable: bool = False
     generator_positions: dict[str, int] = field(default_factory=dict)
     library: bool = False
+    objects: frozenset[str] = frozenset()
 
     def generator_index(self, site: CallSite) -> int | None:
         """Where ``site`` may pass its generator positionally (None: keyword only)."""
@@ -152,6 +158,14 @@ TORCH_DROPOUT = frozenset({
     "torch.nn.Dropout", "torch.nn.Dropout1d", "torch.nn.Dropout2d", "torch.nn.Dropout3d", "torch.nn.AlphaDropout",
     "torch.nn.FeatureAlphaDropout", "torch.dropout", "torch.nn.modules.dropout.Dropout",
 })
+# Kinds of object a rule can match the calls of (Rule.objects); the file walker tells them from
+# what a name is bound to (facts.FileFacts._object_kind).
+DIFFUSERS_PIPELINE = "diffusers pipeline"  # made by a diffusers *Pipeline class (or from_pretrained of one)
+# Each kind, with one call that makes such an object (tests build one from it).
+# (The walker looks for an object's calls only in files whose text holds "Pipeline": a new kind
+# adds its own word there, facts.FileFacts._objects.)
+OBJECT_MAKERS = {DIFFUSERS_PIPELINE: "diffusers.DiffusionPipeline.from_pretrained"}
+OBJECT_KINDS = frozenset(OBJECT_MAKERS)
 # diffusers' noise helpers: `generator=None` (the default) draws from the global torch generator.
 DIFFUSERS_RANDN = frozenset({"diffusers.utils.torch_utils.randn_tensor", "diffusers.utils.randn_tensor"})
 # randn_tensor(shape, generator=None, ...); a pipeline's
@@ -180,59 +194,7 @@ STDLIB_DRAWS = frozenset({
     "vonmisesvariate", "paretovariate", "weibullvariate", "gammavariate", "randbytes", "binomialvariate",
 })
 
-# -- seeding ---------------------------------------------------------------------------------
-
-FAMILIES = ("torch", "numpy", "random")
-# Calls that seed a process-global RNG, by family, when given a seed that is not None and not
-# taken from the clock or the OS.
-SEED_CALLS: dict[str, tuple[str, ...]] = {
-    "torch.manual_seed": ("torch",),
-    "torch.random.manual_seed": ("torch",),
-    "torch.cuda.manual_seed": ("torch",),
-    "torch.cuda.manual_seed_all": ("torch",),
-    "numpy.random.seed": ("numpy",),
-    "random.seed": ("random",),
-    "transformers.set_seed": FAMILIES,
-    "transformers.trainer_utils.set_seed": FAMILIES,
-    "transformers.enable_full_determinism": FAMILIES,
-    "transformers.trainer_utils.enable_full_determinism": FAMILIES,
-    "accelerate.utils.set_seed": FAMILIES,
-    "accelerate.utils.random.set_seed": FAMILIES,
-    "lightning.seed_everything": FAMILIES,
-    "lightning.pytorch.seed_everything": FAMILIES,
-    "lightning.fabric.seed_everything": FAMILIES,
-    "pytorch_lightning.seed_everything": FAMILIES,
-    "lightning_fabric.utilities.seed.seed_everything": FAMILIES,
-    "lightning.fabric.utilities.seed.seed_everything": FAMILIES,
-    # detaudit's own seeding API, for projects that seed through it (the scan need not hold detaudit)
-    "detaudit.env.determinism.seed_everything": FAMILIES,
-    "detaudit.env.determinism.enable": FAMILIES,
-    "detaudit.env.determinism.seed_python_and_numpy": ("numpy", "random"),
-}
-# Seeding calls that a flag switches off: callee -> the keyword (given False, the call seeds nothing;
-# computed from the caller's parameters, it seeds only where the caller's arguments make it true).
-SEED_FLAGS: dict[str, str] = {"detaudit.env.determinism.enable": "seed_rngs"}
-# Calls that reseed a global RNG from a value that differs per run (they take no seed).
-RESEED_FROM_ENTROPY = frozenset({"torch.seed", "torch.random.seed", "torch.cuda.seed", "torch.cuda.seed_all"})
-# Calls whose value differs per run or per process: no seed may come from them.
-ENTROPY_CALLS = frozenset({
-    "time.time", "time.time_ns", "time.perf_counter", "time.perf_counter_ns", "time.monotonic",
-    "time.monotonic_ns", "time.process_time", "time.process_time_ns", "os.getpid", "os.getppid", "os.urandom",
-    "id", "hash", "uuid.uuid1", "uuid.uuid4", "datetime.datetime.now", "datetime.datetime.utcnow",
-    "datetime.now", "datetime.utcnow", "secrets.randbits", "secrets.token_bytes", "secrets.token_hex",
-    "secrets.randbelow", "random.SystemRandom", "torch.seed", "torch.initial_seed",
-})
-# Seed-taking calls checked for entropy arguments (a called attribute `manual_seed` / `seed` is, too).
-SEED_TAKERS = frozenset(SEED_CALLS) | frozenset({
-    "numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.PCG64", "numpy.random.SeedSequence",
-    "random.Random",
-})
-# Seeding calls that, given no seed (or None), seed from OS entropy.
-_SEED_FROM_NOTHING = frozenset(SEED_CALLS) - {"torch.manual_seed", "torch.random.manual_seed", "torch.cuda.manual_seed",
-                                              "torch.cuda.manual_seed_all", "transformers.enable_full_determinism",
-                                              "transformers.trainer_utils.enable_full_determinism",
-                                              "detaudit.env.determinism.seed_everything", "detaudit.env.determinism.enable",
-                                              "detaudit.env.determinism.seed_python_and_numpy"}
+# -- seeding (the calls, by family, and the names that say a call may seed: seeds.py) ------------
 
 
 def seed_families(site: CallSite) -> tuple[str, ...]:
@@ -266,6 +228,13 @@ def _init_draw(site: CallSite) -> str | None:
 
 
 def _dropout(site: CallSite) -> str | None:
+    if site.last[:1].islower():  # F.dropout(x, p, training): no mask drawn when training is False
+        training = site.argument("training", 2)
+        if isinstance(training, ast.Constant) and training.value is False:
+            return None
+    p = site.argument("p", 1 if site.last[:1].islower() else 0)
+    if isinstance(p, ast.Constant) and type(p.value) in (int, float) and p.value == 0:
+        return None  # p=0: dropout returns its input and draws nothing
     return f"{site.last} draws its mask from the global torch generator"
 
 
@@ -279,6 +248,15 @@ def _diffusers_noise(site: CallSite) -> str | None:
     if site.has_argument("latents", index + 1) and not site.forwarded_param("latents", index + 1):
         return None
     return "prepare_latents() with generator=None draws the initial noise from the global torch generator; pass generator="
+
+
+def _pipeline_call(site: CallSite) -> str | None:
+    if site.has_argument("generator") or site.has_argument("latents"):
+        return None
+    if any(k.arg is None for k in site.node.keywords):
+        return None  # **kwargs may hold a generator: not judged (docs/scan-rng.md)
+    return ("a diffusers pipeline called without generator= or latents= draws its initial noise from the global "
+            "torch generator; pass generator=")
 
 
 def _shuffling_sampler(site: CallSite) -> str | None:
@@ -332,7 +310,7 @@ def _entropy_seed(site: CallSite) -> str | None:
     source = site.entropy()
     if source:
         return f"seed comes from {source}(), which differs per run or process"
-    if site.name in _SEED_FROM_NOTHING and site.unseeded():
+    if site.name in SEED_FROM_NOTHING and site.unseeded():
         given = "None" if site.seed_arguments() else "no seed"
         return f"{site.name}() with {given} seeds from OS entropy or the clock, which differs per run"
     return None
@@ -384,6 +362,15 @@ RULE_LIST: tuple[Rule, ...] = (
          "DistributedSampler(seed=...)).",
          "loader = DataLoader(dataset, batch_size=8, shuffle=True)",
          find=_shuffling_sampler, callees=SHUFFLING_LOADERS | RANDOM_SAMPLERS, guardable=True),
+    Rule("DA107", "torch", "diffusers pipeline called without generator= or latents= draws its initial noise from "
+         "the global torch generator",
+         "A diffusers pipeline's __call__ builds its initial latents with randn_tensor(generator=generator) when no "
+         "latents= are given; with generator=None (the default) that noise, the starting point of every sample and of "
+         "every rollout of a diffusion policy, comes from the process-global torch generator. "
+         + _WHY_GLOBAL.format(rng="torch generator"),
+         "Pass generator= a torch.Generator (one per sample, seeded from the run's seed), or latents= drawn from one.",
+         "images = pipe(prompt, num_inference_steps=28).images",
+         find=_pipeline_call, objects=frozenset({DIFFUSERS_PIPELINE})),
     Rule("DA201", "numpy", "legacy numpy.random function draws from the global RandomState",
          _WHY_GLOBAL.format(rng="numpy RandomState"),
          "Use rng = np.random.default_rng(seed) and rng.<method>(...).",
@@ -432,7 +419,10 @@ FAMILY: dict[str, str] = {r.code: r.family for r in RULE_LIST}
 # The rules to try on a call, by its qualified callee and by its called attribute.
 RULES_BY_CALLEE: dict[str, tuple[Rule, ...]] = {}
 RULES_BY_METHOD: dict[str, tuple[Rule, ...]] = {}
+RULES_BY_OBJECT: dict[str, tuple[Rule, ...]] = {}
 for _rule in RULE_LIST:
+    for _name in _rule.objects:
+        RULES_BY_OBJECT[_name] = RULES_BY_OBJECT.get(_name, ()) + (_rule,)
     for _name in _rule.callees:
         RULES_BY_CALLEE[_name] = RULES_BY_CALLEE.get(_name, ()) + (_rule,)
     for _name in _rule.methods:
@@ -440,7 +430,7 @@ for _rule in RULE_LIST:
 # The last part of every name a rule (or a seed) looks at: calls ending otherwise are never tried.
 LAST_NAMES = frozenset(n.rpartition(".")[2] for n in (*RULES_BY_CALLEE, *SEED_CALLS)) | frozenset(RULES_BY_METHOD)
 
-# -- dynamic dispatch, impact --------------------------------------------------------------------
+# -- dynamic dispatch --------------------------------------------------------------------
 
 # Dynamic dispatch: calls that return the object a dotted-path string names.
 BUILTIN_LOADERS = frozenset({
@@ -449,22 +439,3 @@ BUILTIN_LOADERS = frozenset({
 })
 # Calls that call the `_target_` a config names right away.
 CALLING_LOADERS = frozenset({"hydra.utils.instantiate", "hydra.utils.call"})
-
-# Impact: where a drawn value may go without making results differ between runs.
-# Identifier words (split at "_") that name a port, an address, a sleep/jitter, a temp name, a
-# server or replica picked for a request (load balancing), what is printed or logged, or a
-# dummy whose values nobody reads (only its shape matters).
-SINK_WORDS = frozenset({
-    "port", "ports", "addr", "address", "host", "hostname", "sock", "socket", "sleep", "jitter", "delay",
-    "backoff", "tmp", "temp", "tmpdir", "tempdir", "tmpname", "tempname", "tmpfile", "tempfile", "timeout",
-    "server", "servers", "replica", "replicas", "endpoint", "endpoints", "url", "urls",
-    "print", "logging", "verbose", "debug", "display", "dummy", "placeholder",
-})
-# A function named with one of these words picks a port, an address or a temp name: its draws do no more.
-PICKER_WORDS = frozenset({"port", "ports", "addr", "address", "socket", "sock", "tmpdir", "tempdir", "tmpname", "tempname"})
-# Whole identifiers that name such a pick (a data-parallel rank chosen to serve a request).
-SINK_IDENTIFIERS = frozenset({"dp_rank"})
-# Calls whose arguments are such sinks (prefixes).
-SINK_CALLS = ("socket.", "time.sleep", "asyncio.sleep", "tempfile.")
-# Calls a drawn value may pass through on its way to a sink.
-PASS_THROUGH_CALLS = frozenset({"int", "str", "float", "round", "abs", "min", "max", "format", "repr", "hex", "bool"})

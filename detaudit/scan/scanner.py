@@ -21,7 +21,7 @@ from detaudit.scan.cache import FactsCache, ResultCache, result_key
 from detaudit.scan.config import ScanConfig
 from detaudit.scan.entries import is_conftest, is_test_module
 from detaudit.scan.evidence import Mentions, Naming
-from detaudit.scan.facts import DOTTED_STRING, file_facts
+from detaudit.scan.facts import file_facts
 from detaudit.scan.files import (
     MAX_CONFIG_BYTES,
     MAX_FILE_BYTES,
@@ -34,6 +34,7 @@ from detaudit.scan.files import (
 from detaudit.scan.findings import Finding, findings_for
 from detaudit.scan.outside import Launches, Outside, holds_word, launch_file_stats
 from detaudit.scan.processes import build_processes, process_summary
+from detaudit.scan.schema import DOTTED_STRING, Facts
 
 # A file needs parsing only if its text could hold a draw, a seed, an entry point or a loader.
 # Plain substring tests (memchr speed) beat one alternation regex ~5x on 120 MB of code.
@@ -45,7 +46,7 @@ _RELEVANT_WORDS = (
     b"exponential_", b"geometric_", b"cauchy_", b"xavier", b"kaiming", b"orthogonal", b"sparse", b"ray",
     b"__main__", b"Process(", b"spawn", b"start_processes", b"worker_init_fn", b"worker_process_setup_hook",
     b"import_module", b"locate", b"hydra", b"generator", b"latents", b"shuffle", b"Sampler", b"absl", b"Fire(",
-    b"click", b"typer", b"notebook_launcher", b"fixture", b"determinism",
+    b"click", b"typer", b"notebook_launcher", b"fixture", b"determinism", b"Pipeline",
     b"as_completed", b"FIRST_",  # DA401's gathers (ray.wait holds "ray")
 )
 # Dotted-path string literals in a file that is not parsed: candidates of dynamic dispatch.
@@ -139,12 +140,12 @@ def scan(paths: list[str | Path], config: ScanConfig | None = None, *, use_cache
 
 
 def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: int | None) -> ScanResult:
-    found_configs: list[Path] = []
-    found_launchers: list[Path] = []
+    found_configs: list[str] = []
+    found_launchers: list[str] = []
     files, skipped = collect_files(paths, config, found_configs, found_launchers)
     stats: dict[str, os.stat_result] = {}
     for file in files:
-        path = str(file) if file.is_absolute() else os.path.realpath(file)
+        path = file if os.path.isabs(file) else os.path.realpath(file)
         try:
             stats[path] = os.stat(path)
         except OSError as exc:
@@ -163,7 +164,7 @@ def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: in
     if isinstance(known, ScanResult):  # no file, setting or folder changed since this very scan ran
         return known
     cache = FactsCache(use_cache)
-    facts: dict[str, dict[str, Any]] = {}
+    facts: dict[str, Facts] = {}
     light: dict[str, tuple[str, tuple[str, Any]]] = {}  # module key -> (path, its facts outcome)
     light_strings: set[tuple[str, str]] = set()
     hits = 0
@@ -244,8 +245,9 @@ def _scan(paths: list[str | Path], config: ScanConfig, use_cache: bool, jobs: in
         code_strings = mentions.script_strings | mentions.string_names | {
             t.partition(":")[0] for strings in program.strings.values() for t in strings}  # "pkg.train:main": pkg.train
         outside = Outside(program, Launches(launchers, code_strings), mentions.imported, rel)
-    processes = build_processes(program, scripts, in_tests.__contains__, rel, config.tests_as_pipeline, naming,
-                                outside)
+    processes = build_processes(program, scripts, in_tests.__contains__, rel, config.tests_as_pipeline, naming)
+    if outside is not None:  # their processes, and those started inside them, are judged like tests
+        outside.judge(processes)
 
     findings = [f for f in findings_for(program, processes, rel, config.unknown_process, config.tests_as_pipeline,
                                         in_tests.__contains__, naming, mentions.imported) if config.wants(f.rule)]
@@ -270,7 +272,7 @@ def whole_projects(paths: list[str | Path]) -> bool:
         for real in (os.path.realpath(p) for p in paths))
 
 
-def _config_files(found: list[Path], named: list[str | Path]) -> list[tuple[str, int, int]]:
+def _config_files(found: list[str], named: list[str | Path]) -> list[tuple[str, int, int]]:
     """(path, size, mtime) of the config files that may name code for the pipeline to call: not
     test code, at most MAX_CONFIG_BYTES (larger ones are data)."""
     out = []
@@ -285,13 +287,13 @@ def _config_files(found: list[Path], named: list[str | Path]) -> list[tuple[str,
     return [c for c in out if c[0] not in tests]
 
 
-def _mentions(facts: dict[str, dict[str, Any]], light: dict[str, tuple[str, tuple[str, Any]]], in_tests: set[str],
+def _mentions(facts: dict[str, Facts], light: dict[str, tuple[str, tuple[str, Any]]], in_tests: set[str],
               configs: list[tuple[str, int, int]]) -> Mentions:
     """What the non-test code of every scanned file (those set aside too) names, and a search of
     the config files for names the code does not hold."""
     mentions = Mentions()
 
-    def add(path: str, f: dict[str, Any]) -> None:
+    def add(path: str, f: Facts) -> None:
         mentions.script_strings.update(f["script_strings"])  # a test's command line launches a script too
         if path not in in_tests:
             mentions.names.update(f["names"])

@@ -66,6 +66,8 @@ def read_scan_findings(path: str | Path) -> Findings:
         doc = json.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise InputError(path, f"not a scan-rng JSON report (detaudit scan-rng --format json): {exc}") from None
+    if isinstance(doc, dict) and isinstance(doc.get("findings"), list):
+        doc = doc["findings"]  # {"counts": ..., "findings": [...]}; a list of findings before verdict counts
     if not isinstance(doc, list):
         raise InputError(path, "not a scan-rng JSON report (detaudit scan-rng --format json): expected a list of findings")
     for i, item in enumerate(doc):
