@@ -255,6 +255,7 @@ def trace_json(run: RunTrace, uses: list[UnseededUse], collisions: list[Collisio
         "collisions": [{"process": c.label, "generator": c.generator, "pids": c.pids, "draws": c.draws,
                         "first": c.first.to_json(), "summary": collision_line(c)} for c in collisions],
         "incomplete": run.problems,
+        "ended_by_parent": run.ended_by_parent,
     }
     if comparison is not None:
         doc["comparison"] = comparison_json(comparison)
@@ -275,6 +276,10 @@ def print_summary(console: Any, run: RunTrace, uses: list[UnseededUse], collisio
     silent = _silent_count(run)
     if silent:
         console.print(f"({silent} more traced process(es) recorded nothing)")
+    ended = run.ended_by_parent
+    if ended:
+        console.print(f"({len(ended)} traced process(es) were ended by their parent before closing their ledgers, "
+                      "which hold every record they made; --json lists them)")
     lines = unseeded_lines(uses)
     if lines:
         console.print("[yellow]draws from generators their process never seeded:[/yellow]")

@@ -228,6 +228,9 @@ def _slug(text: str) -> str:
 # --- the recorder -----------------------------------------------------------------------------
 
 FORK_RESEED = "os.fork (CPython reseeds random from the OS in the child)"
+UNNAMED = "unnamed"    # a ledger's file name until its process knows who it is
+TAIL_PREFIX = "tail"   # tail.<pid>.tail: the chains' latest counts, one fixed slot each (not a ledger)
+TAIL_SLOT = 1024
 MAX_ARGV = 16       # arguments of a spawned command kept in the ledger
 MAX_ARG_CHARS = 200
 
@@ -271,10 +274,13 @@ class Recorder:
         # key -> [count, chain hex, next checkpoint count, count at the last line, count at the last end]
         self.chains: dict[tuple, list] = {}
         self.file: Any = None
+        self.path = ""      # the ledger's file: provisional until the process knows who it is
+        self.named = False  # the file carries the process's label
+        self.tail: int | None = None          # fd of the chain-tail file (see _write_tail)
+        self.tail_slots: dict[tuple, int] = {}
         self.identity: dict[str, Any] | None = None
-        self.pending: list[str] = []
         self._emit({"type": "start", "pid": self.pid, "ppid": os.getppid(), "mode": self.mode, "card": self.card,
-                    "keep": self.keep, "argv": short_argv(sys.argv)})
+                    "keep": self.keep, "argv": short_argv(sys.argv), "through": True, "t": round(time.time(), 3)})
         self.seeded: dict[str, dict[str, Any]] = getattr(self, "seeded", {})
         for info in self.seeded.values():
             info["inherited"] = True
@@ -299,31 +305,52 @@ class Recorder:
                 self.identity = current
                 self._emit({"type": "process", "pid": self.pid, "argv0": sys.argv[0] if sys.argv else "",
                             **{k: v for k, v in current.items() if k != "final"}})
+                if current.get("final") or current.get("named"):
+                    self._name_ledger(current)
         return self.identity
 
     def _emit(self, record: dict[str, Any]) -> None:
+        """Write one record through to the file (line-buffered) before the traced call goes on:
+        a process killed at any point leaves every record it made."""
         line = json.dumps(record, separators=(",", ":"), sort_keys=True)
         if self.file is None:
-            who = self.identity or {"label": "process"}
-            if not who.get("final") and not who.get("named") and len(self.pending) < 10_000:
-                self.pending.append(line)
-                return
-            self._open(who)
+            self._open()
         self.file.write(line + "\n")
 
-    def _open(self, who: dict[str, Any]) -> None:
-        os.makedirs(self.trace_dir, exist_ok=True)
-        stem = os.path.join(self.trace_dir, f"{_slug(who.get('label', 'process'))}.{self.pid}")
+    def _claim(self, stem: str, make: Callable[[str], None], ext: str = ".jsonl") -> str:
+        """``stem[.N]<ext>`` made by ``make(path)`` (which fails if it exists): never another
+        process's file (an exec keeps the pid)."""
         suffix = ""
-        while True:  # never append to another process's ledger (an exec keeps the pid)
+        while True:
+            path = stem + suffix + ext
             try:
-                self.file = open(stem + suffix + ".jsonl", "x", buffering=1, encoding="utf-8")
-                break
+                make(path)
+                return path
             except FileExistsError:
                 suffix = f".{int(suffix[1:] or 1) + 1}"
-        for line in self.pending:
-            self.file.write(line + "\n")
-        self.pending = []
+
+    def _open(self) -> None:
+        """The ledger, under a provisional name until the process knows who it is (a fork child
+        or a Ray worker learns it later): a process killed before then still leaves its ledger."""
+        os.makedirs(self.trace_dir, exist_ok=True)
+
+        def create(path: str) -> None:
+            self.file = open(path, "x", buffering=1, encoding="utf-8")
+
+        self.path = self._claim(os.path.join(self.trace_dir, f"{UNNAMED}.{self.pid}"), create)
+
+    def _name_ledger(self, who: dict[str, Any]) -> None:
+        """Rename the ledger after the process's label, once (a link, then the old name goes)."""
+        if self.named or self.file is None:
+            return
+        old = self.path
+        try:
+            self.path = self._claim(os.path.join(self.trace_dir, f"{_slug(who.get('label', 'process'))}.{self.pid}"),
+                                    lambda path: os.link(old, path))
+            os.unlink(old)
+        except OSError:
+            self.path = old  # keeps its provisional name: the records inside say who wrote it
+        self.named = True
 
     def flush(self) -> None:
         """Write every chain's final count and the ``end`` record: the ledger is complete."""
@@ -337,9 +364,10 @@ class Recorder:
             for key, state in self.chains.items():
                 if state[4] != state[0]:  # its count at this end is not written yet
                     self._chain_line(key, state, final=True)
-            self._emit({"type": "end", "pid": self.pid, "seq": self.seq})
-            if self.file is None:
-                self._open(self.identity or {"label": "process"})
+            if (self.identity or {}).get("kind") == "main":
+                self._emit({"type": "left", "pids": left_running(self.pid)})
+            self._emit({"type": "end", "pid": self.pid, "seq": self.seq, "t": round(time.time(), 3)})
+            self._name_ledger(self.identity or {"label": "process"})
             self.file.flush()
 
     # the records
@@ -425,6 +453,16 @@ class Recorder:
             self._emit({"type": "spawn", "seq": self.seq, "child": int(pid), "argv": short_argv(argv), "via": via,
                         "python": bool(python)})
 
+    def signal(self, target: int, signum: int, fatal_to_self: bool) -> None:
+        """This process sends signal ``signum`` to process ``target`` (a pool ending its workers);
+        ``fatal_to_self``: the signal ends this process now, so its ledger ends first."""
+        with self.lock:
+            self._who()
+            self.seq += 1
+            self._emit({"type": "signal", "seq": self.seq, "target": int(target), "signal": int(signum)})
+            if fatal_to_self:
+                self.flush()
+
     def exec_program(self, argv: Any, python: bool) -> None:
         """This process is about to replace itself: end its ledger (the new program, if it is
         Python, writes its own, under the same pid)."""
@@ -448,6 +486,29 @@ class Recorder:
         if state[0] >= state[2]:
             state[2] *= 2
             self._chain_line(key, state)
+        else:
+            self._write_tail(key, state)
+
+    def _write_tail(self, key: tuple, state: list) -> None:
+        """The chain's count and hash now, in its fixed slot of this ledger's tail file
+        (overwritten in place, one ``pwrite``): with the checkpoint lines, every call beyond
+        the kept ones is on disk when it returns, so a killed process's chains are complete
+        up to the kill without a ledger line per call."""
+        line = json.dumps(self._chain_record(key, state), separators=(",", ":"), sort_keys=True).encode()
+        if len(line) >= TAIL_SLOT:  # a very long call site: a ledger line instead
+            self._chain_line(key, state)
+            return
+        if self.tail is None:
+            os.makedirs(self.trace_dir, exist_ok=True)
+
+            def create(path: str) -> None:
+                self.tail = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+
+            path = self._claim(os.path.join(self.trace_dir, f"{TAIL_PREFIX}.{self.pid}"), create, ".tail")
+            self._emit({"type": "tail", "file": os.path.basename(path), "slot": TAIL_SLOT})
+        assert self.tail is not None
+        slot = self.tail_slots.setdefault(key, len(self.tail_slots))
+        os.pwrite(self.tail, line.ljust(TAIL_SLOT - 1) + b"\n", slot * TAIL_SLOT)
 
     def _chain_line(self, key: tuple, state: list, final: bool = False) -> None:
         """Checkpoints at counts 1, 2, 4, ... (the same in every run) and a final one with each
@@ -456,16 +517,42 @@ class Recorder:
         state[3] = state[0]
         if final:
             state[4] = state[0]
-        extra = {"final": True} if final else {}
+        record = self._chain_record(key, state)
+        if final:
+            record["final"] = True
+        self._emit(record)
+
+    def _chain_record(self, key: tuple, state: list) -> dict[str, Any]:
         if key[0] == "draw":
-            self._emit({"type": "chain", "kind": "draw", "gen": key[1], "op": key[2], "site": key[3],
-                        "after": self.keep, "count": state[0], "chain": state[1], **extra})
-        elif key[0] == "op":
-            self._emit({"type": "chain", "kind": "op", "name": key[1], "at": key[2], "after": self.keep,
-                        "count": state[0], "chain": state[1], **extra})
-        else:
-            self._emit({"type": "chain", "kind": "module", "name": key[1], "after": self.keep,
-                        "count": state[0], "chain": state[1], **extra})
+            return {"type": "chain", "kind": "draw", "gen": key[1], "op": key[2], "site": key[3],
+                    "after": self.keep, "count": state[0], "chain": state[1]}
+        if key[0] == "op":
+            return {"type": "chain", "kind": "op", "name": key[1], "at": key[2], "after": self.keep,
+                    "count": state[0], "chain": state[1]}
+        return {"type": "chain", "kind": "module", "name": key[1], "after": self.keep,
+                "count": state[0], "chain": state[1]}
+
+
+def left_running(own: int) -> list[int]:
+    """The processes of this one's session still running (Linux ``/proc``; else none): what the
+    main process leaves behind when it exits, for the run's clean-up to end (its group kill)."""
+    try:
+        session = os.getsid(0)
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        if not name.isdigit() or int(name) == own:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()  # state, ppid, pgrp, session, ...
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 3 and fields[3] == str(session) and fields[0] != "Z":
+            out.append(int(name))
+    return sorted(out)
 
 
 def write_skip(trace_dir: str, why: str) -> None:
