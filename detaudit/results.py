@@ -97,6 +97,7 @@ class RecordResult:
     runner_class: RunnerClass | None = None  # the class the runs were planned for
     standard_trace: Path | None = None  # traced and written: run 1's trace, saved next to the standard
     stale_trace_removed: Path | None = None  # --update without --trace: the old standard's trace, removed
+    compile_cache: Path | None = None  # run 1's compile artifacts, shipped next to the standard
 
     @property
     def ok(self) -> bool:
@@ -124,6 +125,7 @@ class VerifyResult:
     workdir_removed: bool = False
     trace: RunsTraceReport | None = None  # with ``trace``: the run's unseeded draws and collisions
     standard_trace: Path | None = None  # the trace the standard carries, compared with this run's
+    compile_cache: Path | None = None  # the compile artifacts the standard ships, offered to the run
     approximate: list[tuple[str, str]] = field(default_factory=list)  # (series, tolerance) passed only within tolerance
     approximate_against: str | None = None  # set when checked approximately: the standard's runner class
     left_out: dict[str, str] = field(default_factory=dict)  # standard series not compared (--exclude) -> why

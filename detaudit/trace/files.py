@@ -211,6 +211,7 @@ class RunTrace:
     card: str | None = None      # the card the ledgers say (a saved trace: its meta.json)
     mode: str | None = None      # the one mode of every ledger (None: none, or several)
     keep: int | None = None
+    packages: dict[str, str] | None = None  # distribution -> version of the run's environment, when known
 
     @property
     def problems(self) -> list[str]:

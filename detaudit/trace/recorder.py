@@ -30,6 +30,7 @@ from types import FrameType
 from typing import Any
 
 from detaudit.trace import DIR_ENV
+from detaudit.trace.fingerprint import Pending, resolve
 
 _RECORDER: Recorder | None = None
 
@@ -231,6 +232,7 @@ FORK_RESEED = "os.fork (CPython reseeds random from the OS in the child)"
 UNNAMED = "unnamed"    # a ledger's file name until its process knows who it is
 TAIL_PREFIX = "tail"   # tail.<pid>.tail: the chains' latest counts, one fixed slot each (not a ledger)
 TAIL_SLOT = 1024
+DEFERRED_BATCH = 256   # module and op records waiting on a GPU, written together
 MAX_ARGV = 16       # arguments of a spawned command kept in the ledger
 MAX_ARG_CHARS = 200
 
@@ -279,6 +281,8 @@ class Recorder:
         self.tail: int | None = None          # fd of the chain-tail file (see _write_tail)
         self.tail_slots: dict[tuple, int] = {}
         self.identity: dict[str, Any] | None = None
+        self.deferred: list[tuple[str, tuple, float]] = []  # module and op records waiting on a GPU
+        self.writing_deferred = False
         self._emit({"type": "start", "pid": self.pid, "ppid": os.getppid(), "mode": self.mode, "card": self.card,
                     "keep": self.keep, "argv": short_argv(sys.argv), "through": True, "t": round(time.time(), 3)})
         self.seeded: dict[str, dict[str, Any]] = getattr(self, "seeded", {})
@@ -311,7 +315,10 @@ class Recorder:
 
     def _emit(self, record: dict[str, Any]) -> None:
         """Write one record through to the file (line-buffered) before the traced call goes on:
-        a process killed at any point leaves every record it made."""
+        a process killed at any point leaves every record it made (but the module and op
+        records still waiting on a GPU, which go first)."""
+        if self.deferred and not self.writing_deferred:
+            self._write_deferred()
         line = json.dumps(record, separators=(",", ":"), sort_keys=True)
         if self.file is None:
             self._open()
@@ -361,6 +368,7 @@ class Recorder:
                 self._who()  # a silent process still says who it was
             except Exception:  # noqa: BLE001 - at exit (Ray half shut down): the ledger still ends
                 pass
+            self._write_deferred()
             for key, state in self.chains.items():
                 if state[4] != state[0]:  # its count at this end is not written yet
                     self._chain_line(key, state, final=True)
@@ -417,7 +425,15 @@ class Recorder:
             else:
                 self._extend(key, f"{op}|{fingerprint}")
 
-    def module(self, name: str, cls: str, inputs: str, outputs: str) -> None:
+    def module(self, name: str, cls: str, inputs: str | Pending, outputs: str | Pending) -> None:
+        """A module call's fingerprints; pending ones (digests still on a GPU) are written with the
+        batch they resolve in (see ``_defer``)."""
+        if not isinstance(inputs, str) or not isinstance(outputs, str):
+            self._defer("module", (name, cls, inputs, outputs))
+            return
+        self._module(name, cls, inputs, outputs, round(time.time(), 3))
+
+    def _module(self, name: str, cls: str, inputs: str, outputs: str, t: float) -> None:
         with self.lock:
             self._who()
             self.seq += 1
@@ -426,13 +442,19 @@ class Recorder:
             self.counts[key] = count
             if count <= self.keep:
                 self._emit({"type": "module", "seq": self.seq, "name": name, "cls": cls, "n": count,
-                            "in": inputs, "out": outputs, "t": round(time.time(), 3)})
+                            "in": inputs, "out": outputs, "t": t})
             else:
                 self._extend(key, f"{inputs}>{outputs}")
 
-    def op(self, name: str, at: str, site: str, inputs: str, outputs: str) -> None:
+    def op(self, name: str, at: str, site: str, inputs: str | Pending, outputs: str | Pending) -> None:
         """A torch op called outside any module: its name, where (``at``: the innermost frame
         outside torch; ``site``: the first frame outside the libraries) and its fingerprints."""
+        if not isinstance(inputs, str) or not isinstance(outputs, str):
+            self._defer("op", (name, at, site, inputs, outputs))
+            return
+        self._op(name, at, site, inputs, outputs, round(time.time(), 3))
+
+    def _op(self, name: str, at: str, site: str, inputs: str, outputs: str, t: float) -> None:
         with self.lock:
             self._who()
             self.seq += 1
@@ -441,9 +463,41 @@ class Recorder:
             self.counts[key] = count
             if count <= self.keep:
                 self._emit({"type": "op", "seq": self.seq, "name": name, "at": at, "site": site, "n": count,
-                            "in": inputs, "out": outputs, "t": round(time.time(), 3)})
+                            "in": inputs, "out": outputs, "t": t})
             else:
                 self._extend(key, f"{inputs}>{outputs}")
+
+    def _defer(self, kind: str, args: tuple) -> None:
+        """Queue a record whose fingerprints wait on the GPU. The queue is written, in order,
+        before any other record and every ``DEFERRED_BATCH`` records (one device-to-host copy for
+        the batch, not one synchronisation per call): where the batches fall depends on the
+        calls alone, so two runs write the same ledger."""
+        with self.lock:
+            self.deferred.append((kind, args, round(time.time(), 3)))
+            if len(self.deferred) >= DEFERRED_BATCH:
+                self._write_deferred()
+
+    def _write_deferred(self) -> None:
+        if not self.deferred or self.writing_deferred:
+            return
+        items, self.deferred = self.deferred, []
+        self.writing_deferred = True
+        depth = getattr(self.local, "depth", 0)
+        self.local.depth = depth + 1  # the copy's own torch ops are not the program's
+        try:
+            resolve([a for _, args, _ in items for a in args if isinstance(a, Pending)])
+        finally:
+            self.local.depth = depth
+        try:
+            for kind, args, t in items:
+                if kind == "module":
+                    name, cls, inputs, outputs = args
+                    self._module(name, cls, str(inputs), str(outputs), t)
+                else:
+                    name, at, site, inputs, outputs = args
+                    self._op(name, at, site, str(inputs), str(outputs), t)
+        finally:
+            self.writing_deferred = False
 
     def spawn(self, pid: int, argv: Any, via: str, python: bool) -> None:
         """This process started process ``pid``: a Python one must leave a ledger of its own."""

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from detaudit.env import compile_cache
 from recipes.diffusion_nft.actors.common import DTYPES, setup_process
 from recipes.diffusion_nft.algorithms import ALGORITHM_MODULES, Algorithm, SampleRequest
 from recipes.diffusion_nft.config import JobConfig
@@ -72,6 +73,7 @@ class RolloutEngine:
         if not config.compile.blocks or self.compiled:
             return 0.0
         started = time.perf_counter()
+        compile_cache.load(f"rollout_engine{self.rank}", self.device)  # a verify's shipped kernels, if they fit
         compile_blocks(self.pipe.transformer, config.determinism.enabled)
         self.compiled = True
         embeds, _, pooled, _ = self.pipe.encode_prompt(
@@ -86,6 +88,7 @@ class RolloutEngine:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()  # hand cached blocks back to the colocated trainer
+        compile_cache.save(f"rollout_engine{self.rank}", self.device)  # a record ships them with the standard
         return time.perf_counter() - started
 
     def weights_dtype(self) -> torch.dtype:

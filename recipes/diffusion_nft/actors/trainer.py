@@ -10,6 +10,7 @@ from typing import Iterator
 
 import torch
 
+from detaudit.env import compile_cache
 from recipes.diffusion_nft.actors.common import DTYPES, setup_process
 from recipes.diffusion_nft.algorithms import ALGORITHM_MODULES, PER_PROMPT, Algorithm, TrainStep
 from recipes.diffusion_nft.config import JobConfig
@@ -147,6 +148,7 @@ class TrainActor:
         config = self.config
         algorithm: Algorithm = importlib.import_module(ALGORITHM_MODULES[config.job.algorithm])  # see algorithms/
         if config.compile.blocks and not self.compiled:
+            compile_cache.load(f"train{self.rank}", self.device)  # a verify's shipped kernels, if they fit
             compile_blocks(self.model, config.determinism.enabled)  # compiles at the first forward
             self.compiled = True
         n = batch["adv"].shape[0]
@@ -159,6 +161,8 @@ class TrainActor:
             results.append(self._optimizer_step(algorithm, algorithm.start_step(self, share, config, rollout, start)))
         if self.device.type == "cuda":
             torch.cuda.empty_cache()  # hand cached blocks back to the colocated rollout engine
+        if self.compiled:
+            compile_cache.save(f"train{self.rank}", self.device)  # written only when this call compiled more
         if self.world_size > 1:
             for metrics in results:
                 keys = sorted(k for k in metrics if not k.startswith("perf/"))
