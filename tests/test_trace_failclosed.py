@@ -174,7 +174,7 @@ def test_a_compile_worker_pool_ended_at_exit_keeps_every_draw_and_is_ended_by_it
     assert not sidecar.ended and not worker.ended  # neither closed its ledger ...
     assert worker.ended_by == (f"ended by its parent (pid {sidecar.pid}, SIGKILL); every record it made is in "
                                "its ledger")
-    assert sidecar.ended_by == (f"still running when the main process (pid {main.pid}) exited, ended by the run's "
+    assert sidecar.ended_by == (f"still running when the main process (pid {main.pid}) ended, ended by the run's "
                                 "clean-up; every record it made is in its ledger")
     assert sorted(doc["ended_by_parent"]) == sorted(run.ended_by_parent) and len(run.ended_by_parent) == 2
     # ... and every draw of the worker is there: 16 kept, the rest in the chain, its tail past the last checkpoint
@@ -182,6 +182,34 @@ def test_a_compile_worker_pool_ended_at_exit_keeps_every_draw_and_is_ended_by_it
     assert len(worker.draws) == 16 and chain.count == 40 - 16
     again = run_cli("trace", str(card), "--against", str(saved), "--workdir", str(tmp_path / "w2"))
     assert again.code == 0 and "traces identical" in again.out, again.out + again.err
+
+
+ORPHANED_WORKER = """import os, signal, subprocess, sys, time
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:  # a Ray actor's stand-in: it starts a worker, then ends with the worker still running
+    worker = subprocess.Popen([sys.executable, "-c", "import random, time; random.seed(1); random.random(); time.sleep(600)"])
+    time.sleep(1)
+    os.write(w, str(worker.pid).encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+worker = int(os.read(r, 100))
+signal.pidfd_send_signal(os.pidfd_open(worker), signal.SIGKILL)  # as Ray's raylet ends it: the tracer does not see it
+time.sleep(0.5)
+"""
+
+
+def test_a_worker_still_running_when_its_parent_ended_was_ended_with_it(tmp_path: Path) -> None:
+    """Ray ends a stopped actor's children (its compile-worker pool) with a kill the tracer cannot
+    see: the actor's ledger lists them as still running when it closed, so their ledgers, which
+    hold every record, are complete; the same kill without that record stays unexplained."""
+    run = read_trace(run_traced(tmp_path, ORPHANED_WORKER)[0])
+    assert run.problems == []
+    actor = next(p for p in run.processes if p.kind != "main" and p.ended)
+    worker = next(p for p in run.processes if not p.ended)
+    assert worker.pid in actor.left and worker.draws and worker.ppid == actor.pid
+    assert worker.ended_by == (f"still running when {actor.display} (pid {actor.pid}) ended, ended by its parent's "
+                               "end (Ray ends an actor's children); every record it made is in its ledger")
 
 
 # --- a tracer that could not start says so ---------------------------------------------------------

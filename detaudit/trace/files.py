@@ -237,10 +237,10 @@ def _signal_name(signum: int) -> str:
 def explain_ends(processes: list[ProcessTrace]) -> None:
     """Set ``ended_by`` of each written-through ledger without an end whose process was ended
     by its parent: a traced process sent it a signal (a pool terminating its workers), or it was
-    still running when the main process exited, so the run's clean-up (its group kill) ended it
-    (a compile-worker sidecar whose Ray actor was stopped). Its ledger holds every record it
-    made, so nothing of it is unknown. Any other end (a crash, a kill the tracer did not see)
-    stays a problem."""
+    still running when an ancestor closed its ledger (a Ray actor's compile-worker pool, which Ray
+    ends with the actor) or when the main process exited (the run's clean-up, its group kill,
+    ends what is left). Its ledger holds every record it made, so nothing of it is unknown. Any
+    other end (a crash, a kill the tracer did not see) stays a problem."""
     senders: dict[int, tuple[ProcessTrace, int]] = {}
     left: dict[int, ProcessTrace] = {}
     for p in processes:
@@ -248,7 +248,8 @@ def explain_ends(processes: list[ProcessTrace]) -> None:
             if target != p.pid:
                 senders.setdefault(target, (p, signum))
         for pid in p.left:
-            left.setdefault(pid, p)
+            if pid not in left or left[pid].kind == "main":  # the nearest ancestor says it best
+                left[pid] = p
     for p in processes:
         if p.ended or not p.through or not p.started:
             continue
@@ -257,8 +258,11 @@ def explain_ends(processes: list[ProcessTrace]) -> None:
             who = "its parent" if sender.pid == p.ppid else sender.display
             p.ended_by = f"ended by {who} (pid {sender.pid}, {_signal_name(signum)}); every record it made is in its ledger"
         elif p.pid in left:
-            p.ended_by = (f"still running when the main process (pid {left[p.pid].pid}) exited, ended by the run's "
-                          "clean-up; every record it made is in its ledger")
+            closer = left[p.pid]
+            who = "the main process" if closer.kind == "main" else closer.display
+            by = "the run's clean-up" if closer.kind == "main" else "its parent's end (Ray ends an actor's children)"
+            p.ended_by = (f"still running when {who} (pid {closer.pid}) ended, ended by {by}; every record it made "
+                          "is in its ledger")
 
 
 def completeness_problems(run: RunTrace) -> list[str]:

@@ -283,6 +283,7 @@ class Recorder:
         self.identity: dict[str, Any] | None = None
         self.deferred: list[tuple[str, tuple, float]] = []  # module and op records waiting on a GPU
         self.writing_deferred = False
+        self.started_children = False
         self._emit({"type": "start", "pid": self.pid, "ppid": os.getppid(), "mode": self.mode, "card": self.card,
                     "keep": self.keep, "argv": short_argv(sys.argv), "through": True, "t": round(time.time(), 3)})
         self.seeded: dict[str, dict[str, Any]] = getattr(self, "seeded", {})
@@ -373,7 +374,11 @@ class Recorder:
                 if state[4] != state[0]:  # its count at this end is not written yet
                     self._chain_line(key, state, final=True)
             if (self.identity or {}).get("kind") == "main":
-                self._emit({"type": "left", "pids": left_running(self.pid)})
+                self._emit({"type": "left", "pids": left_running(self.pid, session=True)})
+            elif self.started_children:
+                left = left_running(self.pid, session=False)
+                if left:
+                    self._emit({"type": "left", "pids": left})
             self._emit({"type": "end", "pid": self.pid, "seq": self.seq, "t": round(time.time(), 3)})
             self._name_ledger(self.identity or {"label": "process"})
             self.file.flush()
@@ -501,6 +506,7 @@ class Recorder:
 
     def spawn(self, pid: int, argv: Any, via: str, python: bool) -> None:
         """This process started process ``pid``: a Python one must leave a ledger of its own."""
+        self.started_children = True
         with self.lock:
             self._who()
             self.seq += 1
@@ -587,15 +593,18 @@ class Recorder:
                 "count": state[0], "chain": state[1]}
 
 
-def left_running(own: int) -> list[int]:
-    """The processes of this one's session still running (Linux ``/proc``; else none): what the
-    main process leaves behind when it exits, for the run's clean-up to end (its group kill)."""
+def left_running(own: int, session: bool) -> list[int]:
+    """What this process leaves running as it closes its ledger (Linux ``/proc``; else nothing):
+    with ``session``, every other live process of its session (the main process: what the run's
+    clean-up, its group kill, then ends); else its live descendants (a Ray actor's compile-worker
+    pool, which Ray ends with it)."""
     try:
-        session = os.getsid(0)
+        sid = str(os.getsid(0))
         names = os.listdir("/proc")
     except OSError:
         return []
-    out = []
+    parents: dict[int, int] = {}
+    in_session: list[int] = []
     for name in names:
         if not name.isdigit() or int(name) == own:
             continue
@@ -604,9 +613,20 @@ def left_running(own: int) -> list[int]:
                 fields = fh.read().rsplit(")", 1)[1].split()  # state, ppid, pgrp, session, ...
         except (OSError, IndexError):
             continue
-        if len(fields) > 3 and fields[3] == str(session) and fields[0] != "Z":
-            out.append(int(name))
-    return sorted(out)
+        if len(fields) < 4 or fields[0] == "Z":
+            continue
+        parents[int(name)] = int(fields[1])
+        if fields[3] == sid:
+            in_session.append(int(name))
+    if session:
+        return sorted(in_session)
+    mine = {own}
+    grew = True
+    while grew:
+        found = {pid for pid, parent in parents.items() if parent in mine and pid not in mine}
+        mine |= found
+        grew = bool(found)
+    return sorted(mine - {own})
 
 
 def write_skip(trace_dir: str, why: str) -> None:

@@ -15,7 +15,7 @@ from recipes.diffusion_nft.config import JobConfig
 from recipes.diffusion_nft.flops import image_tokens, transformer_forward_flops
 from recipes.diffusion_nft.lora import add_lora, lora_parameters
 from recipes.diffusion_nft.models import build_pipeline, compile_blocks, max_sequence_length
-from recipes.diffusion_nft.perf import PhaseClock, StartupMarks
+from recipes.diffusion_nft.perf import PhaseClock, StartupMarks, peak_memory
 from recipes.diffusion_nft.sampling import denoise, initial_noise, sampler_sigmas
 
 
@@ -90,6 +90,9 @@ class RolloutEngine:
             torch.cuda.empty_cache()  # hand cached blocks back to the colocated trainer
         compile_cache.save(f"rollout_engine{self.rank}", self.device)  # a record ships them with the standard
         return time.perf_counter() - started
+
+    def peak_memory(self) -> dict[str, float]:
+        return peak_memory(self.device)
 
     def weights_dtype(self) -> torch.dtype:
         """The dtype of this engine's LoRA parameters: what ``load_lora`` casts to."""

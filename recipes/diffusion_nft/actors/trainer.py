@@ -17,7 +17,7 @@ from recipes.diffusion_nft.config import JobConfig
 from recipes.diffusion_nft.flops import image_tokens, transformer_forward_flops
 from recipes.diffusion_nft.lora import adapters_disabled, add_lora, lora_parameters
 from recipes.diffusion_nft.models import build_transformer, compile_blocks
-from recipes.diffusion_nft.perf import StartupMarks
+from recipes.diffusion_nft.perf import StartupMarks, peak_memory
 
 
 class TrainActor:
@@ -107,6 +107,9 @@ class TrainActor:
 
     def ready(self) -> dict[str, float]:
         return self.startup.marks
+
+    def peak_memory(self) -> dict[str, float]:
+        return peak_memory(self.device)
 
     # -- the Policy an algorithm's train step uses ------------------------------------------
 
