@@ -96,7 +96,11 @@ def load(name: str, device: Any = None) -> str:
         return "corrupt"
     import torch
 
-    info = torch.compiler.load_cache_artifacts(data)
+    try:
+        info = torch.compiler.load_cache_artifacts(data)
+    except Exception as exc:  # noqa: BLE001 - a cache that cannot load only costs the compile
+        _note(f"{name}: torch could not load {artifacts} ({type(exc).__name__}: {exc}); compiling from scratch")
+        return "unreadable"
     if info is None:
         _note(f"{name}: torch could not read {artifacts}; compiling from scratch")
         return "unreadable"
@@ -115,7 +119,11 @@ def save(name: str, device: Any = None) -> Path | None:
         return None
     import torch
 
-    saved = torch.compiler.save_cache_artifacts()
+    try:
+        saved = torch.compiler.save_cache_artifacts()
+    except Exception as exc:  # noqa: BLE001 - the run goes on; a verify then compiles from scratch
+        _note(f"{name}: torch could not save its compile artifacts ({type(exc).__name__}: {exc})")
+        return None
     if saved is None:
         return None
     data, info = saved
@@ -126,11 +134,15 @@ def save(name: str, device: Any = None) -> Path | None:
     out.parent.mkdir(parents=True, exist_ok=True)
     manifest = {**build_identity(device), "name": name, "sha256": digest, "bytes": len(data),
                 "artifacts": _count(info)}
-    for path, content in ((out, data), (out.with_suffix(".json"),
-                                        (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())):
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(content)
-        os.replace(tmp, path)
+    try:
+        for path, content in ((out, data), (out.with_suffix(".json"),
+                                            (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())):
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(content)
+            os.replace(tmp, path)
+    except OSError as exc:
+        _note(f"{name}: cannot write {out} ({exc.strerror or exc})")
+        return None
     _written[name] = digest
     return out
 
