@@ -373,11 +373,13 @@ class Recorder:
             for key, state in self.chains.items():
                 if state[4] != state[0]:  # its count at this end is not written yet
                     self._chain_line(key, state, final=True)
-            if (self.identity or {}).get("kind") == "main":
-                self._emit({"type": "left", "pids": left_running(self.pid, session=True)})
-            elif self.started_children:
-                left = left_running(self.pid, session=False)
-                if left:
+            main = (self.identity or {}).get("kind") == "main"
+            if main or self.started_children:
+                try:
+                    left = left_running(self.pid, session=main)
+                except Exception:  # noqa: BLE001 - an odd /proc: the ledger still ends (and says nothing)
+                    left = []
+                if left or main:
                     self._emit({"type": "left", "pids": left})
             self._emit({"type": "end", "pid": self.pid, "seq": self.seq, "t": round(time.time(), 3)})
             self._name_ledger(self.identity or {"label": "process"})
