@@ -212,6 +212,24 @@ def test_a_worker_still_running_when_its_parent_ended_was_ended_with_it(tmp_path
                                "end (Ray ends an actor's children); every record it made is in its ledger")
 
 
+IDLE_WORKER = """import os, signal, subprocess, sys, time
+idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+time.sleep(2)
+signal.pidfd_send_signal(os.pidfd_open(idle.pid), signal.SIGKILL)  # as the raylet ends an idle worker: unseen
+idle.wait()
+"""
+
+
+def test_a_process_killed_before_it_recorded_anything_is_complete(tmp_path: Path) -> None:
+    """An idle Ray worker that Ray ends at shutdown: its ledger holds its start record and nothing
+    else, written through, so it drew nothing; the trace stays complete."""
+    run = read_trace(run_traced(tmp_path, IDLE_WORKER)[0])
+    idle = next(p for p in run.processes if p.kind != "main")
+    assert not idle.ended and idle.records == 1 and run.problems == []
+    assert idle.ended_by == ("ended before it recorded anything (an idle worker its pool or Ray ended at shutdown): "
+                             "nothing of it is unknown")
+
+
 # --- a tracer that could not start says so ---------------------------------------------------------
 
 PLAIN = "import random\nrandom.seed(0)\nrandom.random()\n"

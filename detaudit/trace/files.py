@@ -161,6 +161,7 @@ class ProcessTrace:
     tail: str | None = None     # the file of its chains' latest counts (``recorder._write_tail``)
     tail_slot: int = 0
     ended_by: str | None = None  # no end, but ended by its parent (set by ``read_trace``): how
+    records: int = 0            # lines read
 
     @property
     def group(self) -> tuple[str, str, str]:
@@ -239,8 +240,9 @@ def explain_ends(processes: list[ProcessTrace]) -> None:
     by its parent: a traced process sent it a signal (a pool terminating its workers), or it was
     still running when an ancestor closed its ledger (a Ray actor's compile-worker pool, which Ray
     ends with the actor) or when the main process exited (the run's clean-up, its group kill,
-    ends what is left). Its ledger holds every record it made, so nothing of it is unknown. Any
-    other end (a crash, a kill the tracer did not see) stays a problem."""
+    ends what is left). Its ledger holds every record it made, so nothing of it is unknown; one
+    that holds nothing but its start (an idle Ray worker the raylet ended) recorded nothing. Any
+    other end (a crash, a kill the tracer did not see, after it recorded something) stays a problem."""
     senders: dict[int, tuple[ProcessTrace, int]] = {}
     left: dict[int, ProcessTrace] = {}
     for p in processes:
@@ -257,6 +259,9 @@ def explain_ends(processes: list[ProcessTrace]) -> None:
             sender, signum = senders[p.pid]
             who = "its parent" if sender.pid == p.ppid else sender.display
             p.ended_by = f"ended by {who} (pid {sender.pid}, {_signal_name(signum)}); every record it made is in its ledger"
+        elif p.records == 1:
+            p.ended_by = ("ended before it recorded anything (an idle worker its pool or Ray ended at shutdown): "
+                          "nothing of it is unknown")
         elif p.pid in left:
             closer = left[p.pid]
             who = "the main process" if closer.kind == "main" else closer.display
@@ -438,6 +443,7 @@ def read_process(path: Path) -> ProcessTrace:
             try:
                 rec = checked_record(json.loads(raw.decode("utf-8")))
                 last = _apply(proc, rec, number)
+                proc.records += 1
                 if rec["type"] == "process":
                     # A Ray worker that became an actor keeps the actor identity.
                     if identity is None or identity.get("kind") != "Ray actor" or rec.get("kind") == "Ray actor":
