@@ -89,6 +89,22 @@ elif [ "$stage" = V ]; then
   tar czf "$out/V-traces.tar.gz" -C "$work" $(cd "$work" && ls -d trace_nft trace_grpo 2>/dev/null)
   [ -d "$shipped" ] && tar czf "$out/V-compile.tar.gz" "$shipped"
   for d in v1 v2 v3 vg; do cp "$work/$d/run1/metrics.jsonl" "$work/verify_$d.jsonl" 2>/dev/null; done
+elif [ "$stage" = F ]; then  # one call left: the NFT trace, then cost, then the Flow-GRPO trace if time remains
+  log "trace the NFT card (rng), saved"
+  timed trace_nft 240 $dt trace $nft --save "$work/trace_nft" --workdir "$work/tn"
+  tail -n 6 "$work/trace_nft.out"; grep -E "ended by their parent|incomplete" "$work/trace_nft.out" | head -5
+  if [ "$(left)" -gt 250 ]; then
+    log "cost at SD3.5-medium shapes (8 prompts x 8 samples, 512x512), activation checkpointing, 2 rollouts, det then not"
+    timed cost $(( $(left) - 5 )) $det benchmarks/gpu_cost.py --rollouts 2 --workdir "$work/cost" --commit "${COMMIT:-}" -- --activation-checkpointing
+    tail -n 45 "$work/cost.out"; tail -n 20 "$work/cost.err"
+    cp benchmarks/results/"$kind"_cost.json "$out/" 2>/dev/null; cp "$work"/cost/*.jsonl "$work"/ 2>/dev/null
+  else echo "[cost] skipped: $(left) s left"; fi
+  if [ "$(left)" -gt 100 ]; then
+    log "trace the Flow-GRPO card (rng)"
+    timed trace_grpo $(( $(left) - 5 )) $dt trace $grpo --save "$work/trace_grpo" --workdir "$work/tg"
+    tail -n 6 "$work/trace_grpo.out"
+  else echo "[trace_grpo] skipped: $(left) s left"; fi
+  tar czf "$out/F-traces.tar.gz" -C "$work" $(cd "$work" && ls -d trace_nft trace_grpo 2>/dev/null)
 elif [ "$stage" = C ]; then
   log "cost at SD3.5-medium shapes (8 prompts x 8 samples, 512x512), activation checkpointing, 2 rollouts, det then not"
   timed cost $(( $(left) - 200 )) $det benchmarks/gpu_cost.py --rollouts ${ROLLOUTS:-2} --workdir "$work/cost" --commit "${COMMIT:-}" -- --activation-checkpointing
