@@ -116,12 +116,15 @@ def test_a_multiprocessing_child_that_leaves_through_os_exit_writes_its_final_ch
 
 
 # signal.raise_signal is C's raise(): a kill the tracer does not see (os.kill it sees)
-KILLED_CHILD = """import os, signal, random
+KILLED_CHILD = """import os, signal, random, time
 random.seed(0)
 pid = os.fork()
 if pid == 0:
     random.seed(1); random.random()
+    time.sleep(0.5)
     signal.raise_signal(signal.SIGKILL)
+os.kill(pid, 0)  # only asks whether the child exists: never what ended it
+os.kill(pid, signal.SIGCONT)
 os.waitpid(pid, 0)
 """
 
@@ -145,7 +148,7 @@ def test_a_process_killed_before_its_ledger_ends_makes_the_comparison_incomplete
         audit_runs([run_traced(tmp_path, PLAIN, name="c")[0]]))
 
 
-SELF_KILLED_CHILD = KILLED_CHILD.replace("signal.raise_signal(signal.SIGKILL)", "os.kill(os.getpid(), signal.SIGKILL)")
+SELF_KILLED_CHILD = KILLED_CHILD.replace("os.kill(pid, 0)", "").replace("os.kill(pid, signal.SIGCONT)", "").replace("signal.raise_signal(signal.SIGKILL)", "os.kill(os.getpid(), signal.SIGKILL)")
 
 
 def test_a_process_that_kills_itself_ends_its_ledger_first(tmp_path: Path) -> None:

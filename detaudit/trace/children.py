@@ -111,6 +111,8 @@ def install(rec: Recorder, finder: PostImportFinder) -> None:
 
     def kill(original: Callable[..., Any]) -> Callable[..., Any]:
         def traced_kill(pid: int, signum: int) -> Any:
+            if not signum:  # signal 0 only asks whether the process exists (Ray polls its daemons so)
+                return original(pid, signum)
             try:
                 to_self = pid in (0, os.getpid())
                 rec.signal(os.getpid() if pid == 0 else pid, signum, to_self and _ends_process(signum))

@@ -226,6 +226,16 @@ class RunTrace:
         return [f"pid {p.pid} {p.display}: {p.ended_by}" for p in self.processes if not p.ended and p.ended_by]
 
 
+def _ending_signals() -> frozenset[int]:
+    import signal
+
+    names = ("SIGTERM", "SIGKILL", "SIGINT", "SIGHUP", "SIGQUIT", "SIGABRT", "SIGUSR1", "SIGUSR2", "SIGALRM")
+    return frozenset(int(getattr(signal, n)) for n in names if hasattr(signal, n))
+
+
+_ENDING = _ending_signals()  # signals whose default action ends a process (0, SIGCHLD, SIGCONT... do not)
+
+
 def _signal_name(signum: int) -> str:
     import signal
 
@@ -247,7 +257,7 @@ def explain_ends(processes: list[ProcessTrace]) -> None:
     left: dict[int, ProcessTrace] = {}
     for p in processes:
         for target, signum in p.signals:
-            if target != p.pid:
+            if target != p.pid and signum in _ENDING:
                 senders.setdefault(target, (p, signum))
         for pid in p.left:
             if pid not in left or left[pid].kind == "main":  # the nearest ancestor says it best
