@@ -137,6 +137,10 @@ def commit_of_checkout() -> str | None:
         return None
 
 
+def _cell(value: float | None) -> str:
+    return "-" if value is None else str(round(value, 4))
+
+
 def gpu_kind(name: str) -> str:
     """``h100`` / ``h200`` / ... from a device name (``NVIDIA H100 80GB HBM3``); ``gpu`` otherwise."""
     for word in name.lower().replace("-", " ").split():
@@ -152,18 +156,22 @@ def main() -> None:
     parser.add_argument("--peak-tflops", type=float, help="Matmul rate for MFU (default: measured here, bf16 8192^3).")
     parser.add_argument("--commit", help="Commit to record (default: git rev-parse HEAD of this checkout).")
     parser.add_argument("--workdir", type=Path, help="Where the runs' metrics and logs go (default: a temp dir).")
+    parser.add_argument("--from-metrics", type=Path, help="Run nothing: read DIR/{deterministic,nondeterministic}*.jsonl "
+                        "(runs a device call made but had no time to report; MFU only with --peak-tflops).")
+    parser.add_argument("--gpu", help="With --from-metrics: the GPU the runs ran on, and --torch its torch.")
+    parser.add_argument("--torch", help="With --from-metrics: the runs' torch version.")
     parser.add_argument("--timeout", type=float, default=900, help="Seconds per run.")
     parser.add_argument("--repeats", type=int, default=1, help="Pairs of runs (deterministic, then not).")
     parser.add_argument("--out", type=Path, help="Default: benchmarks/results/<gpu>_cost.json (h100, h200, ...).")
     parser.add_argument("recipe", nargs="*", help="Flags after -- go to every recipe run (after the defaults).")
     args = parser.parse_args()
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="gpu-cost-"))
+    work = args.from_metrics or args.workdir or Path(tempfile.mkdtemp(prefix="gpu-cost-"))
     work.mkdir(parents=True, exist_ok=True)
     common = [*RECIPE_DEFAULTS, "--rollouts", str(args.rollouts), *args.recipe]
     runs = {"deterministic": [*common, "--deterministic-mode"], "nondeterministic": common}
     started = time.perf_counter()
     results: dict[str, list[tuple[Path, Path]]] = {name: [] for name in runs}
-    for repeat in range(args.repeats):
+    for repeat in range(0 if args.from_metrics else args.repeats):
         tag = f"-{repeat + 1}" if args.repeats > 1 else ""
         if args.parallel:
             procs = {name: start_run(work, name + tag, flags, str(i)) for i, (name, flags) in enumerate(runs.items())}
@@ -175,14 +183,19 @@ def main() -> None:
                 proc, metrics, log = start_run(work, name + tag, flags, None)
                 finish(proc, log, name, args.timeout)
                 results[name].append((metrics, log))
-    peak = args.peak_tflops or matmul_peak_tflops()
+    if args.from_metrics:
+        for name in runs:
+            results[name] = [(m, m) for m in sorted(args.from_metrics.glob(f"{name}*.jsonl"))]
+        if not results["deterministic"] or len(results["deterministic"]) != len(results["nondeterministic"]):
+            raise SystemExit(f"{args.from_metrics}: no pairs of deterministic*/nondeterministic*.jsonl")
+    peak = args.peak_tflops or (None if args.from_metrics else matmul_peak_tflops())
     every = {name: [loop_figures(metrics, peak) for metrics, _ in done] for name, done in results.items()}
     figures = {name: runs_[-1] for name, runs_ in every.items()}
     det, nondet = figures["deterministic"], figures["nondeterministic"]
     overheads = [d["loop_s"] / n["loop_s"] for d, n in zip(every["deterministic"], every["nondeterministic"], strict=True)]
     import torch
 
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    gpu = args.gpu or (torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu")
     report = {
         "mfu_deterministic": det["mfu"],
         "mfu_nondeterministic": nondet["mfu"],
@@ -196,13 +209,14 @@ def main() -> None:
         "images_per_s": nondet["images_per_s"],
         "train_pairs_per_s": nondet["train_pairs_per_s"],
         "memory_peak_gib": {name: f["memory_peak_gib"] for name, f in figures.items()},
-        "torch": torch.__version__,
+        "torch": args.torch or torch.__version__,
+        "from_metrics": str(args.from_metrics) if args.from_metrics else None,
         "gpu": gpu,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "commit": args.commit or commit_of_checkout(),
-        "peak_tflops": peak,
+        "peak_tflops": peak,  # None: not measured (MFU null)
         "parallel": args.parallel,
-        "repeats": args.repeats,
+        "repeats": len(every["deterministic"]),
         "recipe_flags": common,
         "runs": figures,
         "every_run": every,
@@ -214,10 +228,10 @@ def main() -> None:
                 "first_loop_done_s", "loop_s", "generation_s", "reward_s", "train_s",
                 "images_per_s", "train_pairs_per_s", "pflop_per_loop", "tflops", "mfu"):
         a, b = det[key], nondet[key]
-        print(f"{key:22}{a if a is None else round(a, 4):>16}{b if b is None else round(b, 4):>20}")
+        print(f"{key:22}{_cell(a):>16}{_cell(b):>20}")
     for key in det["loop_breakdown_s"]:
         a, b = det["loop_breakdown_s"][key], nondet["loop_breakdown_s"][key]
-        print(f"  {key:20}{a if a is None else round(a, 4):>16}{b if b is None else round(b, 4):>20}")
+        print(f"  {key:20}{_cell(a):>16}{_cell(b):>20}")
     print("start-up of the deterministic run (s from the driver's start):")
     for mark, at in det["startup_timeline_s"].items():
         print(f"  {at:8.2f}  {mark}")
@@ -225,7 +239,7 @@ def main() -> None:
     for who, peak_gib in det["memory_peak_gib"].items():
         print(f"  {who:10} {peak_gib.get('allocated', 0):8.1f} {peak_gib.get('reserved', 0):8.1f}")
     each = ", ".join(f"{o:.3f}" for o in overheads)
-    print(f"det_overhead {report['det_overhead']:.3f} worst of [{each}]  (peak {peak:.0f} TFLOP/s bf16; runs in {work})")
+    print(f"det_overhead {report['det_overhead']:.3f} worst of [{each}]  (peak {peak or 0:.0f} TFLOP/s bf16; runs in {work})")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
