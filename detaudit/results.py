@@ -103,6 +103,7 @@ class RecordResult:
     metrics: list[MetricsRun] | None = field(default=None, repr=False)  # the runs' metrics as compared
     metrics_files: list[Path] = field(default_factory=list)  # ``record --metrics``: the files compared
     unchanged: bool = False  # an update with identical series that left the file's bytes (keep_unchanged)
+    compile_cache: Path | None = None  # run 1's compile artifacts, shipped next to the standard
 
     @property
     def ok(self) -> bool:
@@ -133,6 +134,7 @@ class VerifyResult:
     workdir_removed: bool = False
     trace: RunsTraceReport | None = None  # with ``trace``: the run's unseeded draws and collisions
     standard_trace: Path | None = None  # the trace the standard carries, compared with this run's
+    compile_cache: Path | None = None  # the compile artifacts the standard ships, offered to the run
     approximate: list[tuple[str, str]] = field(default_factory=list)  # (series, tolerance) passed only within tolerance
     approximate_against: str | None = None  # set when checked approximately: the standard's runner class
     left_out: dict[str, str] = field(default_factory=dict)  # standard series not compared (--exclude) -> why

@@ -69,3 +69,28 @@ def test_the_probes_transformer_set_up_runs_on_the_cpu() -> None:
     assert [kernel_class(n) for n in ("pytorch_flash::flash_fwd_kernel", "nvjet_tst_128x256", "triton_poi_fused_add_0",
                                       "softmax_warp_forward", "vectorized_elementwise_kernel")] == [
         "attention", "gemm", "triton (fused by inductor)", "softmax (math attention)", "elementwise/copy/reduce"]
+
+
+def test_each_gpu_processs_peak_memory_is_read_from_the_last_loop_and_the_result_named_by_gpu(tmp_path: Path) -> None:
+    """perf/memory/<process>_peak_{allocated,reserved}_gib (written by the driver after each loop,
+    peaks so far): the last loop's are the run's."""
+    import json
+
+    from gpu_cost import gpu_kind
+
+    lines = (REPO / "docs" / "validation" / "cost_flash_nondeterministic.jsonl").read_text().splitlines()
+    out, loop = [], 0
+    for line in lines:
+        row = json.loads(line)
+        if row["step_key"] == "perf/step":
+            loop += 1
+            row.update({"perf/memory/train0_peak_allocated_gib": 10.0 * loop, "perf/memory/train0_peak_reserved_gib": 11.0 * loop,
+                        "perf/memory/engine0_peak_allocated_gib": 5.0})
+        out.append(json.dumps(row))
+    (tmp_path / "m.jsonl").write_text("\n".join(out) + "\n")
+    assert loop > 1
+    fig = loop_figures(tmp_path / "m.jsonl", None)
+    assert fig["memory_peak_gib"] == {"train0": {"allocated": 10.0 * loop, "reserved": 11.0 * loop},
+                                      "engine0": {"allocated": 5.0}}
+    assert [gpu_kind(n) for n in ("NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-80GB", "cpu")] == \
+        ["h100", "h200", "a100", "gpu"]

@@ -178,14 +178,14 @@ def test_ray_seeded_replicas_collide_and_seeded_hidden_actor_is_clean(tmp_path: 
     """... and an actor killed inside a task (after it drew) leaves a ledger without an end."""
     card = trace_card(tmp_path, "--ray", "--seed-hidden", "--replicas", "2", "--kill-mid-task")
     result = run_cli("trace", str(card), "--workdir", str(tmp_path / "w"))
-    assert result.code == 1, result.text  # the killed actor's later draws are unknown: no green
+    assert result.code == 1, result.text  # nothing the tracer saw ended the killed actor: no green
     assert "no draw from a global generator that its process never seeded" in result.out
     assert "seed collision: 2 SeededWorker (Ray actor) replicas" in result.out
     run = read_trace(tmp_path / "w" / "run1" / "trace")
     assert [c.label for c in seed_collisions(run)] == ["SeededWorker (Ray actor)"]
     (sleeper,) = [p for p in run.processes if p.label == "Sleeper"]
-    assert run.problems == [f"pid {sleeper.pid} Sleeper (Ray actor): its ledger has no end: the process was killed, "
-                            "or left before the tracer could write its last records, so its later draws are unknown"]
+    assert run.problems == [f"pid {sleeper.pid} Sleeper (Ray actor): its ledger has no end: the process was killed "
+                            "by something the tracer did not see (every record it made up to then is in its ledger)"]
     assert f"trace incomplete: pid {sleeper.pid} Sleeper (Ray actor)" in " ".join(result.out.split())
 
 

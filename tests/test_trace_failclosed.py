@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_cli, run_traced, write_card
+from conftest import REPO, run_cli, run_traced, write_card
 
 from detaudit.errors import InputError, UsageError
 from detaudit.render.trace import comparison_lines, runs_trace_lines
@@ -114,12 +115,16 @@ def test_a_multiprocessing_child_that_leaves_through_os_exit_writes_its_final_ch
     assert compare_traces(run_a, read_trace(run_traced(tmp_path, MP_CHILD, keep=2, name="c")[0])).identical
 
 
-KILLED_CHILD = """import os, signal, random
+# signal.raise_signal is C's raise(): a kill the tracer does not see (os.kill it sees)
+KILLED_CHILD = """import os, signal, random, time
 random.seed(0)
 pid = os.fork()
 if pid == 0:
     random.seed(1); random.random()
-    os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.5)
+    signal.raise_signal(signal.SIGKILL)
+os.kill(pid, 0)  # only asks whether the child exists: never what ended it
+os.kill(pid, signal.SIGCONT)
 os.waitpid(pid, 0)
 """
 
@@ -129,10 +134,10 @@ def test_a_process_killed_before_its_ledger_ends_makes_the_comparison_incomplete
     b, _ = run_traced(tmp_path, KILLED_CHILD, name="b")
     cmp = compare_traces(read_trace(a), read_trace(b))
     assert cmp.draw is None and cmp.module is None  # every recorded draw agrees ...
-    assert not cmp.identical  # ... but what the child did after its last record is unknown
+    assert not cmp.identical  # ... but nothing says what ended the child
     child = next(p for p in read_trace(a).processes if p.kind != "main")
-    assert (f"run 1: pid {child.pid} {child.display}: its ledger has no end: the process was killed, or left "
-            "before the tracer could write its last records") in _incomplete(cmp)
+    assert (f"run 1: pid {child.pid} {child.display}: its ledger has no end: the process was killed by something "
+            "the tracer did not see (every record it made up to then is in its ledger)") in _incomplete(cmp)
     assert not any(line.startswith("traces identical") for line in comparison_lines(cmp))
     # ... and what the unseeded check found is said of the traced processes only
     report = audit_runs([a, b])
@@ -141,6 +146,91 @@ def test_a_process_killed_before_its_ledger_ends_makes_the_comparison_incomplete
             "trace is incomplete)") in runs_trace_lines(report)
     assert ("green", "no draw from a global generator that its process never seeded") in runs_trace_lines(
         audit_runs([run_traced(tmp_path, PLAIN, name="c")[0]]))
+
+
+SELF_KILLED_CHILD = KILLED_CHILD.replace("os.kill(pid, 0)", "").replace("os.kill(pid, signal.SIGCONT)", "").replace("signal.raise_signal(signal.SIGKILL)", "os.kill(os.getpid(), signal.SIGKILL)")
+
+
+def test_a_process_that_kills_itself_ends_its_ledger_first(tmp_path: Path) -> None:
+    """A watchdog's SIGKILL to its own process (Inductor's compile workers have one): the tracer
+    sees the os.kill and ends the ledger before the signal goes out."""
+    run = read_trace(run_traced(tmp_path, SELF_KILLED_CHILD)[0])
+    child = next(p for p in run.processes if p.kind != "main")
+    assert child.ended and child.signals == [(child.pid, int(signal.SIGKILL))] and run.problems == []
+
+
+def test_a_compile_worker_pool_ended_at_exit_keeps_every_draw_and_is_ended_by_its_parent(tmp_path: Path) -> None:
+    """Inductor's compile workers on a GPU card: a sidecar subprocess and its fork-pool worker
+    are ended (by the pool, and by the run's clean-up) before their ledgers close. Written
+    through, their ledgers hold every draw, and each says what ended it: the trace is complete,
+    and two runs compare identical."""
+    card = write_card(tmp_path / "pool.toml", name="pool", recipe=REPO / "tests" / "recipes" / "compile_pool.py")
+    saved = tmp_path / "saved"
+    first = run_cli("trace", str(card), "--json", "--save", str(saved), "--workdir", str(tmp_path / "w1"))
+    assert first.code == 0, first.out + first.err
+    doc = json.loads(first.out)
+    assert doc["incomplete"] == []
+    run = read_trace(saved / "trace")
+    main = next(p for p in run.processes if p.kind == "main")
+    sidecar = next(p for p in run.processes if p.kind == "subprocess")
+    worker = next(p for p in run.processes if p.kind == "multiprocessing child")
+    assert not sidecar.ended and not worker.ended  # neither closed its ledger ...
+    assert worker.ended_by == (f"ended by its parent (pid {sidecar.pid}, SIGKILL); every record it made is in "
+                               "its ledger")
+    assert sidecar.ended_by == (f"still running when the main process (pid {main.pid}) ended, ended by the run's "
+                                "clean-up; every record it made is in its ledger")
+    assert sorted(doc["ended_by_parent"]) == sorted(run.ended_by_parent) and len(run.ended_by_parent) == 2
+    # ... and every draw of the worker is there: 16 kept, the rest in the chain, its tail past the last checkpoint
+    (chain,) = worker.chains.values()
+    assert len(worker.draws) == 16 and chain.count == 40 - 16
+    again = run_cli("trace", str(card), "--against", str(saved), "--workdir", str(tmp_path / "w2"))
+    assert again.code == 0 and "traces identical" in again.out, again.out + again.err
+
+
+ORPHANED_WORKER = """import os, signal, subprocess, sys, time
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:  # a Ray actor's stand-in: it starts a worker, then ends with the worker still running
+    worker = subprocess.Popen([sys.executable, "-c", "import random, time; random.seed(1); random.random(); time.sleep(600)"])
+    time.sleep(1)
+    os.write(w, str(worker.pid).encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+worker = int(os.read(r, 100))
+signal.pidfd_send_signal(os.pidfd_open(worker), signal.SIGKILL)  # as Ray's raylet ends it: the tracer does not see it
+time.sleep(0.5)
+"""
+
+
+def test_a_worker_still_running_when_its_parent_ended_was_ended_with_it(tmp_path: Path) -> None:
+    """Ray ends a stopped actor's children (its compile-worker pool) with a kill the tracer cannot
+    see: the actor's ledger lists them as still running when it closed, so their ledgers, which
+    hold every record, are complete; the same kill without that record stays unexplained."""
+    run = read_trace(run_traced(tmp_path, ORPHANED_WORKER)[0])
+    assert run.problems == []
+    actor = next(p for p in run.processes if p.kind != "main" and p.ended)
+    worker = next(p for p in run.processes if not p.ended)
+    assert worker.pid in actor.left and worker.draws and worker.ppid == actor.pid
+    assert worker.ended_by == (f"still running when {actor.display} (pid {actor.pid}) ended, ended by its parent's "
+                               "end (Ray ends an actor's children); every record it made is in its ledger")
+
+
+IDLE_WORKER = """import os, signal, subprocess, sys, time
+idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+time.sleep(2)
+signal.pidfd_send_signal(os.pidfd_open(idle.pid), signal.SIGKILL)  # as the raylet ends an idle worker: unseen
+idle.wait()
+"""
+
+
+def test_a_process_killed_before_it_recorded_anything_is_complete(tmp_path: Path) -> None:
+    """An idle Ray worker that Ray ends at shutdown: its ledger holds its start record and nothing
+    else, written through, so it drew nothing; the trace stays complete."""
+    run = read_trace(run_traced(tmp_path, IDLE_WORKER)[0])
+    idle = next(p for p in run.processes if p.kind != "main")
+    assert not idle.ended and idle.records == 1 and run.problems == []
+    assert idle.ended_by == ("ended before it recorded anything (an idle worker its pool or Ray ended at shutdown): "
+                             "nothing of it is unknown")
 
 
 # --- a tracer that could not start says so ---------------------------------------------------------

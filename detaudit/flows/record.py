@@ -33,6 +33,7 @@ from detaudit.run.local import interrupts_as_exceptions
 from detaudit.run.plan import EnvHook, RunPlan, finish, read_run_metrics
 from detaudit.run.spec import RunState
 from detaudit.runner_class import RunnerClass
+from detaudit.standards import compile_cache
 from detaudit.standards.diff import diff_standards
 from detaudit.standards.formats import FORMAT_NAMES, comparison_of, load_any, render_as
 from detaudit.standards.formats import drop_nan_series as drop_nan
@@ -120,6 +121,8 @@ def record(
             on_start(plan.workdir, runner_class)  # the plan's class: run_card takes it from this placement
 
     with interrupts_as_exceptions(), (standard_lock(path) if path is not None else nullcontext()):
+        if cluster is None:  # each run saves its compile artifacts; run 1's ship with the standard
+            env_hooks = (*env_hooks, compile_cache.record_hook())
         plan = run_card(card, runs, placement=placement, parallel=parallel, workdir=workdir, extra_args=extra_args,
                         exclude=exclude, include=include, env_hooks=env_hooks, trace=trace, label="record",
                         on_plan=started, on_update=on_update)
@@ -294,13 +297,13 @@ def _judge(plan: RunPlan, path: Path | None, old: Standard | None, *, update: bo
         return result
     standard = build_standard(plan, parsed[0], report, fmt)
     _write(result, standard, path, old, fmt=fmt, update=update, drop_nan_series=drop_nan_series,
-           traced_plan=plan if traced else None)
+           traced_plan=plan if traced else None, plan=plan)
     result.workdir_removed = finish(plan, passed=not traced)  # traced: keep the traces
     return result
 
 
 def _write(result: RecordResult, standard: Standard, path: Path, old: Standard | None, *, fmt: str, update: bool,
-           drop_nan_series: bool, traced_plan: RunPlan | None = None) -> None:
+           drop_nan_series: bool, traced_plan: RunPlan | None = None, plan: RunPlan | None = None) -> None:
     """Write ``standard`` at ``path`` (replacing ``old``) and fill ``result`` in.
 
     Everything that can fail comes before the first byte of the standard: its text (exact in
@@ -321,6 +324,8 @@ def _write(result: RecordResult, standard: Standard, path: Path, old: Standard |
         raise
     standard.path = path
     result.status = RecordStatus.WRITTEN
+    if plan is not None:  # runs made here: run 1's compile artifacts ship beside the standard
+        result.compile_cache = compile_cache.ship(plan.specs[0].workdir, path)
     if staged is not None:
         result.standard_trace = _put_in_place(staged, destination)
     elif carries_trace(path):  # the old standard's trace no longer matches it
@@ -338,7 +343,9 @@ def _stage_trace(plan: RunPlan, path: Path, destination: Path) -> Path:
     trace_dir = run_trace_dir(spec.workdir)
     if not trace_dir.is_dir():
         raise InputError(trace_dir, "run 1 was traced but left no trace here; no standard written")
-    meta = trace_meta(plan.card.name, spec.overlay.get(MODE_ENV, "rng"), spec.argv, standard=path.name)
+    environment = plan.environment if isinstance(plan.environment, dict) else {}
+    meta = trace_meta(plan.card.name, spec.overlay.get(MODE_ENV, "rng"), spec.argv,
+                      packages=environment.get("packages"), standard=path.name)
     destination.parent.mkdir(parents=True, exist_ok=True)
     holder = Path(tempfile.mkdtemp(prefix=f".{destination.name}.new.", dir=destination.parent))
     try:

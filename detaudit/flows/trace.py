@@ -15,7 +15,7 @@ from typing import Any
 from detaudit.data.card import Card, as_card
 from detaudit.errors import UsageError
 from detaudit.results import TraceResult, TraceStatus
-from detaudit.run.card_runs import run_card
+from detaudit.run.card_runs import place, run_card
 from detaudit.run.spec import RunState
 from detaudit.trace import MODES, PARITY_ENV, run_trace_dir
 from detaudit.trace.compare import (
@@ -67,8 +67,11 @@ def trace_card(
     elif mode == "modules" and card.parity is not None:
         sides = card.parity
     hooks = [lambda spec: {PARITY_ENV: ":".join(sides)}] if sides is not None else []
-    # Here, unprobed (a trace needs no runner class); the work dir is kept: the trace is what this command is for.
-    plan = run_card(card, 1, workdir=workdir, extra_args=extra_args, trace=mode, label="trace", probe=False,
+    # A trace needs no runner class: probed only to save or compare its package versions (the
+    # environment, told apart from the computation). The work dir is kept: the trace is what this command is for.
+    placement = place(card, probe=save is not None or against is not None)
+    packages = placement.environment.get("packages") if isinstance(placement.environment, dict) else None
+    plan = run_card(card, 1, placement=placement, workdir=workdir, extra_args=extra_args, trace=mode, label="trace",
                     env_hooks=hooks, on_update=on_update)
     spec, state = plan.specs[0], plan.states[0]
     trace_dir = run_trace_dir(spec.workdir)
@@ -76,6 +79,7 @@ def trace_card(
     if not state.ok:
         return result
     run = read_trace(trace_dir)
+    run.packages = packages if isinstance(packages, dict) else None
     result.trace = run
     result.unseeded = unseeded_uses(run)
     result.collisions = seed_collisions(run)
@@ -86,5 +90,5 @@ def trace_card(
         result.against = Path(against)  # type: ignore[arg-type]
         result.comparison = compare_traces(saved_trace, run, labels=(f"saved {against}", "this run"))
     if save is not None:
-        result.saved = save_trace(trace_dir, Path(save), trace_meta(card.name, mode, spec.argv))
+        result.saved = save_trace(trace_dir, Path(save), trace_meta(card.name, mode, spec.argv, packages=run.packages))
     return result

@@ -28,6 +28,7 @@ from detaudit.run.executor import runner_mismatch
 from detaudit.run.plan import EnvHook, finish, missing_metrics, no_metrics_error
 from detaudit.run.spec import RunState
 from detaudit.runner_class import RunnerClass
+from detaudit.standards import compile_cache
 from detaudit.standards.check import check_run, compared_series
 from detaudit.standards.formats import load_any
 from detaudit.standards.store import approximate_standard_path, standard_path, standards_of_card
@@ -158,6 +159,10 @@ def verify(
         if carries_trace(path):  # the standard carries its run's trace (a broken one is refused): trace this run too
             saved_meta, saved_trace = read_saved(carried)
             trace = "modules" if "modules" in (trace, saved_meta.get("mode")) else "rng"
+        shipped = compile_cache.verify_hook(path) if cluster is None else None
+        if shipped is not None:  # the standard ships its compile artifacts: the run loads what fits it
+            env_hooks = (*env_hooks, shipped)
+            result.compile_cache = compile_cache.standard_cache_dir(path)
         plan = run_card(card, 1, placement=placement, workdir=workdir, extra_args=extra_args, env_hooks=env_hooks,
                         trace=trace, label="verify", on_update=on_update)
         result.workdir = plan.workdir
@@ -174,7 +179,8 @@ def verify(
             raise no_metrics_error(plan, plan.specs[0])
         if trace:
             result.trace = audit_runs([run_trace_dir(plan.specs[0].workdir)], reference=saved_trace,
-                                      reference_labels=("the standard's run", "this run"))
+                                      reference_labels=("the standard's run", "this run"),
+                                      packages=(info or {}).get("packages"))
             if saved_trace is not None and not result.trace.missing:
                 result.standard_trace = carried  # never claimed for a trace this run did not take
         metrics = plan.specs[0].metrics_path

@@ -28,6 +28,7 @@ def record_document(result: RecordResult, card: str, runs: int) -> dict[str, Any
         "diff": diff_document(result.report) if result.report is not None else None,
         "trace": runs_trace_json(result.trace) if result.trace is not None else None,
         "standard_trace": str(result.standard_trace) if result.standard_trace else None,
+        "compile_cache": str(result.compile_cache) if result.compile_cache else None,
         "runs": runs_document(result.runs),
         "workdir": str(result.workdir) if result.workdir else None, "workdir_removed": result.workdir_removed,
     }
@@ -84,6 +85,9 @@ def print_record(result: RecordResult, card: str, runs: int, *, written_word: st
     if result.standard_trace is not None:
         out.print(f"{PREFIX} run 1's trace saved with the standard: {escape(str(result.standard_trace))} "
                   "(verify traces its run and compares it with this one)")
+    if result.compile_cache is not None:
+        out.print(f"{PREFIX} run 1's compile artifacts shipped with the standard: {escape(str(result.compile_cache))} "
+                  "(verify loads those made by its own torch, CUDA and device; bits are checked either way)")
     if result.stale_trace_removed is not None:
         out.print(f"{PREFIX} removed {escape(str(result.stale_trace_removed))}: the replaced standard's "
                   "trace (record with --trace to keep one)")

@@ -12,8 +12,10 @@ from detaudit.render.seed_repeats import check_json, check_lines
 from detaudit.trace.compare import (
     Collision,
     DrawDifference,
+    LibraryDifferences,
     ModuleDifference,
     OpDifference,
+    PackageChange,
     ProcessComparison,
     RunsTraceReport,
     TraceComparison,
@@ -106,6 +108,33 @@ def op_difference_line(o: OpDifference, labels: tuple[str, str], *, named: bool 
     return f"{head}, {words}"
 
 
+def package_words(c: PackageChange, labels: tuple[str, str]) -> str:
+    return f"{c.name} {c.a or 'absent'} ({labels[0]}) vs {c.b or 'absent'} ({labels[1]})"
+
+
+MAX_PACKAGES_NAMED = 8
+
+
+def environment_line(changes: list[PackageChange], labels: tuple[str, str]) -> str:
+    """The package versions that differ: those the traces ran code of, by name; the rest counted."""
+    used = [c for c in changes if c.used]
+    named = (used or changes)[:MAX_PACKAGES_NAMED]
+    rest = len(changes) - len(named)
+    text = f"environment: {len(changes)} package version(s) differ: " + "; ".join(package_words(c, labels)
+                                                                                for c in named)
+    if rest:
+        text += f"; {rest} more installed" + (" (no call site in them)" if used else "") + " (--json lists them)"
+    return text
+
+
+def library_line(group: LibraryDifferences, labels: tuple[str, str]) -> str:
+    """The ops that differ inside a library whose version differs: the first, and how many."""
+    first = group.ops[0]
+    more = f" (+{len(group.ops) - 1} more ops in it)" if len(group.ops) > 1 else ""
+    return (f"inside {package_words(group.package, labels)}, not the pipeline's own computation: "
+            + op_difference_line(first, labels) + more)
+
+
 def process_line(p: ProcessComparison, labels: tuple[str, str]) -> str:
     """One matched pair of processes: what differs first, or 'all agree'."""
     parts = []
@@ -122,12 +151,20 @@ def process_line(p: ProcessComparison, labels: tuple[str, str]) -> str:
         parts.append("all agree")
     if p.library_draw is not None:
         parts.append("draws inside library code differ: " + draw_difference_line(p.library_draw, labels, named=False))
+    if p.library_ops:
+        parts.append(f"{len(p.library_ops)} op(s) differ inside libraries whose version differs (not the pipeline's)")
     return f"{p.process} (pid {p.pids[0]} vs {p.pids[1]}): " + "; ".join(parts)
 
 
 def comparison_lines(cmp: TraceComparison) -> list[str]:
-    """The lines printed next to the metric root divergence."""
+    """The lines printed next to the metric root divergence: the environment first (package
+    versions that differ, the ops inside those libraries), then the pipeline's own computation."""
     lines = []
+    if cmp.packages:
+        lines.append(environment_line(cmp.packages, cmp.labels))
+    lines += [library_line(group, cmp.labels) for group in cmp.libraries]
+    if cmp.libraries and (cmp.draw is not None or cmp.module is not None or cmp.op is not None):
+        lines.append("the first difference in the pipeline's own computation:")
     if cmp.draw is not None:
         more = f" (+{cmp.draw_differences - 1} more processes differ)" if cmp.draw_differences > 1 else ""
         lines.append("first differing draw: " + draw_difference_line(cmp.draw, cmp.labels) + more)
@@ -148,7 +185,8 @@ def comparison_lines(cmp: TraceComparison) -> list[str]:
         lines.append(f"trace incomplete: {text}")
     if cmp.identical:
         lines.insert(0, f"traces identical ({cmp.labels[0]} vs {cmp.labels[1]}): every process wrote a complete ledger "
-                        "and every recorded draw, module call, op and arrival order of the recipe matches")
+                        "and every recorded draw, module call, op and arrival order of the recipe matches"
+                     + (" (ops inside libraries whose version differs aside)" if cmp.libraries else ""))
     elif len(cmp.processes) > 1:
         lines.append(f"per process ({cmp.labels[0]} vs {cmp.labels[1]}):")
         lines += ["  " + process_line(p, cmp.labels) for p in cmp.processes]
@@ -192,6 +230,10 @@ def comparison_json(cmp: TraceComparison) -> dict[str, Any]:
             "first_op": _op_json(cmp.op, cmp.labels) if cmp.op is not None else None,
             "library_draw": _draw_json(cmp.library_draw, cmp.labels) if cmp.library_draw is not None else None,
             "first_arrival": arrival_json(cmp.arrival, cmp.labels) if cmp.arrival is not None else None,
+            "package_changes": [{"package": c.name, "a": c.a, "b": c.b, "used": c.used} for c in cmp.packages],
+            "library_differences": [{"package": g.package.name, "a": g.package.a, "b": g.package.b,
+                                     "ops": [_op_json(o, cmp.labels) for o in g.ops],
+                                     "summary": library_line(g, cmp.labels)} for g in cmp.libraries],
             "processes_with_draw_differences": cmp.draw_differences,
             "processes_with_arrival_differences": cmp.arrival_differences,
             "processes_with_module_differences": cmp.module_differences,
@@ -269,6 +311,7 @@ def trace_json(run: RunTrace, uses: list[UnseededUse], collisions: list[Collisio
         "collisions": [{"process": c.label, "generator": c.generator, "pids": c.pids, "draws": c.draws,
                         "first": c.first.to_json(), "summary": collision_line(c)} for c in collisions],
         "incomplete": run.problems,
+        "ended_by_parent": run.ended_by_parent,
     }
     if comparison is not None:
         doc["comparison"] = comparison_json(comparison)
@@ -293,6 +336,10 @@ def print_summary(console: Any, run: RunTrace, uses: list[UnseededUse], collisio
     silent = _silent_count(run)
     if silent:
         console.print(f"({silent} more traced process(es) recorded nothing)")
+    ended = run.ended_by_parent
+    if ended:
+        console.print(f"({len(ended)} traced process(es) were ended by their parent before closing their ledgers, "
+                      "which hold every record they made; --json lists them)")
     lines = unseeded_lines(uses)
     if lines:
         console.print("[yellow]draws from generators their process never seeded:[/yellow]")

@@ -33,6 +33,7 @@ def verify_document(result: VerifyResult, card: str | None) -> dict[str, Any]:
         "bit_packages": list(result.bit_packages), "runner_unchecked": result.runner_unchecked,
         "trace": runs_trace_json(result.trace) if result.trace is not None else None,
         "standard_trace": str(result.standard_trace) if result.standard_trace else None,
+        "compile_cache": str(result.compile_cache) if result.compile_cache else None,
         "runs": runs_document([result.run]) if result.run is not None else [],
         "metrics": str(result.metrics_path) if result.metrics_path else None,
         "workdir": str(result.workdir) if result.workdir else None, "workdir_removed": result.workdir_removed,

@@ -7,7 +7,9 @@ Hooked: ``os.fork`` (``multiprocessing``'s fork start, ``os.spawn*``), ``subproc
 ``multiprocessing``'s spawn and forkserver starts (``multiprocessing.util.spawnv_passfds``) and
 ``os.execv`` / ``execve`` (every ``os.exec*`` ends there): the ledger ends before the process
 image is replaced. ``os._exit`` first writes the ledger's end (``multiprocessing`` children and
-DataLoader workers leave through it, past ``atexit``). Not seen: a child started by C code
+DataLoader workers leave through it, past ``atexit``). ``os.kill`` records the signal and its
+target (``Process.terminate``, ``Popen.kill``: a pool ending its workers), and a signal that
+ends this very process at once (a watchdog's SIGKILL to itself) first writes the ledger's end. Not seen: a child started by C code
 (``os.system``'s shell, a C extension's fork).
 """
 
@@ -108,7 +110,20 @@ def install(rec: Recorder, finder: PostImportFinder) -> None:
                 original(*args, **kwargs)
         return traced_exit
 
+    def kill(original: Callable[..., Any]) -> Callable[..., Any]:
+        def traced_kill(pid: int, signum: int) -> Any:
+            if not signum:  # signal 0 only asks whether the process exists (Ray polls its daemons so)
+                return original(pid, signum)
+            try:
+                to_self = pid in (0, os.getpid())
+                rec.signal(os.getpid() if pid == 0 else pid, signum, to_self and _ends_process(signum))
+            except Exception:  # noqa: BLE001 - the signal is sent whatever the tracer could write
+                pass
+            return original(pid, signum)
+        return traced_kill
+
     _replace(os, "fork", fork)
+    _replace(os, "kill", kill)
     for name in ("posix_spawn", "posix_spawnp"):
         _replace(os, name, functools.partial(posix_spawn, via=f"os.{name}"))
     for name in ("execv", "execve"):
@@ -116,6 +131,29 @@ def install(rec: Recorder, finder: PostImportFinder) -> None:
     _replace(os, "_exit", exit_now)
     finder.when_imported("subprocess", lambda module: _install_subprocess(rec, module))
     finder.when_imported("multiprocessing.util", lambda module: _install_multiprocessing(rec, module))
+
+
+def _ends_process(signum: int) -> bool:
+    """Whether ``signum`` sent to this process ends it at once: SIGKILL, or a
+    terminating signal left to its default action (a Python handler runs, and flushes, itself)."""
+    import signal
+
+    if signum == signal.SIGKILL:
+        return True
+    try:
+        return signum in _TERMINATING and signal.getsignal(signum) == signal.SIG_DFL
+    except (ValueError, TypeError):
+        return False
+
+
+def _terminating() -> frozenset[int]:
+    import signal
+
+    names = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGABRT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGINT")
+    return frozenset(int(getattr(signal, n)) for n in names if hasattr(signal, n))
+
+
+_TERMINATING = _terminating()
 
 
 def _install_subprocess(rec: Recorder, subprocess: Any) -> None:

@@ -14,6 +14,12 @@ Each generator's draws are compared as a stream of their own (one more draw from
 is never "the first differing draw" and does not by itself make traces differ. What it does to
 a generator the recipe draws from shows in the recipe's own draws.
 
+Environment apart from computation (two machines): when both runs know their package
+versions, the versions that differ come first; a torch op that differs inside a library whose
+version differs (transformers' own start-up, say) is grouped under that library and never
+decides; the first differing module call, and the first differing op elsewhere, are the
+pipeline's own computation and decide whether the traces are identical.
+
 Fail closed: traces are identical only when every process of both runs wrote a complete
 ledger, in the same mode, for the same card, keeping as many records per site; otherwise the
 comparison is incomplete, naming the process and why.
@@ -21,6 +27,7 @@ comparison is incomplete, naming the process and why.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -128,8 +135,9 @@ class ProcessComparison:
     draw: DrawDifference | None = None          # the recipe's own draws
     library_draw: DrawDifference | None = None  # draws inside library internals
     module: ModuleDifference | None = None
-    op: OpDifference | None = None
+    op: OpDifference | None = None               # the first in the pipeline's own computation
     arrival: ArrivalDifference | None = None  # results gathered in completion order (arrival_order.py)
+    library_ops: list[OpDifference] = field(default_factory=list)  # inside libraries whose version differs
 
     @property
     def agree(self) -> bool:
@@ -137,14 +145,35 @@ class ProcessComparison:
 
 
 @dataclass
+class PackageChange:
+    """A distribution installed in a different version (or only) in one of the two environments."""
+
+    name: str
+    a: str | None
+    b: str | None
+    used: bool = False  # a call site of either trace lies in it
+
+
+@dataclass
+class LibraryDifferences:
+    """The ops that differ inside one library whose version differs: the environment's doing,
+    grouped under it, never the first difference of the pipeline's computation."""
+
+    package: PackageChange
+    ops: list[OpDifference] = field(default_factory=list)  # in the order they happened
+
+
+@dataclass
 class TraceComparison:
     labels: tuple[str, str]
     draw: DrawDifference | None = None
     module: ModuleDifference | None = None
-    op: OpDifference | None = None
+    op: OpDifference | None = None  # the first differing op of the pipeline's own computation
     library_draw: DrawDifference | None = None
     arrival: ArrivalDifference | None = None
     arrival_differences: int = 0
+    packages: list[PackageChange] = field(default_factory=list)  # versions that differ (both runs' known)
+    libraries: list[LibraryDifferences] = field(default_factory=list)
     draw_differences: int = 0     # matched process pairs whose draws differ
     module_differences: int = 0
     op_differences: int = 0
@@ -313,11 +342,58 @@ def first_module_difference(a: ProcessTrace, b: ProcessTrace) -> ModuleDifferenc
     return min(found, key=lambda d: d.rank, default=None)
 
 
+def op_differences(a: ProcessTrace, b: ProcessTrace) -> list[OpDifference]:
+    """Every kept op call that differs, and one per op whose chain of later calls differs."""
+    return _calls_differ(OpDifference, a.display, a.ops, b.ops, lambda o: o.key, a.op_chains, b.op_chains,
+                         lambda o: (o.name, o.at), lambda key: OpCall(0, key[0], key[1], "?", 0, "", ""))
+
+
 def first_op_difference(a: ProcessTrace, b: ProcessTrace) -> OpDifference | None:
     """As ``first_module_difference``, for the torch ops called outside any module."""
-    found = _calls_differ(OpDifference, a.display, a.ops, b.ops, lambda o: o.key, a.op_chains, b.op_chains,
-                          lambda o: (o.name, o.at), lambda key: OpCall(0, key[0], key[1], "?", 0, "", ""))
-    return min(found, key=lambda d: d.rank, default=None)
+    return min(op_differences(a, b), key=lambda d: d.rank, default=None)
+
+
+# Top-level modules whose distribution is named otherwise (the rest match by name).
+MODULE_DISTRIBUTIONS = {"PIL": "pillow", "sklearn": "scikit-learn", "yaml": "pyyaml", "cv2": "opencv-python",
+                        "attr": "attrs", "google": "protobuf", "skimage": "scikit-image", "dateutil": "python-dateutil"}
+
+
+def normalized(name: str) -> str:
+    """A distribution name as package indexes compare them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def site_package(site: str) -> str:
+    """The distribution a call site (``transformers/modeling_utils.py:248 fn``) lies in, by its
+    top-level module (normalised; ``""`` for a site outside any)."""
+    path = site.split(":", 1)[0]
+    top = path.split("/", 1)[0].removesuffix(".py")
+    if not top or top.startswith("<") or top == "?":
+        return ""
+    return normalized(MODULE_DISTRIBUTIONS.get(top, top))
+
+
+def package_changes(a: dict[str, str] | None, b: dict[str, str] | None, used: set[str]) -> list[PackageChange]:
+    """The distributions whose versions differ between two environments (none when either is unknown),
+    those whose code the traces ran first."""
+    if a is None or b is None:
+        return []
+    left = {normalized(k): v for k, v in a.items()}
+    right = {normalized(k): v for k, v in b.items()}
+    changes = [PackageChange(name, left.get(name), right.get(name), name in used)
+               for name in sorted(set(left) | set(right)) if left.get(name) != right.get(name)]
+    return sorted(changes, key=lambda c: (not c.used, c.name))
+
+
+def _sites(run: RunTrace) -> set[str]:
+    """The distributions whose code any call site of a run lies in."""
+    out: set[str] = set()
+    for p in run.processes:
+        out.update(site_package(d.site) for d in p.draws if d.library)
+        out.update(site_package(o.at) for o in p.ops)
+        out.update(site_package(at) for _, at in p.op_chains)
+    out.discard("")
+    return out
 
 
 def compare_traces(a: RunTrace, b: RunTrace, labels: tuple[str, str] = ("run 1", "run 2")) -> TraceComparison:
@@ -332,13 +408,27 @@ def compare_traces(a: RunTrace, b: RunTrace, labels: tuple[str, str] = ("run 1",
     if a.keep is not None and b.keep is not None and a.keep != b.keep:
         incomplete.append(f"{labels[0]} kept {a.keep} records per call site, {labels[1]} {b.keep}: set "
                           "DETAUDIT_TRACE_KEEP alike")
-    result = TraceComparison(labels, unmatched=unmatched, incomplete=incomplete)
+    result = TraceComparison(labels, unmatched=unmatched, incomplete=incomplete,
+                             packages=package_changes(a.packages, b.packages, _sites(a) | _sites(b)))
+    changed = {c.name: c for c in result.packages}
+    grouped: dict[str, LibraryDifferences] = {}
     for x, y in pairs:
         pc = ProcessComparison(x.display, (x.pid, y.pid), first_draw_difference(x, y),
                                first_draw_difference(x, y, library=True), arrival=first_arrival_difference(x, y))
         if same_mode:
-            pc.module, pc.op = first_module_difference(x, y), first_op_difference(x, y)
+            pc.module = first_module_difference(x, y)
+            ops = op_differences(x, y)
+            # An op inside a library whose version differs is that version's doing; its effect on
+            # the pipeline's computation shows in the modules and ops its tensors reach.
+            pc.library_ops = [o for o in ops if site_package(o.call.at) in changed]
+            pc.op = min((o for o in ops if o not in pc.library_ops), key=lambda d: d.rank, default=None)
+            for o in pc.library_ops:
+                package = changed[site_package(o.call.at)]
+                grouped.setdefault(package.name, LibraryDifferences(package)).ops.append(o)
         result.processes.append(pc)
+    for group in grouped.values():
+        group.ops.sort(key=lambda o: o.call.t)
+    result.libraries = sorted(grouped.values(), key=lambda g: g.ops[0].call.t)
     draws = [p.draw for p in result.processes if p.draw is not None]
     modules = [p.module for p in result.processes if p.module is not None]
     ops = [p.op for p in result.processes if p.op is not None]
@@ -417,17 +507,20 @@ class RunsTraceReport:
 
 
 def audit_runs(trace_dirs: list[Path], reference: RunTrace | None = None,
-               reference_labels: tuple[str, str] = ("reference", "this run")) -> RunsTraceReport:
+               reference_labels: tuple[str, str] = ("reference", "this run"),
+               packages: dict[str, str] | None = None) -> RunsTraceReport:
     """Unseeded draws and collisions of the first run; with more runs, the first comparison
     (run 1 vs run k) whose traces differ, else the last one (identical). With ``reference``
-    (e.g. the trace a standard carries): that trace against the first run instead. Without
-    either, the first run's own trace problems (``incomplete``)."""
+    (e.g. the trace a standard carries): that trace against the first run instead, whose
+    environment's package versions are ``packages``. Without either, the first run's own trace
+    problems (``incomplete``)."""
     missing = [f"run {i + 1}: no trace at {d}" for i, d in enumerate(trace_dirs) if not Path(d).is_dir()]
     present = [(i, Path(d)) for i, d in enumerate(trace_dirs) if Path(d).is_dir()]
     if not present:
         return RunsTraceReport(None, [], [], missing, first_complete=False)
     first_index, first_dir = present[0]
     first = read_trace(first_dir)
+    first.packages = packages  # this run's environment (the reference's comes with it)
     complete = not first.problems and first_index == 0
     if reference is not None:
         return RunsTraceReport(compare_traces(reference, first, labels=reference_labels),

@@ -8,8 +8,12 @@ ledger, a line, ``meta.json``), and only regular files are read at all.
 A run's trace is complete when every process the run started wrote a whole ledger: one that
 starts with a ``start`` record and ends with an ``end`` record, in the same mode and for the
 same card as the others, and every Python process a traced process started (its ``spawn``
-records) left a ledger of its own (or a ``skip`` record: one of Ray's own daemons). Anything
-else is a ``problem``, naming the process and why.
+records) left a ledger of its own (or a ``skip`` record: one of Ray's own daemons). A ledger
+written through (every record on disk before its call returned, chain tails in its ``.tail``
+file) without an end is complete too when its process was ended by its parent: a traced
+process sent it a signal (a compile-worker pool terminating its workers), or it was still
+running when the main process exited (the main ledger lists those) and the run's clean-up
+ended it. Anything else is a ``problem``, naming the process and why.
 """
 
 from __future__ import annotations
@@ -155,6 +159,14 @@ class ProcessTrace:
     argv: list[str] = field(default_factory=list)
     ended: bool = False         # the last record is an ``end``
     skipped: str | None = None  # not traced on purpose (a Ray daemon): why
+    ppid: int = 0
+    through: bool = False       # written through: every record on disk before its call returned
+    signals: list[tuple[int, int]] = field(default_factory=list)  # (target pid, signal) this process sent
+    left: list[int] = field(default_factory=list)  # the main process: pids still running when it exited
+    tail: str | None = None     # the file of its chains' latest counts (``recorder._write_tail``)
+    tail_slot: int = 0
+    ended_by: str | None = None  # no end, but ended by its parent (set by ``read_trace``): how
+    records: int = 0            # lines read
 
     @property
     def group(self) -> tuple[str, str, str]:
@@ -183,9 +195,13 @@ class ProcessTrace:
         out = []
         if not self.started:
             out.append("its ledger has no start record (written by an older detaudit?)")
-        if not self.ended:
-            out.append("its ledger has no end: the process was killed, or left before the tracer could write "
-                       "its last records, so its later draws are unknown")
+        if not self.ended and self.ended_by is None:
+            if self.through:
+                out.append("its ledger has no end: the process was killed by something the tracer did not see "
+                           "(every record it made up to then is in its ledger)")
+            else:
+                out.append("its ledger has no end: the process was killed, or left before the tracer could write "
+                           "its last records, so its later draws are unknown")
         return out
 
     def generator_draws(self, gen: str) -> list[Draw]:
@@ -201,11 +217,72 @@ class RunTrace:
     card: str | None = None      # the card the ledgers say (a saved trace: its meta.json)
     mode: str | None = None      # the one mode of every ledger (None: none, or several)
     keep: int | None = None
+    packages: dict[str, str] | None = None  # distribution -> version of the run's environment, when known
 
     @property
     def problems(self) -> list[str]:
         """Why this run's trace is incomplete, one line per cause, each naming the process."""
         return self.errors + completeness_problems(self)
+
+    @property
+    def ended_by_parent(self) -> list[str]:
+        """Processes that left no ``end`` but were ended by their parent, one line each (not a
+        problem: their ledgers were written through)."""
+        return [f"pid {p.pid} {p.display}: {p.ended_by}" for p in self.processes if not p.ended and p.ended_by]
+
+
+def _ending_signals() -> frozenset[int]:
+    import signal
+
+    names = ("SIGTERM", "SIGKILL", "SIGINT", "SIGHUP", "SIGQUIT", "SIGABRT", "SIGUSR1", "SIGUSR2", "SIGALRM")
+    return frozenset(int(getattr(signal, n)) for n in names if hasattr(signal, n))
+
+
+_ENDING = _ending_signals()  # signals whose default action ends a process (0, SIGCHLD, SIGCONT... do not)
+
+
+def _signal_name(signum: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def explain_ends(processes: list[ProcessTrace]) -> None:
+    """Set ``ended_by`` of each written-through ledger without an end whose process was ended
+    by its parent: a traced process sent it a signal (a pool terminating its workers), or it was
+    still running when an ancestor closed its ledger (a Ray actor's compile-worker pool, which Ray
+    ends with the actor) or when the main process exited (the run's clean-up, its group kill,
+    ends what is left). Its ledger holds every record it made, so nothing of it is unknown; one
+    that holds nothing but its start (an idle Ray worker the raylet ended) recorded nothing. Any
+    other end (a crash, a kill the tracer did not see, after it recorded something) stays a problem."""
+    senders: dict[int, tuple[ProcessTrace, int]] = {}
+    left: dict[int, ProcessTrace] = {}
+    for p in processes:
+        for target, signum in p.signals:
+            if target != p.pid and signum in _ENDING:
+                senders.setdefault(target, (p, signum))
+        for pid in p.left:
+            if pid not in left or left[pid].kind == "main":  # the nearest ancestor says it best
+                left[pid] = p
+    for p in processes:
+        if p.ended or not p.through or not p.started:
+            continue
+        if p.pid in senders:
+            sender, signum = senders[p.pid]
+            who = "its parent" if sender.pid == p.ppid else sender.display
+            p.ended_by = f"ended by {who} (pid {sender.pid}, {_signal_name(signum)}); every record it made is in its ledger"
+        elif p.records == 1:
+            p.ended_by = ("ended before it recorded anything (an idle worker its pool or Ray ended at shutdown): "
+                          "nothing of it is unknown")
+        elif p.pid in left:
+            closer = left[p.pid]
+            who = "the main process" if closer.kind == "main" else closer.display
+            by = "the run's clean-up" if closer.kind == "main" else "its parent's end (Ray ends an actor's children)"
+            p.ended_by = (f"still running when {who} (pid {closer.pid}) ended, ended by {by}; every record it made "
+                          "is in its ledger")
 
 
 def completeness_problems(run: RunTrace) -> list[str]:
@@ -256,9 +333,11 @@ def completeness_problems(run: RunTrace) -> list[str]:
 
 _INT, _STR, _BOOL, _NUM, _STRS = "a whole number", "a string", "true or false", "a number", "a list of strings"
 _GROUPS = "a list of lists of strings or whole numbers"
+_INTS = "a list of whole numbers"
 _OPT = "?"  # suffix: may be absent or null
 RECORDS: dict[str, dict[str, str]] = {
-    "start": {"pid": _INT, "ppid": _INT, "mode": _STR, "card": _STR + _OPT, "keep": _INT, "argv": _STRS},
+    "start": {"pid": _INT, "ppid": _INT, "mode": _STR, "card": _STR + _OPT, "keep": _INT, "argv": _STRS,
+              "through": _BOOL + _OPT, "t": _NUM + _OPT},
     "process": {"pid": _INT, "kind": _STR, "label": _STR, "argv0": _STR + _OPT, "actor_name": _STR + _OPT,
                 "actor_class": _STR + _OPT, "task": _STR + _OPT, "named": _BOOL + _OPT},
     "seed": {"gen": _STR, "site": _STR, "how": _STR, "seq": _INT, "library": _BOOL, "entropy": _BOOL + _OPT},
@@ -273,12 +352,15 @@ RECORDS: dict[str, dict[str, str]] = {
     "spawn": {"seq": _INT, "child": _INT, "argv": _STRS, "via": _STR, "python": _BOOL},
     "exec": {"seq": _INT, "argv": _STRS, "python": _BOOL},
     "exec_failed": {"seq": _INT},
-    "end": {"pid": _INT, "seq": _INT},
+    "end": {"pid": _INT, "seq": _INT, "t": _NUM + _OPT},
     "arrival": {"seq": _INT, "api": _STR, "site": _STR, "n": _INT, "order": _GROUPS, "caller": _STR, "items": _INT,
                 "complete": _BOOL, "stable": _BOOL, "t": _NUM + _OPT},
     "seed_value": {"seq": _INT, "api": _STR, "site": _STR, "value": _STR, "t": _NUM + _OPT},
     "seed_group": {"seq": _INT, "api": _STR, "site": _STR, "step": _STR, "call": _INT, "seeds": _INT, "distinct": _INT,
                    "repeated": _GROUPS, "repeated_values": _INT, "overflow": _BOOL, "t": _NUM + _OPT},
+    "signal": {"seq": _INT, "target": _INT, "signal": _INT},
+    "left": {"pids": _INTS},
+    "tail": {"file": _STR, "slot": _INT},
     "skip": {"pid": _INT, "why": _STR, "argv": _STRS},
 }
 CHAIN_KEYS = {"draw": ("gen", "op", "site"), "module": ("name",), "op": ("name", "at"), "arrival": ("site",),
@@ -296,6 +378,8 @@ def _check(value: Any, kind: str) -> bool:
         return type(value) in (int, float) and math.isfinite(value)
     if kind == _GROUPS:
         return type(value) is list and all(type(g) is list and all(type(v) in (str, int) for v in g) for g in value)
+    if kind == _INTS:
+        return type(value) is list and all(type(v) is int for v in value)
     return type(value) is list and all(type(v) is str for v in value)
 
 
@@ -367,6 +451,7 @@ def read_process(path: Path) -> ProcessTrace:
             try:
                 rec = checked_record(json.loads(raw.decode("utf-8")))
                 last = _apply(proc, rec, number)
+                proc.records += 1
                 if rec["type"] == "process":
                     # A Ray worker that became an actor keeps the actor identity.
                     if identity is None or identity.get("kind") != "Ray actor" or rec.get("kind") == "Ray actor":
@@ -374,12 +459,33 @@ def read_process(path: Path) -> ProcessTrace:
             except (ValueError, KeyError, TypeError, RecursionError) as exc:
                 raise InputError(path, f"not a detaudit trace line: {exc}", number) from None
     proc.ended = last == "end"
+    if proc.tail is not None:
+        _read_tail(proc, path.parent / proc.tail)
     if identity is not None:
         proc.pid = identity["pid"]
         proc.kind = identity["kind"]
         proc.label = identity["label"]
         proc.actor_name = identity.get("actor_name") or ""
     return proc
+
+
+def _read_tail(proc: ProcessTrace, path: Path) -> None:
+    """The chains' latest counts and hashes from a ledger's tail file (fixed slots, each one chain
+    record): checkpoints beyond the ledger's own lines. A slot never written is blank."""
+    regular_file(path, "a detaudit trace's tail file", MAX_LEDGER_BYTES)
+    data = path.read_bytes()
+    for index in range(0, len(data), proc.tail_slot):
+        raw = data[index:index + proc.tail_slot].strip(b" \n\x00")
+        if not raw:
+            continue
+        try:
+            rec = checked_record(json.loads(raw.decode("utf-8")))
+            if rec["type"] != "chain":
+                raise ValueError(f"a {rec['type']} record")
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            raise InputError(path, f"not a detaudit tail slot (slot {index // proc.tail_slot}): {exc}") from None
+        rec.pop("final", None)  # a tail is a checkpoint, never the count at exit
+        _apply(proc, rec, 0)
 
 
 def _apply(proc: ProcessTrace, rec: dict[str, Any], number: int) -> str:
@@ -390,6 +496,7 @@ def _apply(proc: ProcessTrace, rec: dict[str, Any], number: int) -> str:
             raise ValueError("a start record after the first line")
         proc.pid, proc.mode, proc.card, proc.keep, proc.argv = rec["pid"], rec["mode"], rec.get("card"), rec["keep"], \
             rec["argv"]
+        proc.ppid, proc.through = rec["ppid"], bool(rec.get("through"))
     elif kind == "skip":
         if number != 1:
             raise ValueError("a skip record after the first line")
@@ -429,6 +536,15 @@ def _apply(proc: ProcessTrace, rec: dict[str, Any], number: int) -> str:
         proc.spawns.append(Spawn(rec["child"], rec["argv"], rec["via"], rec["python"]))
     elif kind == "exec":
         proc.execs.append(Spawn(proc.pid, rec["argv"], "exec", rec["python"]))
+    elif kind == "signal":
+        proc.signals.append((rec["target"], rec["signal"]))
+    elif kind == "left":
+        proc.left = rec["pids"]
+    elif kind == "tail":
+        name = rec["file"]
+        if os.sep in name or name.startswith(".") or not name.endswith(".tail") or rec["slot"] <= 0:
+            raise ValueError(f"a tail record naming {name!r}"[:200])
+        proc.tail, proc.tail_slot = name, rec["slot"]
     elif kind == "exec_failed":
         if proc.execs:
             proc.execs.pop()
@@ -452,6 +568,7 @@ def read_trace(directory: str | Path, card: str | None = None) -> RunTrace:
         text = path.read_bytes()[:MAX_NOTE_BYTES].decode("utf-8", errors="replace").strip()
         errors.append(f"pid {path.name.split('.')[1]}: {text}")
     processes.sort(key=lambda p: (p.kind != "main", p.kind, p.label, p.actor_name, p.pid, p.path.name))
+    explain_ends(processes)
     modes = {p.mode for p in processes}
     keeps = {p.keep for p in processes}
     cards = {p.card for p in processes}

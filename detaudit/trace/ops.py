@@ -18,8 +18,9 @@ Where: ``at`` is the innermost frame outside torch (``diffusers/image_processor.
 denormalize``), ``site`` the first frame outside the libraries (the recipe's line), paths
 relative to their ``sys.path`` entry as for draws.
 
-Cost: every such op's tensors are copied to the CPU (from a GPU: a sync) and hashed, inputs
-and outputs; ``benchmarks/trace_bench.py`` prints it. ``DETAUDIT_TRACE_OPS=0`` leaves ops out.
+Cost: every such op's tensors are hashed, inputs and outputs (on a GPU: digested there, the
+digests copied to the host in batches; ``fingerprint.py``); ``benchmarks/trace_bench.py`` prints
+it. ``DETAUDIT_TRACE_OPS=0`` leaves ops out.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ def install(rec: Recorder, torch: Any) -> None:
     from torch.overrides import TorchFunctionMode
 
     fingerprint = fingerprinter(torch)
+    compiling = torch.compiler.is_compiling  # inside a graph torch.compile traces: not an op of this run
     Tensor = torch.Tensor
     torch_root = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
     tracer_root = os.path.dirname(os.path.realpath(__file__)) + os.sep
@@ -106,7 +108,7 @@ def install(rec: Recorder, torch: Any) -> None:
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             kwargs = kwargs or {}
             result = func(*args, **kwargs)
-            if module_depth() or rec.in_call() or not has_tensor(result, Tensor):
+            if module_depth() or rec.in_call() or compiling() or not has_tensor(result, Tensor):
                 return result
             name = names.get(func)
             if name is None:

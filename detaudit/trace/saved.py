@@ -25,9 +25,14 @@ SAVED_SCHEMA = "detaudit/trace/1"
 MAX_META_BYTES = 1 << 20
 
 
-def trace_meta(card: str, mode: str, command: list[str], **extra: Any) -> dict[str, Any]:
-    """The ``meta.json`` of a saved trace: what ran, in which mode, on which machine."""
-    return {"schema": SAVED_SCHEMA, "card": card, "mode": mode, "command": command, "machine": machine(), **extra}
+def trace_meta(card: str, mode: str, command: list[str], packages: dict[str, str] | None = None,
+               **extra: Any) -> dict[str, Any]:
+    """The ``meta.json`` of a saved trace: what ran, in which mode, on which machine, and (when
+    known) the environment's package versions."""
+    meta = {"schema": SAVED_SCHEMA, "card": card, "mode": mode, "command": command, "machine": machine(), **extra}
+    if packages:
+        meta["packages"] = dict(sorted(packages.items()))
+    return meta
 
 
 def standard_trace_dir(standard_path: Path) -> Path:
@@ -71,11 +76,33 @@ def read_saved(directory: str | Path) -> tuple[dict[str, Any], RunTrace]:
     if mode not in MODES:
         raise InputError(meta_path, f"not a saved trace ('mode' is not one of {', '.join(MODES)}: {mode!r})"[:300])
     run = read_trace(directory / "trace", card=card)
+    run.packages = _saved_packages(meta, directory, meta_path)
     if run.processes and run.mode is not None and run.mode != mode:
         run.errors.append(f"its meta.json says mode {mode}, its ledgers {run.mode}")
     if run.mode is None:
         run.mode = mode if not run.processes else None
     return meta, run
+
+
+def _saved_packages(meta: dict[str, Any], directory: Path, meta_path: Path) -> dict[str, str] | None:
+    """The package versions of a saved trace's environment: its meta's, else (a trace saved by
+    ``record --trace`` before meta.json carried them) those of the standard it was saved with."""
+    packages = meta.get("packages")
+    if packages is not None:
+        if not isinstance(packages, dict) or not all(type(k) is str and type(v) is str for k, v in packages.items()):
+            raise InputError(meta_path, "not a saved trace ('packages' is not a table of versions)")
+        return packages
+    standard = meta.get("standard")
+    if type(standard) is not str or "/" in standard or not standard.endswith(".json"):
+        return None
+    path = directory.parent / standard
+    try:
+        doc = json.loads(read_bounded_text(path, "a standard", 64 << 20))
+    except (InputError, ValueError, RecursionError):
+        return None
+    found = doc.get("runner", {}).get("packages") if isinstance(doc, dict) and isinstance(doc.get("runner"), dict) \
+        else None
+    return found if isinstance(found, dict) and all(type(v) is str for v in found.values()) else None
 
 
 def check_save_destination(destination: Path) -> None:

@@ -60,6 +60,24 @@ class PhaseClock:
         self._last = now
 
 
+def peak_memory(device: Any) -> dict[str, float]:
+    """This process's peak GPU memory so far (GiB): what its tensors held at most, and what the
+    caching allocator reserved at most (what other processes on the GPU could not have). Empty off
+    the GPU."""
+    if getattr(device, "type", "cpu") != "cuda":
+        return {}
+    import torch
+
+    return {"allocated": torch.cuda.max_memory_allocated(device) / 2**30,
+            "reserved": torch.cuda.max_memory_reserved(device) / 2**30}
+
+
+def memory_metrics(peaks: dict[str, dict[str, float]]) -> dict[str, float]:
+    """``perf/memory/<process>_peak_{allocated,reserved}_gib`` for the driver's perf line."""
+    return {f"perf/memory/{who}_peak_{kind}_gib": round(value, 3) for who, peak in peaks.items()
+            for kind, value in peak.items()}
+
+
 def startup_timeline(driver: dict[str, float], actor_marks: dict[str, dict[str, float]]) -> dict[str, float]:
     """``perf/startup/<process>/<mark>``: seconds from the driver's start to each start-up mark
     (the driver's and every actor's), for the first rollout's metrics line."""

@@ -14,7 +14,7 @@ from typing import Any
 from detaudit.env import determinism
 from recipes.diffusion_nft.config import JobConfig, parse_args
 from recipes.diffusion_nft.metrics_log import MetricsLog, metrics_paths
-from recipes.diffusion_nft.perf import startup_timeline
+from recipes.diffusion_nft.perf import memory_metrics, startup_timeline
 from recipes.diffusion_nft.placement import Actors, RaySession, start_actors, start_ray
 
 
@@ -102,6 +102,10 @@ def train(config: JobConfig, ray: Any, session: RaySession, metrics: MetricsLog,
                   "perf/sync_time": t0 + wall - t_sync}
         if compile_s is not None:
             phases["perf/engine_compile_time"] = compile_s
+        if placement.device == "cuda":  # each GPU process's peak memory so far
+            on_gpu = {who: a for who, a in named.items() if who != "manager"}
+            phases.update(memory_metrics(dict(zip(on_gpu, ray.get([a.peak_memory.remote() for a in on_gpu.values()]),
+                                                  strict=True))))
         metrics.write("perf/step", rollout, {"perf/rollout_wall_time": wall, **phases,
                                               "perf/time_since_start": time.perf_counter() - started})
         last = results[-1]

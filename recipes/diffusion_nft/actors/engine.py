@@ -8,13 +8,14 @@ from typing import Any
 
 import torch
 
+from detaudit.env import compile_cache
 from recipes.diffusion_nft.actors.common import DTYPES, setup_process
 from recipes.diffusion_nft.algorithms import Algorithm, SampleRequest
 from recipes.diffusion_nft.config import ALGORITHM_MODULES, JobConfig
 from recipes.diffusion_nft.flops import image_tokens, transformer_forward_flops
 from recipes.diffusion_nft.lora import add_lora, lora_parameters
 from recipes.diffusion_nft.models import build_pipeline, compile_blocks, max_sequence_length
-from recipes.diffusion_nft.perf import PhaseClock, StartupMarks
+from recipes.diffusion_nft.perf import PhaseClock, StartupMarks, peak_memory
 from recipes.diffusion_nft.sampling import denoise, initial_noise, sampler_sigmas
 
 
@@ -80,6 +81,7 @@ class RolloutEngine:
         if not config.compile.blocks or self.compiled:
             return 0.0
         started = time.perf_counter()
+        compile_cache.load(f"rollout_engine{self.rank}", self.device)  # a verify's shipped kernels, if they fit
         compile_blocks(self.pipe.transformer, config.determinism.enabled)
         self.compiled = True
         embeds, _, pooled, _ = self.pipe.encode_prompt(
@@ -94,7 +96,11 @@ class RolloutEngine:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()  # hand cached blocks back to the colocated trainer
+        compile_cache.save(f"rollout_engine{self.rank}", self.device)  # a record ships them with the standard
         return time.perf_counter() - started
+
+    def peak_memory(self) -> dict[str, float]:
+        return peak_memory(self.device)
 
     def weights_dtype(self) -> torch.dtype:
         """The dtype of this engine's LoRA parameters: what ``load_lora`` casts to."""

@@ -7,7 +7,7 @@ import torch
 from recipes.diffusion_nft.actors.common import setup_process
 from recipes.diffusion_nft.config import JobConfig
 from recipes.diffusion_nft.models import build_pickscore
-from recipes.diffusion_nft.perf import StartupMarks
+from recipes.diffusion_nft.perf import StartupMarks, peak_memory
 from recipes.diffusion_nft.reward import PickScore, jpeg_compressibility
 
 
@@ -27,6 +27,9 @@ class RewardActor:
 
     def ready(self) -> dict[str, float]:
         return self.startup.marks
+
+    def peak_memory(self) -> dict[str, float]:
+        return peak_memory(self.device)
 
     def reward(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
         return self.score(images, prompts)

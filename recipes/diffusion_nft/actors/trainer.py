@@ -10,13 +10,14 @@ from typing import Iterator
 
 import torch
 
+from detaudit.env import compile_cache
 from recipes.diffusion_nft.actors.common import DTYPES, setup_process
 from recipes.diffusion_nft.algorithms import PER_PROMPT, Algorithm, TrainStep
 from recipes.diffusion_nft.config import ALGORITHM_MODULES, JobConfig
 from recipes.diffusion_nft.flops import image_tokens, transformer_forward_flops
 from recipes.diffusion_nft.lora import adapters_disabled, add_lora, lora_parameters
 from recipes.diffusion_nft.models import build_transformer, compile_blocks
-from recipes.diffusion_nft.perf import StartupMarks
+from recipes.diffusion_nft.perf import StartupMarks, peak_memory
 
 
 class TrainActor:
@@ -107,6 +108,9 @@ class TrainActor:
     def ready(self) -> dict[str, float]:
         return self.startup.marks
 
+    def peak_memory(self) -> dict[str, float]:
+        return peak_memory(self.device)
+
     # -- the Policy an algorithm's train step uses ------------------------------------------
 
     def predict(self, x_t: torch.Tensor, embeds: torch.Tensor, pooled: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -147,6 +151,7 @@ class TrainActor:
         config = self.config
         algorithm: Algorithm = importlib.import_module(ALGORITHM_MODULES[config.job.algorithm])  # see algorithms/
         if config.compile.blocks and not self.compiled:
+            compile_cache.load(f"train{self.rank}", self.device)  # a verify's shipped kernels, if they fit
             compile_blocks(self.model, config.determinism.enabled)  # compiles at the first forward
             self.compiled = True
         n = batch["adv"].shape[0]
@@ -159,6 +164,8 @@ class TrainActor:
             results.append(self._optimizer_step(algorithm, algorithm.start_step(self, share, config, rollout, start)))
         if self.device.type == "cuda":
             torch.cuda.empty_cache()  # hand cached blocks back to the colocated rollout engine
+        if self.compiled:
+            compile_cache.save(f"train{self.rank}", self.device)  # written only when this call compiled more
         if self.world_size > 1:
             for metrics in results:
                 keys = sorted(k for k in metrics if not k.startswith("perf/"))
