@@ -16,14 +16,14 @@ protocol (``tests/fake_sglang_server.py``). The wire format is sglang 0.5.23's
 from __future__ import annotations
 
 import base64
-import io
 import json
 import pickle
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -110,14 +110,6 @@ def decode_tensors(obj: Any) -> Any:
     return obj
 
 
-def encode_tensor(t: torch.Tensor) -> dict[str, Any]:
-    """A tensor as sglang's rollout response carries it (the fake server's side of ``decode_tensors``)."""
-    from safetensors.torch import save
-
-    return {"__tensor__": True, "data": save({"t": t.detach().contiguous().cpu()}), "shape": list(t.shape),
-            "dtype": str(t.dtype)}
-
-
 class SGLangClient:
     """Calls to one sglang diffusion server at ``base_url`` (``http://127.0.0.1:PORT``)."""
 
@@ -197,18 +189,3 @@ def _message(payload: bytes) -> str:
     text = answer.get("detail") or answer.get("message") or payload[:300].decode("utf-8", "replace")
     return str(text).strip().splitlines()[0] if str(text).strip() else "(no message)"
 
-
-def restricted_unpickle(blob: bytes) -> Any:
-    """Unpickle a LoRA push allowing only what ``lora_push_request`` writes (tensors, tuples,
-    lists): what the fake server uses, as sglang's ``SafeUnpickler`` does."""
-    allowed = {("torch._utils", "_rebuild_tensor_v2"), ("torch.storage", "_load_from_bytes"),
-               ("collections", "OrderedDict"), ("torch", "FloatStorage"), ("torch", "HalfStorage"),
-               ("torch", "BFloat16Storage")}
-
-    class _Unpickler(pickle.Unpickler):
-        def find_class(self, module: str, name: str) -> Any:
-            if (module, name) not in allowed:
-                raise pickle.UnpicklingError(f"blocked global {module}.{name}")
-            return super().find_class(module, name)
-
-    return _Unpickler(io.BytesIO(blob)).load()

@@ -16,8 +16,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -48,6 +49,18 @@ def server_command(model_dir: Path, port: int, dtype: torch.dtype) -> list[str]:
             "--host", "127.0.0.1", "--port", str(port),
             "--num-gpus", "1", "--dit-precision", precision, "--vae-precision", precision,
             "--text-encoder-precisions", precision, precision, precision, "--warmup-mode", "off"]
+
+
+def sample_specs(config: JobConfig, vae_scale_factor: int, prompts: list[tuple[int, str]],
+                 rollout_seed: int) -> list[SampleSpec]:
+    """The request of each sample of ``prompts`` (``group_size`` per (index, prompt)), in the order
+    sampled: each with its own seed, the one the built-in engine draws its initial noise from."""
+    rollout = config.rollout
+    pixels = rollout.resolution * SGLANG_SD3_COMPRESSION // vae_scale_factor
+    sde = config.job.algorithm == "flow-grpo"
+    return [SampleSpec(prompt, seeds.initial_noise(rollout_seed, pidx, s), rollout.steps, pixels, sde,
+                       config.flow_grpo.noise_level)
+            for pidx, prompt in prompts for s in range(rollout.group_size)]
 
 
 def _die_with_parent() -> None:
@@ -129,21 +142,12 @@ class SGLangRolloutEngine:
         self.client.push_lora(state, model.lora_alpha, model.lora_rank)
         return len(state)
 
-    def sample_specs(self, prompts: list[tuple[int, str]], rollout_seed: int) -> list[tuple[int, int, SampleSpec]]:
-        """(prompt index, sample index, request) of each sample of ``prompts``, in the order sampled."""
-        config = self.config
-        pixels = config.rollout.resolution * SGLANG_SD3_COMPRESSION // self.vae_scale_factor
-        sde = config.job.algorithm == "flow-grpo"
-        return [(pidx, s, SampleSpec(prompt, seeds.initial_noise(rollout_seed, pidx, s), config.rollout.steps,
-                                     pixels, sde, config.flow_grpo.noise_level))
-                for pidx, prompt in prompts for s in range(config.rollout.group_size)]
-
     def generate(self, prompts: list[tuple[int, str]], rollout_seed: int) -> dict[str, Any]:
         """``group_size`` samples of each (index, prompt), as ``RolloutEngine.generate`` returns them."""
         config = self.config
         algorithm: Algorithm = importlib.import_module(ALGORITHM_MODULES[config.job.algorithm])  # see algorithms/
         clock = PhaseClock(self.device)
-        out = [self.client.generate(spec) for _, _, spec in self.sample_specs(prompts, rollout_seed)]
+        out = [self.client.generate(spec) for spec in sample_specs(config, self.vae_scale_factor, prompts, rollout_seed)]
         clock.lap("denoise_decode")
         latents = torch.stack([o["dit_trajectory"]["latents"].float() for o in out])  # [N, steps + 1, C, h, w]
         side = config.rollout.resolution // self.vae_scale_factor
