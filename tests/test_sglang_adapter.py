@@ -123,6 +123,19 @@ def test_compile_blocks_is_refused_with_the_sglang_engine(capsys):
     assert exc.value.code == 2 and "--compile-blocks" in capsys.readouterr().err
 
 
+def test_the_cpu_empty_cache_shim_is_applied_only_where_the_bug_is():
+    from recipes.diffusion_nft.sglang_server import SHIMS, apply_shims, has_cpu_empty_cache_bug
+
+    buggy = "if torch.get_device_module().is_available():\n    torch.get_device_module().empty_cache()\n"
+    assert has_cpu_empty_cache_bug(buggy, cpu_has_empty_cache=False)
+    assert not has_cpu_empty_cache_bug(buggy, cpu_has_empty_cache=True)  # a torch whose CPU module has it
+    assert not has_cpu_empty_cache_bug("current_platform.empty_cache()\n", cpu_has_empty_cache=False)  # sglang 0.5.23
+    assert not has_cpu_empty_cache_bug(None, cpu_has_empty_cache=False)  # no such module installed
+    present, _ = SHIMS["cpu_empty_cache"]
+    assert not present() and apply_shims() == []  # no sglang here: nothing to patch
+    assert not hasattr(torch.cpu, "empty_cache") or torch.cpu.empty_cache.__module__ == "torch.cpu"
+
+
 # --- against the fake server (slow: a server process, torch imported in it) ---------------------
 
 
@@ -175,7 +188,7 @@ def test_a_server_that_exits_before_it_is_healthy_fails_at_once(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["nft", "flow-grpo"])
 def test_the_engine_actor_hands_the_manager_what_the_builtin_engine_does(tmp_path, monkeypatch, algorithm):
-    from recipes.diffusion_nft.actors.sglang_engine import SGLangRolloutEngine
+    from recipes.diffusion_nft.actors.sglang_engine import SGLangRolloutEngine, sample_specs, to_uint8
 
     monkeypatch.setenv("DETAUDIT_WORKDIR", str(tmp_path))
     config = tiny_config("--algorithm", algorithm, "--steps", "3")
@@ -186,15 +199,20 @@ def test_the_engine_actor_hands_the_manager_what_the_builtin_engine_does(tmp_pat
         assert out["images"].shape == (n, 3, 32, 32) and out["images"].dtype == torch.uint8
         assert out["prompt_embeds"].shape[0] == 2 and out["pooled"].shape == (2, 64)
         assert out["prompts"] == ["a cat"] * group + ["a dog"] * group and out["sigmas"].shape == (4,)
+        specs = sample_specs(config, 2, [(0, "a cat"), (5, "a dog")], 3)
+        again = engine.client.generate(specs[-1])  # the last sample, asked for again: what the actor got
+        assert torch.equal(out["images"][-1], to_uint8(again["generated_output"]))
+        assert torch.equal(out["prompt_embeds"][1], again["denoising_env"]["pos_cond_kwargs"]["encoder_hidden_states"])
         if algorithm == "nft":
             assert out["x0"].shape == (n, 4, 16, 16) and "latents" not in out
+            assert torch.equal(out["x0"][-1], again["dit_trajectory"]["latents"][-1])  # the final latent
         else:
             assert out["latents"].shape == (n, 4, 4, 16, 16) and out["log_probs"].shape == (n, 3)
             first = torch.randn((4, 16, 16), generator=torch.Generator().manual_seed(seeds.initial_noise(3, 5, 1)))
             assert torch.equal(out["latents"][group + 1, 0], first)  # (prompt 5, sample 1)'s own noise
         log = fake_log(engine.client)
         assert [b["seed"] for b in log["generate"]] == \
-            [seeds.initial_noise(3, p, s) for p in (0, 5) for s in range(group)]
+            [seeds.initial_noise(3, p, s) for p in (0, 5) for s in range(group)] + [specs[-1].seed]
         state = lora_state()
         assert engine.load_lora(state) == len(state)
         with pytest.raises(ValueError, match="does not match"):
