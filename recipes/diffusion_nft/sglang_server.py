@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -96,7 +97,12 @@ def prepare_process() -> list[str]:
 
 
 def scheduler_process(spec: Any) -> None:
-    """A scheduler worker's entry point: the run's seeding, then sglang's own."""
+    """A scheduler worker's entry point: the run's seeding, then sglang's own.
+
+    A SIGTERM (the launcher's when the worker does not stop within its deadline) ends the worker
+    through Python's exit, not the signal's default: its exit handlers run, detaudit's tracer
+    among them, so the worker's trace is whole."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     prepare_process()
     from sglang.multimodal_gen.runtime.managers.worker_bootstrap import bootstrap_scheduler_process
 
@@ -120,6 +126,13 @@ def main(argv: list[str] | None = None) -> None:
     finally:  # as sglang's own ``python -m ...launch_server``
         kill_process_tree(os.getpid(), include_parent=False)
 
+
+if __name__ == "__mp_main__":
+    # A scheduler worker, spawned: multiprocessing re-imports the launcher's main module as
+    # __mp_main__ before it unpickles the worker's target, whose imports of sglang already draw from
+    # Python's global random (``detaudit trace`` showed one random.getrandbits there, unseeded).
+    # Seed here, before them; scheduler_process seeds again (the same state) before sglang's own code.
+    prepare_process()
 
 if __name__ == "__main__":
     main()
