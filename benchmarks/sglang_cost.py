@@ -38,7 +38,8 @@ def one_run(card_path: Path, workdir: Path) -> dict[str, float]:
     wall = time.perf_counter() - started
     state = plan.states[0]
     if not state.ok:
-        raise SystemExit(f"{card_path.name}: the run failed ({state.status}); log {state.spec.log_path}")
+        tail = "\n".join(state.spec.log_path.read_text(errors="replace").splitlines()[-30:])
+        raise SystemExit(f"{card_path.name}: the run failed ({state.status}); the end of its log:\n{tail}")
     lines = [json.loads(line) for line in state.spec.metrics_path.read_text().splitlines() if line.strip()]
     values = [line for line in lines if "perf/startup_time" in line]
     rollouts = [line["perf/rollout_time"] for line in lines if "perf/rollout_time" in line]

@@ -110,6 +110,10 @@ def scheduler_process(spec: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # uvicorn stops serving on SIGTERM, then raises the signal again under the handler it found: the
+    # default one would end this process before sglang's `finally` stops its scheduler workers, which
+    # their parent-death signal then kills (their traces cut short). Python's exit runs that `finally`.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     applied = prepare_process()
     if applied:
         print(f"[sglang_server] shims applied: {', '.join(applied)}", file=sys.stderr, flush=True)
