@@ -14,12 +14,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-
-from recipes.diffusion_nft import seeds  # noqa: E402
-from recipes.diffusion_nft.config import parse_args  # noqa: E402
-from recipes.diffusion_nft.sglang_client import (  # noqa: E402
+from recipes.diffusion_nft import seeds
+from recipes.diffusion_nft.config import parse_args
+from recipes.diffusion_nft.sglang_client import (
     EngineError,
     SampleSpec,
     SGLangClient,
