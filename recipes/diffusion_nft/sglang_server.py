@@ -18,7 +18,6 @@ present (``SHIMS``).
 from __future__ import annotations
 
 import importlib.util
-import os
 import signal
 import sys
 from collections.abc import Callable
@@ -120,15 +119,15 @@ def main(argv: list[str] | None = None) -> None:
     from sglang.multimodal_gen.runtime import launch_server
     from sglang.multimodal_gen.runtime.platforms.plugins import apply_plugin_hooks
     from sglang.multimodal_gen.runtime.server_args import prepare_server_args
-    from sglang.multimodal_gen.runtime.utils.process import kill_process_tree
 
     launch_server.bootstrap_scheduler_process = scheduler_process  # type: ignore[attr-defined]
     apply_plugin_hooks()
     server_args = prepare_server_args(sys.argv[1:] if argv is None else argv)
-    try:
-        launch_server.dispatch_launch(server_args)
-    finally:  # as sglang's own ``python -m ...launch_server``
-        kill_process_tree(os.getpid(), include_parent=False)
+    # No kill of the remaining process tree afterwards (sglang's own ``python -m ...launch_server``
+    # has one): sglang's launch has stopped its workers by then (asked, then terminated, then
+    # killed), and what is left, multiprocessing's resource tracker, ends when this process does; a
+    # SIGKILL could cut it off before its trace is written.
+    launch_server.dispatch_launch(server_args)
 
 
 if __name__ == "__mp_main__":
