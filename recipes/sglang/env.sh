@@ -7,7 +7,7 @@
 #   DETAUDIT_SGLANG_VENV=DIR ...     where (default: ${XDG_CACHE_HOME:-~/.cache}/detaudit/sglang-venv)
 #   PYTHON=python3.11 ...            the interpreter the venv is made from (3.11, as sglang's wheel)
 #
-# About 5.5 GB (torch's CUDA libraries are most of it); minutes from a local wheel cache, ~16 from
+# About 6.5 GB (torch's CUDA libraries are most of it); minutes from a local wheel cache, ~16 from
 # PyPI. pip's machine-wide constraints stay in force: where one caps torch below sglang's pin, lift
 # it for this command only (PIP_CONSTRAINT= recipes/sglang/env.sh), never globally.
 # recipes/sglang/python runs the venv's interpreter and refuses a missing or stale one.
