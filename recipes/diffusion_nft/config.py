@@ -82,6 +82,9 @@ class RolloutSettings:
     resolution: int = setting(32, "Image size in pixels.")
     sample_batch: int = setting(0, "Images sampled at once by an engine, and samples per no-grad forward (old "
                                 "policy, reference) in training (0: all at once).")
+    engine: str = setting("diffusers", "What samples: the recipe's diffusers loop in each engine actor, or an sglang "
+                          "diffusion server per engine actor (needs the sglang environment: recipes/sglang/env.sh).",
+                          choices=("diffusers", "sglang"))
 
 
 @dataclass(frozen=True)
@@ -431,6 +434,8 @@ def problems(config: JobConfig) -> list[str]:
         out.append("--timestep-fraction must be in (0, 1]")
     if grpo.noise_level <= 0 or grpo.clip_range <= 0:
         out.append("--noise-level and --clip-range must be positive")
+    if config.rollout.engine == "sglang" and config.compile.blocks:
+        out.append("--compile-blocks compiles the diffusers engine's blocks: not with --engine sglang")
     if (config.training.train_batch_size or 0) % config.placement.train_actors:
         out.append("--train-batch-size must be a multiple of --train-actors")
     return out

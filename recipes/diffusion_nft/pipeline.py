@@ -112,6 +112,8 @@ def train(config: JobConfig, ray: Any, session: RaySession, metrics: MetricsLog,
         log(f"rollout {rollout + 1}/{config.job.rollouts}: reward {rollout_metrics['rollout/reward/raw_mean']:.6f}, "
             f"loss {last['train/loss']:.6f}, grad_norm {_f(last['train/grad_norm'])}, {wall:.1f}s")
     ray.get([t.shutdown.remote() for t in actors.trainers])
+    if config.rollout.engine == "sglang":  # its servers end cleanly, every process's trace whole
+        ray.get([e.shutdown.remote() for e in actors.engines])
     log(f"done in {time.perf_counter() - started:.1f}s")
     return 0
 

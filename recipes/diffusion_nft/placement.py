@@ -131,7 +131,7 @@ def start_actors(config: JobConfig, session: RaySession) -> Actors:
     """
     import ray
 
-    from recipes.diffusion_nft.actors import engine, manager, reward, trainer
+    from recipes.diffusion_nft.actors import engine, manager, reward, sglang_engine, trainer
 
     shares = gpu_shares(config, session.gpus)
     place: dict[str, Any] = {}
@@ -142,6 +142,8 @@ def start_actors(config: JobConfig, session: RaySession) -> Actors:
         place = {"scheduling_strategy": NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)}
     # Spelled out per class (no helper) so that `detaudit scan-rng` sees every actor.
     Engine = ray.remote(num_cpus=0, num_gpus=shares["engine"], **place)(engine.RolloutEngine)
+    if config.rollout.engine == "sglang":
+        Engine = ray.remote(num_cpus=0, num_gpus=shares["engine"], **place)(sglang_engine.SGLangRolloutEngine)
     Reward = ray.remote(num_cpus=0, num_gpus=shares["reward"], **place)(reward.RewardActor)
     Train = ray.remote(num_cpus=0, num_gpus=shares["train"], **place)(trainer.TrainActor)
     manager_env = None
