@@ -38,13 +38,15 @@ def run_pytest(folder: Path, *args: str) -> subprocess.CompletedProcess:
                           cwd=folder, capture_output=True, text=True, timeout=900)
 
 
-def test_a_test_that_starts_ray_in_the_pytest_process_fails_the_session(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_a_test_that_starts_ray_in_the_pytest_process_fails_the_session(tmp_path: Path, workers: list[str]) -> None:
+    """Also under pytest-xdist (how the suite runs), where a worker's own exit status fails nothing."""
     shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "test_ray_here.py").write_text(IN_PROCESS)
-    clean = run_pytest(tmp_path, "-k", "subprocess")
+    clean = run_pytest(tmp_path, "-k", "subprocess", *workers)
     assert clean.returncode == 0, clean.stdout[-3000:] + clean.stderr[-3000:]
     assert "in-process Ray/gloo check" not in clean.stdout
-    dirty = run_pytest(tmp_path)
+    dirty = run_pytest(tmp_path, *workers)
     # 1 from the check (or a crash at exit, which is what the check is there to prevent)
     assert dirty.returncode != 0, dirty.stdout[-3000:] + dirty.stderr[-3000:]
     assert "2 passed" in dirty.stdout  # every test passed: only the session check fails
