@@ -161,12 +161,12 @@ def toy_card(tmp_path: Path) -> Path:
     return write_card(tmp_path / "toy.toml")
 
 
-def made_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]) -> Path:
+def made_once(request: pytest.FixtureRequest, name: str, make: Callable[[Path], None]) -> Path:
     """A folder that ``make(folder)`` fills once per pytest session, in whichever xdist worker asks
     first; a worker that asks meanwhile waits, then reads the same folder. Tests read it and copy
     what they change. When ``make`` failed, every later ask fails with its error (not a second try)."""
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    root = request.getfixturevalue("tmp_path_factory").getbasetemp()
+    if hasattr(request.config, "workerinput"):  # an xdist worker (not the environment: a nested pytest inherits it)
         root = root.parent  # the session's own folder, above each worker's
     folder, failed = root / f"once-{name}", root / f"once-{name}.failed"
     with open(root / f"once-{name}.lock", "w") as lock:
@@ -186,14 +186,14 @@ def made_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callabl
 
 
 @pytest.fixture(scope="session")
-def toy_standard(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def toy_standard(request: pytest.FixtureRequest) -> Path:
     """The toy card's standard, recorded once per session from 2 agreeing runs (read only: copy it)."""
     def record(folder: Path) -> None:
         card = write_card(folder / "toy.toml")
         result = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--workdir", str(folder / "runs"))
         assert result.code == 0, result.text
 
-    return standard_of(made_once(tmp_path_factory, "toy-standard", record) / "toy.toml")
+    return standard_of(made_once(request, "toy-standard", record) / "toy.toml")
 
 
 def given_toy_standard(card: Path, toy_standard: Path) -> None:
@@ -219,7 +219,7 @@ class Recording:
 
 
 @pytest.fixture(scope="session")
-def nft_traced_recording(tmp_path_factory: pytest.TempPathFactory) -> Recording:
+def nft_traced_recording(request: pytest.FixtureRequest) -> Recording:
     """`detaudit record recipes/sd3_pickscore_nft.toml --runs 3 --parallel 2 --trace`: the tiny NFT
     card's three traced runs, once for the session. tests/test_pipeline.py checks the recording
     itself; tests/test_cluster.py takes its run 1 as the local run the cluster's runs must equal."""
@@ -228,7 +228,7 @@ def nft_traced_recording(tmp_path_factory: pytest.TempPathFactory) -> Recording:
                          "--out", str(folder / "standard.json"), "--trace", "--workdir", str(folder / "runs"), cwd=REPO)
         (folder / "result.json").write_text(json.dumps(result.__dict__))
 
-    folder = made_once(tmp_path_factory, "nft-traced-recording", record)
+    folder = made_once(request, "nft-traced-recording", record)
     return Recording(Result(**json.loads((folder / "result.json").read_text())), folder / "standard.json",
                      folder / "runs")
 

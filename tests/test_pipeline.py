@@ -287,7 +287,7 @@ print(json.dumps({"code": code, "ray_up_when_torch_imported": seen.get("torch")}
 
 
 @pytest.fixture(scope="session")
-def two_rank_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Result, Path]:
+def two_rank_run(request: pytest.FixtureRequest) -> tuple[Result, Path]:
     """The tiny recipe on CPU with two FSDP train actors, one rollout and one update, its driver run
     by DRIVER_IMPORT_ORDER (the recipe's own `run`, watching torch's first import): one run, made once
     for the session, read by the two tests on either side. Returns what it printed, and its metrics."""
@@ -298,7 +298,7 @@ def two_rank_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Result, Path
                               cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
         (folder / "result.json").write_text(json.dumps(Result(proc.returncode, proc.stdout, proc.stderr).__dict__))
 
-    folder = made_once(tmp_path_factory, "two-rank-run", start)
+    folder = made_once(request, "two-rank-run", start)
     return Result(**json.loads((folder / "result.json").read_text())), folder / "m.jsonl"
 
 
