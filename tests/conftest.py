@@ -11,6 +11,7 @@ left them (or a torch.distributed group still initialised).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -20,10 +21,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -41,6 +42,7 @@ RAY = Path(sys.executable).parent / "ray"
 # Thread names (/proc/self/task/*/comm, 15 characters at most) that Ray's core worker leaves.
 RAY_THREAD_PREFIXES = ("grpc_global_tim", "gcs_client_io_s", "event_engine", "ray_")
 _LEFT_IN_PROCESS: list[str] = []
+_WORKER_KEY = "detaudit_left_in_process"  # an xdist worker's findings, in the workeroutput it sends back
 
 
 @dataclass
@@ -74,12 +76,16 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600,
 def write_card(path: Path, *, name: str = "toy", args: list[str] | None = None, extra: str = "",
                recipe: Path = TOY, timeout_s: int = 60) -> Path:
     """A card at ``path`` running ``{python} RECIPE ARGS`` on class cpu-test, its standards next to it."""
-    command = json.dumps(["{python}", str(recipe), *(args or [])])
-    path.write_text(
-        f'name = "{name}"\ncommand = {command}\ntimeout_s = {timeout_s}\nrunner = ["cpu", "test"]\n'
-        f'standards_dir = "{path.parent / "standards"}"\n{extra}'
-    )
+    path.write_text(card_text(path, name=name, args=args, extra=extra, recipe=recipe, timeout_s=timeout_s))
     return path
+
+
+def card_text(path: Path, *, name: str = "toy", args: list[str] | None = None, extra: str = "",
+              recipe: Path = TOY, timeout_s: int = 60) -> str:
+    """What ``write_card`` writes at ``path``."""
+    command = json.dumps(["{python}", str(recipe), *(args or [])])
+    return (f'name = "{name}"\ncommand = {command}\ntimeout_s = {timeout_s}\nrunner = ["cpu", "test"]\n'
+            f'standards_dir = "{path.parent / "standards"}"\n{extra}')
 
 
 def trace_card(folder: Path, *args: str, name: str = "tracetoy", file: str | None = None,
@@ -153,6 +159,78 @@ def write_jsonl(path: Path, lines: list[str]) -> Path:
 @pytest.fixture
 def toy_card(tmp_path: Path) -> Path:
     return write_card(tmp_path / "toy.toml")
+
+
+def made_once(request: pytest.FixtureRequest, name: str, make: Callable[[Path], None]) -> Path:
+    """A folder that ``make(folder)`` fills once per pytest session, in whichever xdist worker asks
+    first; a worker that asks meanwhile waits, then reads the same folder. Tests read it and copy
+    what they change. When ``make`` failed, every later ask fails with its error (not a second try)."""
+    root = request.getfixturevalue("tmp_path_factory").getbasetemp()
+    if hasattr(request.config, "workerinput"):  # an xdist worker (not the environment: a nested pytest inherits it)
+        root = root.parent  # the session's own folder, above each worker's
+    folder, failed = root / f"once-{name}", root / f"once-{name}.failed"
+    with open(root / f"once-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if failed.exists():
+            pytest.fail(f"{name}, made once for the session by an earlier test, failed there: {failed.read_text()}")
+        if not (folder / ".made").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            try:
+                make(folder)
+            except BaseException as exc:  # pytest's failures are BaseExceptions
+                failed.write_text(f"{type(exc).__name__}: {exc}"[-3000:])
+                raise
+            (folder / ".made").write_text("")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def toy_standard(request: pytest.FixtureRequest) -> Path:
+    """The toy card's standard, recorded once per session from 2 agreeing runs (read only: copy it)."""
+    def record(folder: Path) -> None:
+        card = write_card(folder / "toy.toml")
+        result = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--workdir", str(folder / "runs"))
+        assert result.code == 0, result.text
+
+    return standard_of(made_once(request, "toy-standard", record) / "toy.toml")
+
+
+def given_toy_standard(card: Path, toy_standard: Path) -> None:
+    """Leave what `detaudit record CARD --runs 2` leaves for the toy card ``card`` (``write_card``'s
+    defaults): its standard, a copy of the session's one recording ``toy_standard`` (the toy
+    recipe's series do not depend on where its card lies). Tests whose claim is about record itself
+    run it; a test that only needs a recorded standard to start from uses this."""
+    assert card.read_text() == card_text(card), f"{card}: not the default toy card; record it"
+    standard_of(card).parent.mkdir(exist_ok=True)
+    shutil.copy2(toy_standard, standard_of(card))
+
+
+NFT_CARD = REPO / "recipes" / "sd3_pickscore_nft.toml"
+
+
+@dataclass(frozen=True)
+class Recording:
+    """A `detaudit record` made once for the session (read only)."""
+
+    result: Result  # what the command returned and printed
+    standard: Path  # the standard it wrote (--out), if the runs agreed
+    workdir: Path  # its run dirs, run1 ... runN
+
+
+@pytest.fixture(scope="session")
+def nft_traced_recording(request: pytest.FixtureRequest) -> Recording:
+    """`detaudit record recipes/sd3_pickscore_nft.toml --runs 3 --parallel 2 --trace`: the tiny NFT
+    card's three traced runs, once for the session. tests/test_pipeline.py checks the recording
+    itself; tests/test_cluster.py takes its run 1 as the local run the cluster's runs must equal."""
+    def record(folder: Path) -> None:
+        result = run_cli("record", str(NFT_CARD), "--runs", "3", "--no-doctor", "--parallel", "2",
+                         "--out", str(folder / "standard.json"), "--trace", "--workdir", str(folder / "runs"), cwd=REPO)
+        (folder / "result.json").write_text(json.dumps(result.__dict__))
+
+    folder = made_once(request, "nft-traced-recording", record)
+    return Recording(Result(**json.loads((folder / "result.json").read_text())), folder / "standard.json",
+                     folder / "runs")
 
 
 def free_port() -> int:
@@ -265,6 +343,17 @@ def ray_threads_here() -> list[str]:
     return sorted(names)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests that run the recipe or start Ray first, then the other slow ones, the fast ones
+    last (each part in file order): under xdist the last tests to start are short ones, so that no
+    worker idles at the end while the other still runs a recipe."""
+    def part(item: pytest.Item) -> int:
+        marks = {mark.name for mark in item.iter_markers()}
+        return 2 if "slow" not in marks else 0 if marks & {"recipe", "ray"} else 1
+
+    items.sort(key=part)
+
+
 @pytest.fixture(autouse=True)
 def _no_ray_in_the_test_process(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
@@ -275,12 +364,27 @@ def _no_ray_in_the_test_process(request: pytest.FixtureRequest) -> Iterator[None
                                     f"(threads left: {', '.join(sorted(set(threads)))})")
 
 
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook
+def pytest_testnodedown(node, error) -> None:  # node: xdist's WorkerController
+    """Under pytest-xdist, in the controller: what a worker's own check found (see pytest_sessionfinish)."""
+    _LEFT_IN_PROCESS.extend(getattr(node, "workeroutput", {}).get(_WORKER_KEY, []))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Fail the session when a test started Ray (or left torch.distributed initialised) in this process."""
+    """Fail the session when a test started Ray (or left torch.distributed initialised) in this process.
+
+    An xdist worker's exit status does not fail the session, so a worker hands what it found to the
+    controller (its ``workeroutput``, sent once this hook returns), which reports it and fails.
+    """
     problems = list(_LEFT_IN_PROCESS)
     distributed = sys.modules.get("torch.distributed")
     if distributed is not None and distributed.is_available() and distributed.is_initialized():
         problems.append("a torch.distributed process group is still initialised in the pytest process")
+    worker_output = getattr(session.config, "workeroutput", None)
+    if worker_output is not None:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "a worker")
+        worker_output[_WORKER_KEY] = [f"{problem} (xdist worker {worker})" for problem in problems]
+        return
     if not problems:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")

@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from conftest import RAY, REPO, RayHead, free_port, ray_head, run_cli, trace_card, write_card
+from conftest import RAY, REPO, RayHead, Recording, free_port, ray_head, run_cli, trace_card, write_card
 
 from detaudit.run.cluster_job import decode_result, encode_result, expand, portable
 from detaudit.standards.standard import load_standard
 
 ACTIVE = ("PENDING", "RUNNING")
+pytestmark = pytest.mark.xdist_group("test_cluster")  # one worker: one Ray head for the module
 
 
 @pytest.fixture(scope="module")
@@ -100,11 +101,11 @@ def test_unreachable_cluster_and_bad_cpus_are_input_errors(tmp_path: Path) -> No
 def test_toy_record_on_cluster_equals_local_record(cluster: str, tmp_path: Path) -> None:
     card = write_card(tmp_path / "toy.toml", name="toycl")
     std = tmp_path / "standards" / "toycl.cpu-test.json"
-    local = run_cli("record", str(card), "--runs", "2", "--workdir", str(tmp_path / "local"))
+    local = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--workdir", str(tmp_path / "local"))
     assert local.code == 0, local.text
     local_bytes = std.read_bytes()
     std.rename(tmp_path / "local.json")
-    remote = run_cli("record", str(card), "--runs", "2", "--parallel", "2", "--cluster", cluster,
+    remote = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--parallel", "2", "--cluster", cluster,
                      "--workdir", str(tmp_path / "remote"))
     assert remote.code == 0, remote.text
     assert remote.out == local.out  # the same report, byte for byte
@@ -132,7 +133,7 @@ def test_toy_record_on_cluster_equals_local_record(cluster: str, tmp_path: Path)
 @pytest.mark.ray
 def test_failed_run_stops_the_other_job(cluster: str, tmp_path: Path) -> None:
     card = write_card(tmp_path / "toy.toml", name="toyfail")
-    result = run_cli("record", str(card), "--runs", "2", "--parallel", "2", "--cluster", cluster,
+    result = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--parallel", "2", "--cluster", cluster,
                      "--workdir", str(tmp_path / "runs"), "--", "--fail-index", "0", "--sleep", "120")
     assert result.code == 1, result.text
     assert "run 1 exit code 3" in result.err
@@ -148,7 +149,7 @@ def test_failed_run_stops_the_other_job(cluster: str, tmp_path: Path) -> None:
 def test_timeout_stops_the_job(cluster: str, tmp_path: Path) -> None:
     card = write_card(tmp_path / "toy.toml", name="toyslow")
     card.write_text(card.read_text().replace("timeout_s = 60", "timeout_s = 3"))
-    result = run_cli("record", str(card), "--runs", "2", "--cluster", cluster, "--workdir", str(tmp_path / "runs"),
+    result = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--cluster", cluster, "--workdir", str(tmp_path / "runs"),
                      "--", "--sleep", "120")
     assert result.code == 1, result.text
     assert "run 1 timed out after 3s" in result.err
@@ -165,7 +166,7 @@ def test_interrupt_stops_every_job_it_submitted(cluster: str, tmp_path: Path, si
     bystander = client(cluster).submit_job(entrypoint="sleep 300", entrypoint_num_cpus=0,
                                            metadata={"detaudit_card": "bystander"})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "detaudit", "record", str(card), "--runs", "2", "--parallel", "2", "--cluster", cluster,
+        [sys.executable, "-m", "detaudit", "record", str(card), "--runs", "2", "--no-doctor", "--parallel", "2", "--cluster", cluster,
          "--workdir", str(tmp_path / "runs"), "--", "--sleep", "300"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
@@ -214,7 +215,7 @@ def test_runs_on_different_runner_classes_write_no_standard(cluster: str, tmp_pa
     )
     card = write_card(tmp_path / "toy.toml", name="toymix", extra='pythonpath = ["site"]\n')
     card.write_text(card.read_text().replace('runner = ["cpu", "test"]', 'runner = "auto"'))
-    result = run_cli("record", str(card), "--runs", "2", "--parallel", "2", "--cluster", cluster,
+    result = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--parallel", "2", "--cluster", cluster,
                      "--workdir", str(tmp_path / "runs"))
     assert result.code == 1, result.text
     assert "runs ran on different runner classes" in result.err
@@ -226,16 +227,20 @@ def test_runs_on_different_runner_classes_write_no_standard(cluster: str, tmp_pa
 @pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.recipe
-def test_tiny_recipe_on_cluster_matches_a_local_run(cluster: str, tmp_path: Path) -> None:
+def test_tiny_recipe_on_cluster_matches_a_local_run(cluster: str, tmp_path: Path,
+                                                    nft_traced_recording: Recording) -> None:
     std = tmp_path / "tiny.json"
     card = REPO / "recipes" / "sd3_pickscore_nft.toml"
-    result = run_cli("record", str(card), "--runs", "2", "--cluster", cluster, "--out", str(std),
+    result = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--cluster", cluster, "--out", str(std),
                      "--workdir", str(tmp_path / "runs"), timeout=900)
     assert result.code == 0, result.text
     standard = load_standard(std)
     assert len(standard.series) == 20
-    # One local run, outside Ray's jobs, gives the same bits.
-    local = run_cli("verify", str(card), "--standard", str(std), "--workdir", str(tmp_path / "local"), timeout=900)
+    # One local run, outside Ray's jobs, gives the same bits: run 1 of the session's local recording of this
+    # card (`record --runs 3 --trace`; the tracer moves no bit: tests/test_pipeline.py).
+    assert nft_traced_recording.result.code == 0, nft_traced_recording.result.text
+    local = run_cli("verify", str(card), "--metrics", str(nft_traced_recording.workdir / "run1" / "metrics.jsonl"),
+                    "--standard", str(std))
     assert local.code == 0, local.text
     assert "PASSED: 20 metric series match" in local.out
 

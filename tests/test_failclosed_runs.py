@@ -15,15 +15,15 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TOY, pid_alive, run_cli, standard_of, write_card
+from conftest import TOY, given_toy_standard, pid_alive, run_cli, standard_of, write_card
 
 pytestmark = pytest.mark.slow  # every test here records or runs a card
 
 
 def test_a_reused_workdir_is_refused_and_a_run_without_metrics_fails(toy_card: Path, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    assert run_cli("record", str(toy_card), "--runs", "2", "--workdir", str(runs)).code == 0
-    again = run_cli("record", str(toy_card), "--runs", "2", "--update", "--workdir", str(runs))
+    assert run_cli("record", str(toy_card), "--runs", "2", "--no-doctor", "--workdir", str(runs)).code == 0
+    again = run_cli("record", str(toy_card), "--runs", "2", "--no-doctor", "--update", "--workdir", str(runs))
     assert again.code == 2 and f"run dir {runs / 'run1'} is not empty" in again.err and len(again.err.splitlines()) == 1
     first = run_cli("verify", str(toy_card), "--workdir", str(tmp_path / "v"))
     assert first.code == 0 and "PASSED" in first.out
@@ -36,14 +36,14 @@ def test_a_reused_workdir_is_refused_and_a_run_without_metrics_fails(toy_card: P
     errors = [line for line in nometrics.err.splitlines() if line.startswith("detaudit: error: ")]
     assert len(errors) == 1 and "metrics_env" in errors[0] and "Traceback" not in nometrics.err
     before = standard_of(toy_card).read_text()
-    recorded = run_cli("record", str(toy_card), "--runs", "2", "--update", "--", "--no-metrics")
+    recorded = run_cli("record", str(toy_card), "--runs", "2", "--no-doctor", "--update", "--", "--no-metrics")
     assert recorded.code == 2 and "wrote no metrics" in recorded.err and "RECORDED" not in recorded.out
     assert standard_of(toy_card).read_text() == before
     assert not Path(str(standard_of(toy_card)) + ".lock").exists()
 
 
 def test_a_standard_with_no_series_is_refused(toy_card: Path) -> None:
-    result = run_cli("record", str(toy_card), "--runs", "2", "--", "--only-perf")
+    result = run_cli("record", str(toy_card), "--runs", "2", "--no-doctor", "--", "--only-perf")
     assert result.code == 1, result.text
     assert "no standard written: no metric series left to compare (1 excluded: perf/rollout_time)" in result.out
     assert not (toy_card.parent / "standards").exists()  # nor an empty standards/ dir
@@ -52,14 +52,14 @@ def test_a_standard_with_no_series_is_refused(toy_card: Path) -> None:
 def test_card_and_command_line_exclude_and_include(tmp_path: Path) -> None:
     card = write_card(tmp_path / "c.toml", extra='exclude = ["train/loss"]\n')
     out = tmp_path / "s.json"
-    result = run_cli("record", str(card), "--runs", "2", "--exclude", "train/grad_norm", "--out", str(out))
+    result = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--exclude", "train/grad_norm", "--out", str(out))
     assert result.code == 0, result.text
     doc = json.loads(out.read_text())
     assert sorted(doc["series"]) == ["rollout/reward/raw_mean", "rollout/reward/raw_num_samples"]
     assert doc["excluded"]["series"]["train/loss"] == "card exclude 'train/loss'"
     assert doc["excluded"]["series"]["train/grad_norm"] == "--exclude 'train/grad_norm'"
     card = write_card(tmp_path / "i.toml", extra='include = ["perf/rollout_time"]\n')
-    both = run_cli("record", str(card), "--runs", "2", "--no-write", "--include", "perf/step_time")
+    both = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--no-write", "--include", "perf/step_time")
     assert both.code == 1, both.text
     assert "mismatched: perf/rollout_time, perf/step_time" in both.out and "runs disagree: nothing written" in both.out
 
@@ -68,7 +68,7 @@ def test_update_keeps_format_mode_and_symlink(toy_card: Path, tmp_path: Path) ->
     real = tmp_path / "real.json"
     old_mask = os.umask(0o022)
     try:
-        result = run_cli("record", str(toy_card), "--runs", "2", "--format", "miles", "--out", str(real))
+        result = run_cli("record", str(toy_card), "--runs", "2", "--no-doctor", "--format", "miles", "--out", str(real))
     finally:
         os.umask(old_mask)
     assert result.code == 0, result.text
@@ -76,24 +76,24 @@ def test_update_keeps_format_mode_and_symlink(toy_card: Path, tmp_path: Path) ->
     real.chmod(0o640)
     link = tmp_path / "link.json"
     link.symlink_to(real)
-    updated = run_cli("record", str(toy_card), "--runs", "2", "--update", "--out", str(link), "--", "--steps", "4")
+    updated = run_cli("record", str(toy_card), "--runs", "2", "--no-doctor", "--update", "--out", str(link), "--", "--steps", "4")
     assert updated.code == 0, updated.text
     assert link.is_symlink() and os.readlink(link) == str(real)
     assert stat.S_IMODE(real.stat().st_mode) == 0o640
     doc = json.loads(real.read_text())
     assert set(doc) == {"meta", "metrics"} and len(doc["metrics"]["train/loss"]) == 4  # still miles, updated
     assert "update: changed: rollout/reward/raw_mean: steps added: 3" in updated.out
-    native = run_cli("record", str(toy_card), "--runs", "2", "--update", "--out", str(link), "--format", "detaudit")
+    native = run_cli("record", str(toy_card), "--runs", "2", "--no-doctor", "--update", "--out", str(link), "--format", "detaudit")
     assert native.code == 0 and json.loads(real.read_text())["schema"] == "detaudit/standard/1"
 
 
-def test_record_no_write_compares_and_writes_nothing(toy_card: Path, tmp_path: Path) -> None:
-    assert run_cli("record", str(toy_card), "--runs", "2").code == 0
+def test_record_no_write_compares_and_writes_nothing(toy_card: Path, tmp_path: Path, toy_standard: Path) -> None:
+    given_toy_standard(toy_card, toy_standard)  # as `record CARD --runs 2` leaves it
     before = standard_of(toy_card).read_bytes()
-    agree = run_cli("record", str(toy_card), "--runs", "2", "--parallel", "2", "--no-write")
+    agree = run_cli("record", str(toy_card), "--runs", "2", "--no-doctor", "--parallel", "2", "--no-write")
     assert agree.code == 0, agree.text
     assert "AGREE: 4 metric series identical across 2 runs; nothing written (--no-write)" in agree.out
-    bug = run_cli("record", str(toy_card), "--runs", "2", "--parallel", "2", "--no-write", "--", "--unseeded")
+    bug = run_cli("record", str(toy_card), "--runs", "2", "--no-doctor", "--parallel", "2", "--no-write", "--", "--unseeded")
     assert bug.code == 1 and "runs disagree: nothing written" in bug.out and "root divergence" in bug.out
     assert standard_of(toy_card).read_bytes() == before
     assert sorted(p.name for p in standard_of(toy_card).parent.iterdir()) == [standard_of(toy_card).name]
@@ -110,7 +110,7 @@ def test_standards_dir_is_resolved_against_the_project_and_temp_dirs_are_kept_on
                     'runner = ["cpu", "test"]\n')
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    result = run_cli("record", str(card), "--runs", "2", cwd=elsewhere)
+    result = run_cli("record", str(card), "--runs", "2", "--no-doctor", cwd=elsewhere)
     assert result.code == 0, result.text
     assert (project / "standards" / "c.cpu-test.json").exists() and not (elsewhere / "standards").exists()
     removed = [line for line in result.err.splitlines() if "removed the run dir" in line]
@@ -124,13 +124,13 @@ def test_standards_dir_is_resolved_against_the_project_and_temp_dirs_are_kept_on
 
 
 def test_failed_record_leaves_no_empty_standards_dir(toy_card: Path) -> None:
-    result = run_cli("record", str(toy_card), "--runs", "2", "--", "--fail")
+    result = run_cli("record", str(toy_card), "--runs", "2", "--no-doctor", "--", "--fail")
     assert result.code == 1 and "no standard written" in result.err
     assert not (toy_card.parent / "standards").exists()
 
 
 def _start_record(card: Path, workdir: Path, *args: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "detaudit", "record", str(card), "--runs", "2", "--workdir",
+    proc = subprocess.Popen([sys.executable, "-m", "detaudit", "record", str(card), "--runs", "2", "--no-doctor", "--workdir",
                              str(workdir), "--", "--sleep", "120", "--spawn-child", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
@@ -166,9 +166,9 @@ def test_a_second_ctrl_c_hurries_the_kill_and_still_kills_everything(toy_card: P
     assert not Path(str(standard_of(toy_card)) + ".lock").exists()
 
 
-def test_a_symlinked_trace_folder_is_refused_before_any_run(toy_card: Path, tmp_path: Path) -> None:
+def test_a_symlinked_trace_folder_is_refused_before_any_run(toy_card: Path, tmp_path: Path, toy_standard: Path) -> None:
     # `record --update` used to rewrite the standard and then crash removing the old trace (rmtree on a link).
-    assert run_cli("record", str(toy_card), "--runs", "2", "--no-doctor").code == 0
+    given_toy_standard(toy_card, toy_standard)  # as `record CARD --runs 2` leaves it
     path = standard_of(toy_card)
     before = path.read_bytes()
     elsewhere = tmp_path / "elsewhere"
@@ -212,11 +212,11 @@ def test_a_traced_record_whose_run_left_no_trace_writes_nothing(tmp_path: Path) 
     assert not (tmp_path / "standards").exists() or list((tmp_path / "standards").iterdir()) == []
 
 
-def test_update_that_cannot_review_the_old_standard_leaves_it_as_it_was(toy_card: Path) -> None:
+def test_update_that_cannot_review_the_old_standard_leaves_it_as_it_was(toy_card: Path, toy_standard: Path) -> None:
     # An old standard holding 10**400: the review of the update used to crash after the new standard
     # was written. The review comes before the write: either it works and the update is written with
     # it, or the old standard stays, byte for byte.
-    assert run_cli("record", str(toy_card), "--runs", "2", "--no-doctor").code == 0
+    given_toy_standard(toy_card, toy_standard)  # as `record CARD --runs 2` leaves it
     path = standard_of(toy_card)
     doc = json.loads(path.read_text())
     doc["series"]["rollout/reward/raw_num_samples"]["points"][0][1] = 10**400

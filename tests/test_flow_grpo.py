@@ -218,7 +218,7 @@ def test_unseeded_rollout_manager_leaves_every_flow_grpo_series_bit_identical(tm
             verify = run_cli("verify", str(CARD), "--workdir", str(tmp_path / "verify"), cwd=REPO)
         else:
             standard = tmp_path / "standard.json"
-            record = run_cli("record", str(CARD), "--runs", "3", "--parallel", "2", "--out", str(standard),
+            record = run_cli("record", str(CARD), "--runs", "3", "--no-doctor", "--parallel", "2", "--out", str(standard),
                              "--workdir", str(tmp_path / "record"), cwd=REPO)
             assert record.code == 0, record.text
             verify = run_cli("verify", str(CARD), "--standard", str(standard), "--workdir", str(tmp_path / "verify"),

@@ -327,16 +327,16 @@ def test_megatron_rounds_the_run_to_five_decimals_as_its_extractor_does(tmp_path
 def test_record_in_each_format_then_verify_against_it(tmp_path: Path) -> None:
     card = write_card(tmp_path / "toy.toml")
     out = tmp_path / "toy.nemo.json"
-    result = run_cli("record", str(card), "--runs", "2", "--format", "nemo", "--out", str(out))
+    result = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--format", "nemo", "--out", str(out))
     # The toy logs float train steps (0.0, 1.0, ...): NeMo-RL's integer step keys cannot hold them.
     assert result.code == 2 and "step 0.0 is a float" in result.err and not out.exists(), result.text
-    result = run_cli("record", str(card), "--runs", "2", "--format", "nemo", "--out", str(out), "--exclude", "train/*")
+    result = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--format", "nemo", "--out", str(out), "--exclude", "train/*")
     assert result.code == 0, result.text
     assert sorted(json.loads(out.read_text())) == ["rollout/reward/raw_mean", "rollout/reward/raw_num_samples"]
     assert run_cli("verify", str(card), "--standard", str(out)).code == 0
     assert run_cli("verify", str(card), "--standard", str(out), "--", "--unseeded").code == 1
     out = tmp_path / "toy.miles.json"
-    result = run_cli("record", str(card), "--runs", "2", "--format", "miles", "--drop-nan-series", "--out", str(out))
+    result = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--format", "miles", "--drop-nan-series", "--out", str(out))
     assert result.code == 0, result.text
     assert "--drop-nan-series: dropped train/grad_norm (holds NaN)" in result.out
     doc = json.loads(out.read_text())
@@ -348,13 +348,13 @@ def test_record_in_each_format_then_verify_against_it(tmp_path: Path) -> None:
 def test_re_record_keeps_the_megatron_files_layout(tmp_path: Path) -> None:
     card = write_card(tmp_path / "toy.toml")
     out = tmp_path / "golden_values.json"
-    first = run_cli("record", str(card), "--runs", "2", "--format", "megatron", "--out", str(out), "--exclude", "train/*")
+    first = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--format", "megatron", "--out", str(out), "--exclude", "train/*")
     assert first.code == 0, first.text
     assert out.read_text().startswith('{\n    "') and not out.read_text().endswith("\n")  # Megatron's writer
     doc = json.loads(out.read_text())
     out.write_text(json.dumps(dict(reversed(list(doc.items())))))  # its own key order, on one line
     before = out.read_text()
-    again = run_cli("record", str(card), "--runs", "2", "--format", "megatron", "--out", str(out), "--exclude",
+    again = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--format", "megatron", "--out", str(out), "--exclude",
                     "train/*", "--update")
     assert again.code == 0, again.text
     assert out.read_text() == before  # the same runs: not one byte changed

@@ -1,8 +1,15 @@
-"""The package's layers: no module imports a layer above its own, and there is no import circle.
+"""The layers of the package and of the reference pipeline: no module imports a layer above its own,
+and there is no import circle in `detaudit/` or `recipes/`.
 
 Floors, bottom up (a module may import its own floor and any below):
 errors, runner_class, fileio < data < standards, env < run, trace < results < flows < render < ci < cli, pytest_plugin.
 scan is a tool of its own beside them (it imports errors and scan only).
+recipes/ is a user's pipeline beside the tool: it uses the library's floors (at most standards, env),
+never the tool that runs and judges it; detaudit never imports recipes/ (the recipe is not in the wheel).
+
+Every import counts, wherever it is written: at module level, inside a function, and under
+``if TYPE_CHECKING:``. A circle closed by a type-only import is still two modules that need each
+other: neither can be read, moved or tested alone.
 """
 
 from __future__ import annotations
@@ -10,10 +17,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import detaudit
+from conftest import REPO
 
-PACKAGE = Path(detaudit.__file__).resolve().parent
-
+PACKAGES = ("detaudit", "recipes")
 FLOORS = {
     "errors": 0, "runner_class": 0, "fileio": 0,
     "data": 1,
@@ -26,66 +32,84 @@ FLOORS = {
     "cli": 8, "pytest_plugin": 8, "__main__": 8,
 }
 SCAN_ALLOWED = {"errors", "fileio", "scan", "__version__", ""}
+RECIPE_TOP_FLOOR = 2  # the highest floor of detaudit a recipe may import (env: determinism)
 
 
 def _modules() -> dict[str, Path]:
+    """Dotted name -> file of every module of both packages (a package is its __init__)."""
     out = {}
-    for path in PACKAGE.rglob("*.py"):
-        rel = path.relative_to(PACKAGE).with_suffix("")
-        if "site" in rel.parts or "probes" in rel.parts:
-            continue  # scripts run in recipe processes, never imported by the tool
-        out[".".join(("detaudit",) + rel.parts).removesuffix(".__init__")] = path
+    for package in PACKAGES:
+        for path in (REPO / package).rglob("*.py"):
+            rel = path.relative_to(REPO).with_suffix("")
+            if "site" in rel.parts or "probes" in rel.parts:
+                continue  # scripts run in recipe processes, never imported by the tool
+            out[".".join(rel.parts).removesuffix(".__init__")] = path
     return out
 
 
-def _imports(path: Path, *, runtime_only: bool, modules: frozenset[str] = frozenset()) -> set[str]:
-    tree = ast.parse(path.read_text())
+def _absolute(node: ast.ImportFrom, module: str, path: Path) -> str | None:
+    """The module a `from X import ...` names, relative imports resolved against ``module``."""
+    if node.level == 0:
+        return node.module
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    base = package[: len(package) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _imports(module: str, path: Path, modules: frozenset[str]) -> set[str]:
+    """The modules of PACKAGES that ``module`` imports anywhere in its file (TYPE_CHECKING included)."""
     found: set[str] = set()
-    type_checking = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
-                     and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
-                     for n in ast.walk(node)}
-    for node in ast.walk(tree):
-        if runtime_only and id(node) in type_checking:
-            continue
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("detaudit"):
-            submodules = {f"{node.module}.{a.name}" for a in node.names} & modules
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            target = _absolute(node, module, path)
+            if not target or target.split(".")[0] not in PACKAGES:
+                continue
+            submodules = {f"{target}.{a.name}" for a in node.names} & modules
             found.update(submodules)  # `from pkg import module` imports the module, not the package's names
             if len(submodules) < len(node.names):
-                found.add(node.module)
+                found.add(target)
         elif isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.startswith("detaudit"))
+            found.update(a.name for a in node.names if a.name.split(".")[0] in PACKAGES)
     return found
 
 
 def _floor(module: str) -> int | None:
     parts = module.split(".")
-    return FLOORS.get(parts[1]) if len(parts) > 1 else None
+    return FLOORS.get(parts[1]) if parts[0] == "detaudit" and len(parts) > 1 else None
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    names = frozenset(modules)
+    return {name: {m for m in _imports(name, path, names) if m in modules and m != name}
+            for name, path in modules.items()}
 
 
 def test_no_module_imports_a_layer_above_its_own() -> None:
-    modules = _modules()
     upward = []
-    for name, path in modules.items():
+    for name, targets in _graph().items():
         parts = name.split(".")
+        if parts[0] == "recipes":
+            upward += [f"{name} -> {m}" for m in targets
+                       if m.startswith("detaudit") and (_floor(m) is None or _floor(m) > RECIPE_TOP_FLOOR)]
+            continue
         if len(parts) < 2:
             continue
         if parts[1] == "scan":
-            bad = [m for m in _imports(path, runtime_only=False) if (m.split(".") + [""])[1] not in SCAN_ALLOWED]
-            upward += [f"{name} -> {m}" for m in bad]
+            upward += [f"{name} -> {m}" for m in targets
+                       if m.split(".")[0] != "detaudit" or (m.split(".") + [""])[1] not in SCAN_ALLOWED]
             continue
         own = _floor(name)
         assert own is not None, f"{name}: a top-level module with no floor (add it to FLOORS)"
-        for target in _imports(path, runtime_only=False):
+        for target in targets:
             floor = _floor(target)
-            if floor is not None and floor > own:
+            if target.startswith("recipes") or (floor is not None and floor > own):
                 upward.append(f"{name} -> {target}")
     assert not upward, "imports that point up a layer:\n" + "\n".join(sorted(upward))
 
 
 def test_no_import_circle() -> None:
-    modules = _modules()
-    graph = {name: {m for m in _imports(path, runtime_only=True, modules=frozenset(modules)) if m in modules and m != name}
-             for name, path in modules.items()}
+    graph = _graph()
     state: dict[str, int] = {}
     stack: list[str] = []
     cycles: list[list[str]] = []
@@ -105,3 +129,25 @@ def test_no_import_circle() -> None:
         if name not in state:
             visit(name)
     assert not cycles, "import circles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_import_reader_sees_what_python_would_import(tmp_path: Path) -> None:
+    """The reader the two tests rest on: type-only, function-level and relative imports all count."""
+    source = tmp_path / "plan.py"
+    source.write_text(
+        "from __future__ import annotations\nfrom typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from detaudit.run.executor import Executor\n"
+        "def f():\n    from detaudit.data import card\n"
+        "from . import spec\nfrom ..env.provenance import runner_class\nimport detaudit.errors\nimport json\n"
+    )
+    modules = frozenset(_modules())
+    assert _imports("detaudit.run.plan", source, modules) == {
+        "detaudit.run.executor", "detaudit.data.card", "detaudit.run.spec", "detaudit.env.provenance",
+        "detaudit.errors"}
+    # In a package's __init__, `from . import` names the package's own modules.
+    (tmp_path / "run").mkdir()
+    init = tmp_path / "run" / "__init__.py"
+    init.write_text("from . import spec\nfrom .plan import finish\n")
+    assert _imports("detaudit.run", init, modules) == {"detaudit.run.spec", "detaudit.run.plan"}
+    # Both packages are read, the recipe's circle-prone modules among them.
+    assert {"recipes.diffusion_nft.config", "recipes.diffusion_nft.algorithms", "detaudit.run.plan"} <= modules

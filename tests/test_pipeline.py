@@ -14,7 +14,7 @@ from typing import Iterator
 
 import pytest
 import torch
-from conftest import REPO, run_cli, stop_ray_head
+from conftest import REPO, Recording, Result, made_once, run_cli, stop_ray_head
 
 from recipes.diffusion_nft.placement import free_port
 from recipes.diffusion_nft.prompts import rollout_prompts
@@ -135,7 +135,7 @@ def _runner_class_here() -> list[str]:
 @pytest.mark.slow
 @pytest.mark.ray
 def test_standard_holds_on_this_machine_and_unseeded_manager_refuses(
-        tmp_path: Path, foreign_ray_head: tuple[str, Path]) -> None:
+        tmp_path: Path, foreign_ray_head: tuple[str, Path], nft_traced_recording: Recording) -> None:
     """The CI gate on whatever CPU CI runs on, never a silent skip.
 
     Bits of the tiny recipe differ between CPU models (docs/standards-across-machines.md), so
@@ -151,10 +151,9 @@ def test_standard_holds_on_this_machine_and_unseeded_manager_refuses(
     """
     head_address, head_temp = foreign_ray_head
     here = _runner_class_here()
-    out = tmp_path / "std.json"
     # Traced (issue #12): the tracer must not move a bit, and it finds no unseeded draw in any process.
-    result = run_cli("record", str(CARD), "--runs", "3", "--parallel", "2", "--out", str(out), "--trace",
-                     "--workdir", str(tmp_path / "good"), cwd=REPO)
+    # (`record CARD --runs 3 --parallel 2 --trace`, made once for the session: conftest.nft_traced_recording.)
+    result, out, good = nft_traced_recording.result, nft_traced_recording.standard, nft_traced_recording.workdir
     assert result.code == 0, result.text
     assert "no draw from a global generator that its process never seeded" in result.out, result.out
     assert "traces identical" in result.out, result.out
@@ -163,7 +162,7 @@ def test_standard_holds_on_this_machine_and_unseeded_manager_refuses(
     assert len(doc["series"]) == 20 and ROLLOUT_KEYS | TRAIN_KEYS == set(doc["series"])
     assert doc["series"]["train/grad_norm"]["points"][0] == [1, {"float": "NaN"}]  # step 1 overflows, as in the real run
     # The start-up timeline (perf/*, never compared): every process's marks, in the order they happen.
-    first = next(json.loads(line) for line in (tmp_path / "good" / "run1" / "metrics.jsonl").read_text().splitlines()
+    first = next(json.loads(line) for line in (good / "run1" / "metrics.jsonl").read_text().splitlines()
                  if '"rollout/step"' in line)
     at = {k.removeprefix("perf/startup/"): v for k, v in first.items() if k.startswith("perf/startup/")}
     assert 0 < at["driver/imports"] <= at["driver/ray_init"] <= at["driver/actors_created"]
@@ -195,7 +194,7 @@ def test_standard_holds_on_this_machine_and_unseeded_manager_refuses(
     (verify_log,) = (tmp_path / "verify").rglob("run.log")
     assert "Ray: a local instance of this run's own" in verify_log.read_text()
     assert not list(head_temp.glob("session_*/logs/python-core-driver-*")), "the run used the foreign Ray head"
-    bad = run_cli("record", str(CARD), "--runs", "2", "--parallel", "2", "--out", str(tmp_path / "bad.json"),
+    bad = run_cli("record", str(CARD), "--runs", "2", "--no-doctor", "--parallel", "2", "--out", str(tmp_path / "bad.json"),
                   "--trace", "--workdir", str(tmp_path / "bad"), "--", "--no-seed-rollout-manager", cwd=REPO)
     assert bad.code == 1 and not (tmp_path / "bad.json").exists()
     assert "first difference train/loss @ train/step 1" in bad.out
@@ -257,15 +256,10 @@ def test_real_loading_code_reads_local_directories(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_two_fsdp_ranks_on_gloo(tmp_path: Path) -> None:
+def test_two_fsdp_ranks_on_gloo(two_rank_run: tuple[Result, Path]) -> None:
     """FSDP2 with two train actors (gloo on CPU): one rollout and one update, metrics reduced over ranks."""
-    metrics = tmp_path / "m.jsonl"
-    proc = subprocess.run(
-        [sys.executable, "-m", "recipes.diffusion_nft", "--deterministic-mode", "--rollouts", "1",
-         "--train-actors", "2", "--num-cpus", "2", "--metrics-jsonl", str(metrics)],
-        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc, metrics = two_rank_run
+    assert proc.code == 0, proc.err[-3000:]
     lines = [json.loads(line) for line in metrics.read_text().splitlines()]
     (train,) = [line for line in lines if line["step_key"] == "train/step"]
     assert TRAIN_KEYS <= set(train) and 0 < train["train/grad_norm"] < 1e3
@@ -292,15 +286,29 @@ print(json.dumps({"code": code, "ray_up_when_torch_imported": seen.get("torch")}
 """
 
 
+@pytest.fixture(scope="session")
+def two_rank_run(request: pytest.FixtureRequest) -> tuple[Result, Path]:
+    """The tiny recipe on CPU with two FSDP train actors, one rollout and one update, its driver run
+    by DRIVER_IMPORT_ORDER (the recipe's own `run`, watching torch's first import): one run, made once
+    for the session, read by the two tests on either side. Returns what it printed, and its metrics."""
+    def start(folder: Path) -> None:
+        proc = subprocess.run([sys.executable, "-c", DRIVER_IMPORT_ORDER, "--preset", "tiny", "--device", "cpu",
+                               "--deterministic-mode", "--rollouts", "1", "--train-actors", "2", "--num-cpus", "2",
+                               "--metrics-jsonl", str(folder / "m.jsonl")],
+                              cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+        (folder / "result.json").write_text(json.dumps(Result(proc.returncode, proc.stdout, proc.stderr).__dict__))
+
+    folder = made_once(request, "two-rank-run", start)
+    return Result(**json.loads((folder / "result.json").read_text())), folder / "m.jsonl"
+
+
 @pytest.mark.slow
 @pytest.mark.ray
-def test_the_driver_starts_ray_before_it_imports_torch(tmp_path: Path) -> None:
+def test_the_driver_starts_ray_before_it_imports_torch(two_rank_run: tuple[Result, Path]) -> None:
     # torch's import is seconds on a cold disk; Ray's start-up does not need it (docs/validation.md section 9).
-    proc = subprocess.run([sys.executable, "-c", DRIVER_IMPORT_ORDER, "--preset", "tiny", "--device", "cpu",
-                           "--deterministic-mode", "--rollouts", "1", "--metrics-jsonl", str(tmp_path / "m.jsonl")],
-                          cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    proc, _ = two_rank_run
+    assert proc.code == 0, proc.err[-3000:]
+    result = json.loads(proc.out.strip().splitlines()[-1])
     assert result == {"code": 0, "ray_up_when_torch_imported": True}
 
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import pid_alive, run_cli, standard_of, write_card, write_jsonl
+from conftest import given_toy_standard, pid_alive, run_cli, standard_of, write_card, write_jsonl
 
 from detaudit.run.local import gpu_slots
 from detaudit.standards.standard import load_standard
@@ -34,13 +34,13 @@ def test_seeded_record_writes_standard_and_verify_passes(toy_card: Path, tmp_pat
     assert verify.code == 0 and f"[detaudit] PASSED: 4 metric series match {path}" in verify.out
     # The same runs always give the same series bytes.
     again = tmp_path / "again.json"
-    assert run_cli("record", str(toy_card), "--runs", "2", "--out", str(again)).code == 0
+    assert run_cli("record", str(toy_card), "--runs", "2", "--no-doctor", "--out", str(again)).code == 0
     assert json.loads(again.read_text())["series"] == doc["series"]
 
 
 @pytest.mark.slow
 def test_unseeded_record_refuses_and_names_the_divergence(toy_card: Path) -> None:
-    result = run_cli("record", str(toy_card), "--runs", "2", "--", "--unseeded")
+    result = run_cli("record", str(toy_card), "--runs", "2", "--no-doctor", "--", "--unseeded")
     assert result.code == 1
     assert "runs disagree: no standard written" in result.out
     assert "1 / 4 identical, 3 mismatched" in result.out
@@ -49,8 +49,8 @@ def test_unseeded_record_refuses_and_names_the_divergence(toy_card: Path) -> Non
 
 
 @pytest.mark.slow
-def test_verify_reports_each_failing_series(toy_card: Path) -> None:
-    assert run_cli("record", str(toy_card), "--runs", "2").code == 0
+def test_verify_reports_each_failing_series(toy_card: Path, toy_standard: Path) -> None:
+    given_toy_standard(toy_card, toy_standard)  # as `record CARD --runs 2` leaves it
     result = run_cli("verify", str(toy_card), "--", "--unseeded")
     assert result.code == 1
     assert "FAILED: 3 of 4 metric series differ" in result.out
@@ -58,22 +58,22 @@ def test_verify_reports_each_failing_series(toy_card: Path) -> None:
 
 
 @pytest.mark.slow
-def test_existing_standard_needs_update_and_update_prints_changes(toy_card: Path) -> None:
-    assert run_cli("record", str(toy_card), "--runs", "2").code == 0
+def test_existing_standard_needs_update_and_update_prints_changes(toy_card: Path, toy_standard: Path) -> None:
+    given_toy_standard(toy_card, toy_standard)  # as `record CARD --runs 2` leaves it
     before = standard_of(toy_card).read_text()
     again = run_cli("record", str(toy_card), "--runs", "2")
     assert again.code == 2 and "exists; pass --update to replace it" in again.err
     assert len(again.err.strip().splitlines()) == 1 and standard_of(toy_card).read_text() == before
-    updated = run_cli("record", str(toy_card), "--runs", "2", "--update", "--", "--steps", "4")
+    updated = run_cli("record", str(toy_card), "--runs", "2", "--no-doctor", "--update", "--", "--steps", "4")
     assert updated.code == 0, updated.text
     assert "update: changed: rollout/reward/raw_mean: steps added: 3" in updated.out
-    unchanged = run_cli("record", str(toy_card), "--runs", "2", "--update", "--", "--steps", "4")
+    unchanged = run_cli("record", str(toy_card), "--runs", "2", "--no-doctor", "--update", "--", "--steps", "4")
     assert "update: series: 0 changed, 0 added, 0 removed, 4 identical" in unchanged.out
 
 
 @pytest.mark.slow
 def test_allow_partial_records_agreeing_series_only(toy_card: Path) -> None:
-    result = run_cli("record", str(toy_card), "--runs", "2", "--allow-partial", "--", "--unseeded")
+    result = run_cli("record", str(toy_card), "--runs", "2", "--no-doctor", "--allow-partial", "--", "--unseeded")
     assert result.code == 0, result.text
     doc = json.loads(standard_of(toy_card).read_text())
     assert list(doc["series"]) == ["rollout/reward/raw_num_samples"]
@@ -84,7 +84,7 @@ def test_allow_partial_records_agreeing_series_only(toy_card: Path) -> None:
 @pytest.mark.slow
 def test_miles_format_record_and_verify(toy_card: Path, tmp_path: Path) -> None:
     out = tmp_path / "e2e_standard.json"
-    result = run_cli("record", str(toy_card), "--runs", "2", "--format", "miles", "--out", str(out),
+    result = run_cli("record", str(toy_card), "--runs", "2", "--no-doctor", "--format", "miles", "--out", str(out),
                      "--workdir", str(tmp_path / "runs"))
     assert result.code == 0, result.text
     doc = json.loads(out.read_text())
@@ -102,8 +102,8 @@ def test_miles_format_record_and_verify(toy_card: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_verify_on_another_runner_class_is_not_verified(toy_card: Path, tmp_path: Path) -> None:
-    assert run_cli("record", str(toy_card), "--runs", "2").code == 0
+def test_verify_on_another_runner_class_is_not_verified(toy_card: Path, tmp_path: Path, toy_standard: Path) -> None:
+    given_toy_standard(toy_card, toy_standard)  # as `record CARD --runs 2` leaves it
     other = write_card(tmp_path / "other.toml")
     other.write_text(other.read_text().replace('runner = ["cpu", "test"]', 'runner = ["h200", "1gpu"]'))
     result = run_cli("verify", str(other), "--standard", str(standard_of(toy_card)))
@@ -118,8 +118,8 @@ def test_verify_on_another_runner_class_is_not_verified(toy_card: Path, tmp_path
 
 
 @pytest.mark.slow
-def test_verify_finds_the_standard_of_another_class_by_exact_name(toy_card: Path, tmp_path: Path) -> None:
-    assert run_cli("record", str(toy_card), "--runs", "2").code == 0
+def test_verify_finds_the_standard_of_another_class_by_exact_name(toy_card: Path, tmp_path: Path, toy_standard: Path) -> None:
+    given_toy_standard(toy_card, toy_standard)  # as `record CARD --runs 2` leaves it
     other = write_card(tmp_path / "other.toml")
     other.write_text(other.read_text().replace('runner = ["cpu", "test"]', 'runner = ["h200", "1gpu"]'))
     result = run_cli("verify", str(other))
@@ -140,8 +140,8 @@ def test_verify_finds_the_standard_of_another_class_by_exact_name(toy_card: Path
 
 
 @pytest.mark.slow
-def test_verify_failure_names_environment_differences(toy_card: Path) -> None:
-    assert run_cli("record", str(toy_card), "--runs", "2").code == 0
+def test_verify_failure_names_environment_differences(toy_card: Path, toy_standard: Path) -> None:
+    given_toy_standard(toy_card, toy_standard)  # as `record CARD --runs 2` leaves it
     path = standard_of(toy_card)
     doc = json.loads(path.read_text())
     doc["runner"]["python"] = "2.7.18"
@@ -153,7 +153,7 @@ def test_verify_failure_names_environment_differences(toy_card: Path) -> None:
 
 @pytest.mark.slow
 def test_failed_run_ends_record_with_log_tail(toy_card: Path) -> None:
-    result = run_cli("record", str(toy_card), "--runs", "2", "--", "--fail")
+    result = run_cli("record", str(toy_card), "--runs", "2", "--no-doctor", "--", "--fail")
     assert result.code == 1
     assert "run 1 exit code 3" in result.err and "failing on purpose" in result.err
     assert "no standard written" in result.err and not standard_of(toy_card).exists()
@@ -163,7 +163,7 @@ def test_failed_run_ends_record_with_log_tail(toy_card: Path) -> None:
 def test_timeout_kills_the_process_group(tmp_path: Path) -> None:
     card = write_card(tmp_path / "slow.toml", extra="")
     card.write_text(card.read_text().replace("timeout_s = 60", "timeout_s = 2"))
-    result = run_cli("record", str(card), "--runs", "2", "--workdir", str(tmp_path / "runs"),
+    result = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--workdir", str(tmp_path / "runs"),
                      "--", "--sleep", "60", "--spawn-child")
     assert result.code == 1 and "timed out after 2s" in result.err
     child = int((tmp_path / "runs" / "run1" / "child.pid").read_text())
@@ -173,7 +173,7 @@ def test_timeout_kills_the_process_group(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_successful_run_leaves_no_process_behind(toy_card: Path, tmp_path: Path) -> None:
-    result = run_cli("record", str(toy_card), "--runs", "2", "--workdir", str(tmp_path / "runs"), "--", "--spawn-child")
+    result = run_cli("record", str(toy_card), "--runs", "2", "--no-doctor", "--workdir", str(tmp_path / "runs"), "--", "--spawn-child")
     assert result.code == 0, result.text
     for i in (1, 2):
         assert not pid_alive(int((tmp_path / "runs" / f"run{i}" / "child.pid").read_text()))
@@ -183,7 +183,7 @@ def test_successful_run_leaves_no_process_behind(toy_card: Path, tmp_path: Path)
 def test_ctrl_c_kills_runs_and_writes_nothing(toy_card: Path, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "detaudit", "record", str(toy_card), "--runs", "2", "--parallel", "2",
+        [sys.executable, "-m", "detaudit", "record", str(toy_card), "--runs", "2", "--no-doctor", "--parallel", "2",
          "--workdir", str(runs), "--", "--sleep", "60", "--spawn-child"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
@@ -205,7 +205,7 @@ def test_ctrl_c_kills_runs_and_writes_nothing(toy_card: Path, tmp_path: Path) ->
 def test_parallel_runs_overlap_on_disjoint_gpu_sets(tmp_path: Path) -> None:
     card = write_card(tmp_path / "gpu.toml", extra="gpus_per_run = 1\n")
     runs = tmp_path / "runs"
-    result = run_cli("record", str(card), "--runs", "3", "--parallel", "2", "--workdir", str(runs),
+    result = run_cli("record", str(card), "--runs", "3", "--no-doctor", "--parallel", "2", "--workdir", str(runs),
                      # 5 s, not 1.5: on a loaded 2-core CI machine a run's interpreter start alone can
                      # take over a second, and the overlap below must not depend on it
                      "--", "--sleep", "5", env={"CUDA_VISIBLE_DEVICES": "4,5,6"})
@@ -228,13 +228,13 @@ def test_gpu_slots() -> None:
 @pytest.mark.slow
 def test_concurrent_record_of_one_standard_fails_clearly(toy_card: Path) -> None:
     # The first record holds the lock for at least 20 s (two runs at once), long past the second's start-up.
-    first = subprocess.Popen([sys.executable, "-m", "detaudit", "record", str(toy_card), "--runs", "2", "--parallel",
+    first = subprocess.Popen([sys.executable, "-m", "detaudit", "record", str(toy_card), "--runs", "2", "--no-doctor", "--parallel",
                               "2", "--", "--sleep", "20"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lock = Path(str(standard_of(toy_card)) + ".lock")
     deadline = time.time() + 30
     while not lock.exists() and time.time() < deadline:
         time.sleep(0.05)
-    second = run_cli("record", str(toy_card), "--runs", "2")
+    second = run_cli("record", str(toy_card), "--runs", "2", "--no-doctor")
     first.communicate(timeout=120)
     assert second.code == 2 and "another 'detaudit record' of this standard is running" in second.err
     assert first.returncode == 0 and load_standard(standard_of(toy_card)).name == "toy"

@@ -20,7 +20,7 @@ import pytest
 from lxml import etree
 from markdown_it import MarkdownIt
 
-from conftest import REPO, TOY, run_cli, write_card
+from conftest import REPO, TOY, given_toy_standard, run_cli, write_card
 
 from detaudit.render.ci import Case, summary_markdown
 
@@ -63,9 +63,9 @@ def test_plan_lists_suite_and_checks_the_budget(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_verify_suite_one_table_one_exit_code_junit_and_summary(tmp_path: Path) -> None:
     folder = cards_dir(tmp_path)
-    assert run_cli("record", str(folder / "a.toml"), "--runs", "2").code == 0
+    assert run_cli("record", str(folder / "a.toml"), "--runs", "2", "--no-doctor").code == 0
     # b's standard has a 4th step; its card runs 3: it must fail, with its first divergences.
-    assert run_cli("record", str(folder / "b.toml"), "--runs", "2", "--", "--steps", "4").code == 0
+    assert run_cli("record", str(folder / "b.toml"), "--runs", "2", "--no-doctor", "--", "--steps", "4").code == 0
     junit = tmp_path / "junit.xml"
     summary = tmp_path / "summary.md"
     summary.write_text("earlier step\n")
@@ -90,9 +90,9 @@ def test_verify_suite_one_table_one_exit_code_junit_and_summary(tmp_path: Path) 
 
 
 @pytest.mark.slow
-def test_single_verify_junit_has_a_case_per_series(tmp_path: Path) -> None:
+def test_single_verify_junit_has_a_case_per_series(tmp_path: Path, toy_standard: Path) -> None:
     card = write_card(tmp_path / "toy.toml")
-    assert run_cli("record", str(card), "--runs", "2").code == 0
+    given_toy_standard(card, toy_standard)  # as `record CARD --runs 2` leaves it
     junit = tmp_path / "v.xml"
     failed = run_cli("verify", str(card), "--junit-xml", str(junit), "--", "--unseeded")
     assert failed.code == 1
@@ -108,7 +108,7 @@ def test_single_verify_junit_has_a_case_per_series(tmp_path: Path) -> None:
 def test_record_junit_and_summary_name_disagreeing_series(tmp_path: Path) -> None:
     card = write_card(tmp_path / "toy.toml")
     junit, summary = tmp_path / "r.xml", tmp_path / "s.md"
-    result = run_cli("record", str(card), "--runs", "2", "--junit-xml", str(junit), "--", "--unseeded",
+    result = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--junit-xml", str(junit), "--", "--unseeded",
                      env={"GITHUB_STEP_SUMMARY": str(summary)})
     assert result.code == 1
     suite = valid_junit(junit).find("testsuite")
@@ -153,9 +153,9 @@ def test_reports_on_bad_input_hold_one_error_case(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_interrupted_verify_writes_its_reports(tmp_path: Path) -> None:
+def test_interrupted_verify_writes_its_reports(tmp_path: Path, toy_standard: Path) -> None:
     card = write_card(tmp_path / "toy.toml")
-    assert run_cli("record", str(card), "--runs", "2").code == 0
+    given_toy_standard(card, toy_standard)  # as `record CARD --runs 2` leaves it
     junit, summary = tmp_path / "junit.xml", tmp_path / "summary.md"
     env = dict(os.environ, GITHUB_STEP_SUMMARY=str(summary))
     proc = subprocess.Popen([sys.executable, "-m", "detaudit", "verify", str(card), "--junit-xml", str(junit), "--",
@@ -241,7 +241,7 @@ def approximate_suite(tmp_path: Path) -> Path:
            'suite = "toy"\n'
     card = folder / "toy.toml"
     card.write_text(base + 'runner = ["cpu", "ref"]\n')
-    assert run_cli("record", str(card), "--runs", "2").code == 0
+    assert run_cli("record", str(card), "--runs", "2", "--no-doctor").code == 0
     card.write_text(base + 'runner = ["cpu", "other"]\n[approximate."cpu-other"]\nagainst = "cpu-ref"\n'
                     '"train/*" = { rtol = 1e-12 }\n')
     return folder
@@ -270,10 +270,10 @@ def test_approximate_pass_is_a_pass_marked_approximate_everywhere(tmp_path: Path
 
 
 @pytest.mark.slow
-def test_not_verified_on_a_new_runner_class_says_how_to_go_on(tmp_path: Path) -> None:
+def test_not_verified_on_a_new_runner_class_says_how_to_go_on(tmp_path: Path, toy_standard: Path) -> None:
     """The first run on a runner class without a standard: the reports name the way forward."""
     card = write_card(tmp_path / "toy.toml")
-    assert run_cli("record", str(card), "--runs", "2").code == 0  # class cpu-test
+    given_toy_standard(card, toy_standard)  # as `record CARD --runs 2` leaves it
     card.write_text(card.read_text().replace('runner = ["cpu", "test"]', 'runner = ["cpu", "hosted"]'))
     junit, summary = tmp_path / "junit.xml", tmp_path / "summary.md"
     result = run_cli("verify", str(card), "--junit-xml", str(junit), env={"GITHUB_STEP_SUMMARY": str(summary)})

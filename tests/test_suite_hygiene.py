@@ -1,21 +1,21 @@
-"""The suite's own check: a test that starts Ray in the pytest process fails the session (conftest).
+"""The suite's own machinery (tests/conftest.py), each on a real pytest session in a subprocess with
+this suite's conftest: the check that a test which starts Ray in the pytest process fails the
+session; ``made_once``, the work shared between tests and xdist workers; the order tests run in.
 
 Ray leaves native threads in a process after ``ray.shutdown()``; a full run was seen to pass every
-test and then segfault at interpreter exit. The check runs on a real pytest session in a
-subprocess, with this suite's conftest and one test that starts Ray in-process.
+test and then segfault at interpreter exit.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
-
-pytestmark = [pytest.mark.slow, pytest.mark.ray]
+from conftest import REPO, card_text, given_toy_standard, write_card
 
 IN_PROCESS = '''
 def test_starts_ray_here():
@@ -38,15 +38,116 @@ def run_pytest(folder: Path, *args: str) -> subprocess.CompletedProcess:
                           cwd=folder, capture_output=True, text=True, timeout=900)
 
 
-def test_a_test_that_starts_ray_in_the_pytest_process_fails_the_session(tmp_path: Path) -> None:
+@pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_a_test_that_starts_ray_in_the_pytest_process_fails_the_session(tmp_path: Path, workers: list[str]) -> None:
+    """Also under pytest-xdist (how the suite runs), where a worker's own exit status fails nothing."""
     shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "test_ray_here.py").write_text(IN_PROCESS)
-    clean = run_pytest(tmp_path, "-k", "subprocess")
+    clean = run_pytest(tmp_path, "-k", "subprocess", *workers)
     assert clean.returncode == 0, clean.stdout[-3000:] + clean.stderr[-3000:]
     assert "in-process Ray/gloo check" not in clean.stdout
-    dirty = run_pytest(tmp_path)
+    dirty = run_pytest(tmp_path, *workers)
     # 1 from the check (or a crash at exit, which is what the check is there to prevent)
     assert dirty.returncode != 0, dirty.stdout[-3000:] + dirty.stderr[-3000:]
     assert "2 passed" in dirty.stdout  # every test passed: only the session check fails
     assert ("in-process Ray/gloo check: test_ray_here.py::test_starts_ray_here started Ray in the pytest process "
             "(threads left: ") in dirty.stdout, dirty.stdout[-3000:]
+
+
+SHARED = """
+import os, time
+import pytest
+from conftest import made_once
+
+
+@pytest.fixture(scope="session")
+def shared(request):
+    def make(folder):
+        time.sleep(1)  # long enough for the other worker to ask meanwhile
+        with open(os.environ["MADE_LOG"], "a") as log:
+            log.write("made\\n")
+        (folder / "value").write_text("42")
+    return made_once(request, "shared", make)
+
+
+@pytest.fixture(scope="session")
+def broken(request):
+    def make(folder):
+        with open(os.environ["MADE_LOG"], "a") as log:
+            log.write("tried\\n")
+        raise RuntimeError("the recording failed")
+    return made_once(request, "broken", make)
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_reads(shared, i):
+    assert (shared / "value").read_text() == "42"
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_broken(broken, i):
+    pass
+"""
+
+
+@pytest.mark.slow  # two pytest sessions of two xdist workers each
+def test_made_once_is_made_once_per_session_whatever_the_workers_and_a_failure_fails_every_ask(
+        tmp_path: Path) -> None:
+    shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_shared.py").write_text(SHARED)
+    for workers in (["-n", "2"], ["-n", "0"]):
+        log = tmp_path / f"made-n{workers[1]}.log"
+        result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rE", *workers],
+                                cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                                env={**os.environ, "MADE_LOG": str(log)})
+        assert "4 passed, 4 errors" in result.stdout, result.stdout[-3000:]
+        assert log.read_text() == "made\ntried\n" or log.read_text() == "tried\nmade\n", log.read_text()
+        assert result.stdout.count("RuntimeError: the recording failed") >= 1, result.stdout[-3000:]
+        errors = [line for line in result.stdout.splitlines() if line.startswith("ERROR test_shared.py::test_broken")]
+        assert len(errors) == 4, result.stdout[-3000:]
+
+
+COLLECTED = """
+import pytest
+
+def test_fast():
+    pass
+
+@pytest.mark.slow
+def test_slow():
+    pass
+
+@pytest.mark.slow
+@pytest.mark.recipe
+def test_recipe():
+    pass
+
+@pytest.mark.recipe
+def test_fast_recipe_helper():
+    pass
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_ray():
+    pass
+"""
+
+
+def test_slow_recipe_and_ray_tests_run_first_and_fast_ones_last(tmp_path: Path) -> None:
+    shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_order.py").write_text(COLLECTED)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow\n    ray\n    recipe\n")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
+                             "--collect-only"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    order = [line.split("::")[1] for line in result.stdout.splitlines() if "::" in line]
+    assert order == ["test_recipe", "test_ray", "test_slow", "test_fast", "test_fast_recipe_helper"], result.stdout
+
+
+def test_given_toy_standard_refuses_a_card_that_is_not_the_default_toy_card(tmp_path: Path) -> None:
+    other = write_card(tmp_path / "toy.toml", args=["--steps", "4"])  # other series than the shared standard's
+    with pytest.raises(AssertionError, match="not the default toy card"):
+        given_toy_standard(other, tmp_path / "unused.json")
+    assert not (tmp_path / "standards").exists()
+    assert card_text(tmp_path / "toy.toml") != other.read_text()

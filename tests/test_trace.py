@@ -115,7 +115,7 @@ def test_bounded_size_keeps_k_records_per_site_then_a_hash_chain(tmp_path: Path)
 @pytest.mark.slow
 def test_tracing_is_off_by_default(tmp_path: Path) -> None:
     card = write_card(tmp_path / "toy.toml")
-    result = run_cli("record", str(card), "--runs", "2", "--workdir", str(tmp_path / "runs"))
+    result = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--workdir", str(tmp_path / "runs"))
     assert result.code == 0, result.text
     assert not (tmp_path / "runs" / "run1" / "trace").exists() and "trace" not in result.out
     env = {k: v for k, v in os.environ.items() if k not in (MODE_ENV, DIR_ENV, KEEP_ENV)}
@@ -152,7 +152,7 @@ def test_ray_hidden_draw_scan_rng_cannot_see_is_named_by_record_trace(tmp_path: 
     scan = run_cli("scan-rng", str(TRACE_RECIPE), "--format", "json", "--no-cache")
     assert not any(f["line"] == line for f in json.loads(scan.out)["findings"])  # statically invisible
     card = trace_card(tmp_path, "--ray")
-    result = run_cli("record", str(card), "--runs", "2", "--trace", "--workdir", str(tmp_path / "runs"))
+    result = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--trace", "--workdir", str(tmp_path / "runs"))
     assert result.code == 1, result.text
     assert "runs disagree" in result.out
     expected = (f"first differing draw: HiddenDrawer (Ray actor): torch.randperm at trace_recipe.py:{line} hidden_draw "
@@ -250,7 +250,7 @@ def test_bad_trace_input_is_one_line_exit_2(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_record_and_verify_trace_a_seeded_recipe(tmp_path: Path) -> None:
     card = trace_card(tmp_path, "--mp", "fork")
-    record = run_cli("record", str(card), "--runs", "2", "--trace", "--workdir", str(tmp_path / "runs"))
+    record = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--trace", "--workdir", str(tmp_path / "runs"))
     assert record.code == 0, record.text
     assert "[detaudit] trace: traces identical (run 1 vs run 2)" in record.out
     assert "[detaudit] trace: no draw from a global generator that its process never seeded" in record.out
