@@ -157,7 +157,7 @@ elif [ "$stage" = E ]; then
     tail -n 6 "$work/trace_grpo.out"
   else echo "[trace_grpo] skipped: $(left) s left"; fi
   peak
-  tar czf "$out/E-traces.tar.gz" -C "$work" $(cd "$work" && ls -d trace_modules trace_grpo 2>/dev/null)
+  tar cJf "$out/E-traces.tar.xz" -C "$work" $(cd "$work" && ls -d trace_modules trace_grpo 2>/dev/null)
 elif [ "$stage" = H ]; then
   export DETAUDIT_COMPILE_CACHE_OUT=$work/v1-artifacts  # verify 1 saves its artifacts, as record does
   verify_nft 1 220
@@ -178,7 +178,7 @@ elif [ "$stage" = H ]; then
     mkdir -p "$shipped" && cp "$work/v1-artifacts"/* "$shipped"/
     verify_nft 2 $(( $(left) - 3 ))
   fi
-  tar czf "$out/H-traces.tar.gz" -C "$work" $(cd "$work" && ls -d trace_modules 2>/dev/null)
+  tar cJf "$out/H-traces.tar.xz" -C "$work" $(cd "$work" && ls -d trace_modules 2>/dev/null)
 elif [ "$stage" = C ]; then
   log "cost at SD3.5-medium shapes (8 prompts x 8 samples, 512x512), activation checkpointing, 2 rollouts, det then not"
   timed cost $(( $(left) - 200 )) $det benchmarks/gpu_cost.py --rollouts ${ROLLOUTS:-2} --workdir "$work/cost" --commit "${COMMIT:-}" -- --activation-checkpointing
