@@ -40,6 +40,7 @@ fresh_caches() {  # an empty Inductor (and Triton) cache: what a fresh machine s
 }
 if [ "$stage" = auto ]; then
   if [ "$kind" = h200 ]; then stage=H
+  elif [ "${AUTO_H100:-}" ]; then stage=$AUTO_H100  # a call that hoped for an H200 and got an H100
   elif [ -f standards/sd3_compress_flow_grpo_gpu.$kind-1gpu.json ]; then stage=E
   else stage=D; fi
 fi
@@ -168,7 +169,8 @@ elif [ "$stage" = H ]; then
   tail -n 3 "$work/verify_grpo.out"; grep -h "ok in" "$work/verify_grpo.err"
   cp "$work/vg/run1/metrics.jsonl" "$work/verify_vg.jsonl" 2>/dev/null
   peak
-  against=(); [ -d carry/h100-modules ] && against=(--against carry/h100-modules)
+  [ -f carry/h100-modules.tar.xz ] && mkdir -p carry/h100 && tar xJf carry/h100-modules.tar.xz -C carry/h100
+  against=(); [ -d carry/h100/trace_modules ] && against=(--against carry/h100/trace_modules)
   export TORCHINDUCTOR_CACHE_DIR=$work/inductor-v1 TRITON_CACHE_DIR=$work/triton-v1
   log "trace --modules of the NFT card, saved ${against[*]}"
   timed trace_modules $(( $(left) - 80 )) $dt trace $nft --modules --save "$work/trace_modules" --workdir "$work/tm" "${against[@]}"
@@ -181,7 +183,7 @@ elif [ "$stage" = H ]; then
   tar cJf "$out/H-traces.tar.xz" -C "$work" $(cd "$work" && ls -d trace_modules 2>/dev/null)
 elif [ "$stage" = C ]; then
   log "cost at SD3.5-medium shapes (8 prompts x 8 samples, 512x512), activation checkpointing, 2 rollouts, det then not"
-  timed cost $(( $(left) - 200 )) $det benchmarks/gpu_cost.py --rollouts ${ROLLOUTS:-2} --workdir "$work/cost" --commit "${COMMIT:-}" -- --activation-checkpointing
+  timed cost $(( $(left) - ${COST_RESERVE:-200} )) $det benchmarks/gpu_cost.py --rollouts ${ROLLOUTS:-2} --workdir "$work/cost" --commit "${COMMIT:-}" -- --activation-checkpointing
   tail -n 45 "$work/cost.out"; tail -n 20 "$work/cost.err"
   cp benchmarks/results/"$kind"_cost.json "$out/" 2>/dev/null
   if [ "$(left)" -gt 130 ]; then
