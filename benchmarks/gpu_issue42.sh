@@ -4,10 +4,17 @@
 #   bash benchmarks/gpu_issue42.sh V   # machine B (fresh): verify both (cold, worst of 3 for NFT), trace both cards,
 #                                      #   trace the unseeded RolloutManager against the seeded trace
 #   bash benchmarks/gpu_issue42.sh C   # cost at SD3.5-medium shapes (memory per process, MFU, det overhead), trace --modules
+# Round two (one stage per fresh machine; `auto` picks by the GPU that came and what standards exist):
+#   D  (H100, no Flow-GRPO standard yet): NFT verify 1 fully cold with the shipped compile artifacts, the Flow-GRPO
+#      standard from 3 runs (ships its artifacts), NFT verify 2 and 3 (empty Inductor/Triton dirs): worst of 3
+#   E  (H100, a second fresh machine): NFT verify (cold), Flow-GRPO verify, NFT trace --modules (timed against
+#      that verify's run; saved for --against), Flow-GRPO trace, the matmul peak (MFU's denominator)
+#   H  (H200): both h200 standards verified cold, NFT trace --modules (--against carry/h100-modules if there),
+#      the matmul peak, NFT verify 2 with the artifacts verify 1 saved
 # Each stage keeps to $BUDGET seconds (default 560): optional steps are skipped when time runs short, and say so.
 # Results: $OUT/<stage>.log and a few tarballs (at most 8 files come back from a device call).
 set -uo pipefail
-stage=${1:?stage R, V or C}
+stage=${1:?stage R, V, C, F, D, E, H or auto}
 out=${OUT:-gpu-results}; mkdir -p "$out"
 work=/tmp/i42/$stage; rm -rf "$work"; mkdir -p "$work"
 budget=${BUDGET:-560}
@@ -31,8 +38,23 @@ kind=${kind:-gpu}
 fresh_caches() {  # an empty Inductor (and Triton) cache: what a fresh machine starts with
   export TORCHINDUCTOR_CACHE_DIR=$work/inductor-$1 TRITON_CACHE_DIR=$work/triton-$1
 }
+if [ "$stage" = auto ]; then
+  if [ "$kind" = h200 ]; then stage=H
+  elif [ "${AUTO_H100:-}" ]; then stage=$AUTO_H100  # a call that hoped for an H200 and got an H100
+  elif [ -f standards/sd3_compress_flow_grpo_gpu.$kind-1gpu.json ]; then stage=E
+  else stage=D; fi
+fi
+peak() { $det benchmarks/matmul_peak.py | tee "$work/matmul_peak.json"; }
+verify_nft() {  # verify_nft N LIMIT [env...]: the NFT card, empty Inductor/Triton dirs (what a fresh CI machine has)
+  local i=$1 limit=$2; shift 2
+  fresh_caches v$i
+  log "verify $i of the NFT card: empty Inductor/Triton caches; compile artifacts: $(ls standards/sd3_pickscore_nft_gpu.$kind-1gpu.compile 2>/dev/null | tr '\n' ' ')"
+  timed verify_nft_$i "$limit" "$@" $dt verify $nft --workdir "$work/v$i"
+  tail -n 3 "$work/verify_nft_$i.out"; grep -h "ok in\|compile cache" "$work/verify_nft_$i.err" "$work"/v$i/run1/run.log 2>/dev/null | head -4
+  cp "$work/v$i/run1/metrics.jsonl" "$work/verify_v$i.jsonl" 2>/dev/null
+}
 {
-log "machine ($kind)"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+log "machine ($kind), stage $stage"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 $det -c 'import torch, sys; print("torch", torch.__version__, "cuda", torch.version.cuda, "python", sys.version.split()[0])'
 if [ "$stage" = R ]; then
   fresh_caches record
@@ -105,9 +127,63 @@ elif [ "$stage" = F ]; then  # one call left: the NFT trace, then cost, then the
     tail -n 6 "$work/trace_grpo.out"
   else echo "[trace_grpo] skipped: $(left) s left"; fi
   tar czf "$out/F-traces.tar.gz" -C "$work" $(cd "$work" && ls -d trace_nft trace_grpo 2>/dev/null)
+elif [ "$stage" = D ]; then
+  verify_nft 1 200
+  fresh_caches grpo
+  log "record: the Flow-GRPO GPU card, 3 runs (run 1 compiles from scratch and ships its artifacts)"
+  timed record_grpo $(( $(left) - 150 )) $dt record $grpo --runs 3 --no-doctor --workdir "$work/grpo"
+  tail -n 12 "$work/record_grpo.out" "$work/record_grpo.err"
+  for i in 2 3; do
+    if [ "$(left)" -lt 75 ]; then echo "[verify_nft_$i] skipped: $(left) s left"; continue; fi
+    verify_nft $i $(( $(left) - 3 ))
+  done
+  tar cJf "$out/D-standards.tar.xz" standards/sd3_compress_flow_grpo_gpu."$kind"-1gpu* 2>/dev/null \
+    || tar czf "$out/D-standards.tar.gz" standards/sd3_compress_flow_grpo_gpu."$kind"-1gpu*
+  for r in 1 2 3; do cp "$work/grpo/run$r/metrics.jsonl" "$work/grpo_run$r.jsonl" 2>/dev/null; done
+elif [ "$stage" = E ]; then
+  verify_nft 1 200
+  fresh_caches grpo
+  log "verify the Flow-GRPO card: a second fresh machine; compile artifacts: $(ls standards/sd3_compress_flow_grpo_gpu.$kind-1gpu.compile 2>/dev/null | tr '\n' ' ')"
+  timed verify_grpo 240 $dt verify $grpo --workdir "$work/vg"
+  tail -n 3 "$work/verify_grpo.out"; grep -h "ok in\|compile cache" "$work/verify_grpo.err" "$work"/vg/run1/run.log | head -4
+  cp "$work/vg/run1/metrics.jsonl" "$work/verify_vg.jsonl" 2>/dev/null
+  export TORCHINDUCTOR_CACHE_DIR=$work/inductor-v1 TRITON_CACHE_DIR=$work/triton-v1  # what verify 1 filled
+  log "trace --modules of the NFT card, saved (the same local caches as verify 1: its run is the untraced time)"
+  timed trace_modules $(( $(left) - 120 )) $dt trace $nft --modules --save "$work/trace_modules" --workdir "$work/tm"
+  tail -n 8 "$work/trace_modules.out"; grep -h "ok in" "$work/trace_modules.err" "$work/verify_nft_1.err"
+  export TORCHINDUCTOR_CACHE_DIR=$work/inductor-grpo TRITON_CACHE_DIR=$work/triton-grpo
+  if [ "$(left)" -gt 100 ]; then
+    log "trace the Flow-GRPO card (rng), saved"
+    timed trace_grpo $(( $(left) - 20 )) $dt trace $grpo --save "$work/trace_grpo" --workdir "$work/tg"
+    tail -n 6 "$work/trace_grpo.out"
+  else echo "[trace_grpo] skipped: $(left) s left"; fi
+  peak
+  tar cJf "$out/E-traces.tar.xz" -C "$work" $(cd "$work" && ls -d trace_modules trace_grpo 2>/dev/null)
+elif [ "$stage" = H ]; then
+  export DETAUDIT_COMPILE_CACHE_OUT=$work/v1-artifacts  # verify 1 saves its artifacts, as record does
+  verify_nft 1 220
+  unset DETAUDIT_COMPILE_CACHE_OUT
+  fresh_caches grpo
+  log "verify the Flow-GRPO card (h200 standard), cold"
+  timed verify_grpo 200 $dt verify $grpo --workdir "$work/vg"
+  tail -n 3 "$work/verify_grpo.out"; grep -h "ok in" "$work/verify_grpo.err"
+  cp "$work/vg/run1/metrics.jsonl" "$work/verify_vg.jsonl" 2>/dev/null
+  peak
+  [ -f carry/h100-modules.tar.xz ] && mkdir -p carry/h100 && tar xJf carry/h100-modules.tar.xz -C carry/h100
+  against=(); [ -d carry/h100/trace_modules ] && against=(--against carry/h100/trace_modules)
+  export TORCHINDUCTOR_CACHE_DIR=$work/inductor-v1 TRITON_CACHE_DIR=$work/triton-v1
+  log "trace --modules of the NFT card, saved ${against[*]}"
+  timed trace_modules $(( $(left) - 80 )) $dt trace $nft --modules --save "$work/trace_modules" --workdir "$work/tm" "${against[@]}"
+  tail -n 25 "$work/trace_modules.out"; grep -h "ok in" "$work/trace_modules.err"
+  shipped=standards/sd3_pickscore_nft_gpu.$kind-1gpu.compile
+  if [ "$(left)" -gt 75 ] && [ -d "$work/v1-artifacts" ]; then
+    mkdir -p "$shipped" && cp "$work/v1-artifacts"/* "$shipped"/
+    verify_nft 2 $(( $(left) - 3 ))
+  fi
+  tar cJf "$out/H-traces.tar.xz" -C "$work" $(cd "$work" && ls -d trace_modules 2>/dev/null)
 elif [ "$stage" = C ]; then
   log "cost at SD3.5-medium shapes (8 prompts x 8 samples, 512x512), activation checkpointing, 2 rollouts, det then not"
-  timed cost $(( $(left) - 200 )) $det benchmarks/gpu_cost.py --rollouts ${ROLLOUTS:-2} --workdir "$work/cost" --commit "${COMMIT:-}" -- --activation-checkpointing
+  timed cost $(( $(left) - ${COST_RESERVE:-200} )) $det benchmarks/gpu_cost.py --rollouts ${ROLLOUTS:-2} --workdir "$work/cost" --commit "${COMMIT:-}" -- --activation-checkpointing
   tail -n 45 "$work/cost.out"; tail -n 20 "$work/cost.err"
   cp benchmarks/results/"$kind"_cost.json "$out/" 2>/dev/null
   if [ "$(left)" -gt 130 ]; then
@@ -122,5 +198,5 @@ log "done"; cat "$work/timings.txt" 2>/dev/null
 } 2>&1 | tee "$out/$stage.log"
 # what comes back: the logs and metrics (no traces or caches beyond those tarred above)
 tar czf "$out/$stage-runs.tar.gz" -C "$work" --exclude='inductor-*' --exclude='triton-*' --exclude='*/trace' \
-  --exclude='trace_*' --exclude='*artifacts*' --exclude='*.compile' $(cd "$work" && ls *.out *.err *.jsonl timings.txt 2>/dev/null)
+  --exclude='trace_*' --exclude='*artifacts*' --exclude='*.compile' $(cd "$work" && ls *.out *.err *.jsonl *.json timings.txt 2>/dev/null)
 ls -la "$out"

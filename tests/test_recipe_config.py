@@ -228,3 +228,17 @@ def test_derived_seeds_are_named_once_and_keep_their_streams_apart() -> None:
     assert all(0 <= x < 2**63 for x in initial | sde)
     forward = {seeds.forward_noise(42, 1, offset, k, rank) for offset in (0, 4) for k in range(9) for rank in (0, 1)}
     assert len(forward) == 2 * 9 * 2
+
+
+def test_every_recipe_module_imports() -> None:
+    # An actor module that fails to import only shows when Ray starts that actor: on the GPU cards,
+    # after a device machine was paid for (sglang_engine's import of a name that had moved, #42).
+    import pkgutil
+
+    import recipes.diffusion_nft as recipe
+
+    names = [m.name for m in pkgutil.walk_packages(recipe.__path__, "recipes.diffusion_nft.")
+             if not m.name.endswith("__main__")]  # __main__ runs the recipe
+    assert "recipes.diffusion_nft.actors.sglang_engine" in names
+    for name in names:
+        importlib.import_module(name)
