@@ -253,6 +253,19 @@ def test_verify_that_would_compare_nothing_is_an_error(tmp_path: Path) -> None:
     assert "nothing to compare: every one of the standard's 2 series is left out (2 by --exclude '*')" in error
 
 
+def test_standard_diff_of_two_standards_without_series_compared_nothing(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"metrics": {}}))
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"schema": "detaudit/standard/1", "series": {}}))
+    for old, new in ((empty, empty), (empty, other)):
+        error = one_line_error(run_cli("standard", "diff", str(old), str(new)))
+        assert f"nothing to compare: neither {old} nor {new} holds a series" in error
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps({"metrics": {"loss": [[1, 0.5]]}}))
+    assert run_cli("standard", "diff", str(empty), str(one)).code == 1  # a series added: a change, not nothing
+
+
 # --- miles: its reserved shapes as its own checker sees them ------------------------------------------
 
 

@@ -79,14 +79,8 @@ def scan_rng(paths: tuple[Path, ...], fmt: str, fail_on: str, baseline: Path | N
         return
     if not paths:
         raise InputError(None, "scan-rng: give at least one PATH (or --explain RULE)")
-    if write_baseline is not None:  # checked before the scan: not an input, not a device or a folder, writable
-        from detaudit.fileio import OutputPaths
-
-        outputs = OutputPaths()
-        for path, what in [(p, "a path it scans") for p in paths] + [(baseline, "--baseline"), (config, "--config")]:
-            outputs.reads(path, what)
-        outputs.writes(write_baseline, "--write-baseline")
-        outputs.check()
+    if write_baseline is not None or junit_xml is not None:
+        _check_outputs(paths, baseline, config, write_baseline, junit_xml)
     cfg = ScanConfig.load(config)
     cfg = replace(cfg, unknown_process=unknown_process, force_exclude=force_exclude,
                   tests_as_pipeline=tests_as_pipeline or cfg.tests_as_pipeline)
@@ -125,6 +119,23 @@ def scan_rng(paths: tuple[Path, ...], fmt: str, fail_on: str, baseline: Path | N
                                  verdict, detail):
         warn(text)
     sys.exit(EXIT_FAIL if failing else EXIT_OK)
+
+
+def _check_outputs(paths: tuple[Path, ...], baseline: Path | None, config: Path | None, write_baseline: Path | None,
+                   junit_xml: Path | None) -> None:
+    """Before the scan: neither report is a file the scan reads (a named path, a Python file below
+    a named folder, --baseline, --config), nor the other report, a device, a FIFO or a folder."""
+    from detaudit.fileio import OutputPaths
+
+    outputs = OutputPaths()
+    for path in paths:
+        outputs.reads(path, "a path it scans")
+        outputs.reads_below(path, f"the scan of {path}", (".py",))
+    outputs.reads(baseline, "--baseline")
+    outputs.reads(config, "--config")
+    outputs.writes(write_baseline, "--write-baseline")
+    outputs.writes(junit_xml, "--junit-xml")
+    outputs.check()
 
 
 def _failing(findings: list[Finding], fail_on: str, against_baseline: bool) -> list[Finding]:
