@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -416,3 +417,22 @@ def test_a_standard_from_metrics_files_needs_agreeing_runs(tmp_path: Path) -> No
     miles = standard_from_metrics([a, b], fmt="miles")
     assert miles.standard is not None and miles.standard.format == "miles"
     assert diff_runs(made.runs).ok
+
+
+def test_record_metrics_builds_what_the_library_builds(tmp_path: Path) -> None:
+    """`record --metrics` (the flow) and `standard_from_metrics` (the library) build one standard:
+    the same series, exclusions and dropped-series record; a file name that is not UTF-8 is named
+    escaped, never a refusal to write."""
+    a = lines(tmp_path / "a.jsonl", [{"step": s, "loss": 1 / (s + 1), "n": BIG + s, "perf/t": s * 1.5} for s in range(3)])
+    odd = tmp_path / os.fsdecode(b"b\xff.jsonl")
+    odd.write_bytes(a.read_bytes().replace(b"1.5", b"2.5"))
+    out = tmp_path / "std.json"
+    result = run_cli("record", "--metrics", str(a), str(odd), "--out", str(out))
+    assert result.code == 0, result.text
+    written = json.loads(out.read_text())
+    made = standard_from_metrics([a, odd], name="std")
+    assert made.standard is not None
+    library = json.loads(render_as(made.standard, "detaudit"))
+    for key in ("series", "excluded", "name"):
+        assert written[key] == library[key], key
+    assert written["recorded"]["metrics"] == [str(a), str(tmp_path / "b\\xff.jsonl")]
