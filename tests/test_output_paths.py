@@ -231,3 +231,17 @@ def test_init_never_writes_its_card_over_a_file_its_command_names(tmp_path: Path
     card = tmp_path / "detaudit.toml"
     assert run_cli("init", "--", "python", str(script), cwd=tmp_path).code == 0 and card.exists()
     assert run_cli("init", "--force", "--", "python", str(script), cwd=tmp_path).code == 0  # its own card: replaced
+
+
+def test_health_never_plots_over_its_metrics_a_device_or_a_fifo(tmp_path: Path) -> None:
+    metrics, _ = metrics_and_standard(tmp_path)
+    kept = metrics.read_bytes()
+    hard = tmp_path / "hard.png"
+    os.link(metrics, hard)
+    for target in (metrics, hard):
+        _refused(run_cli("health", str(metrics), "--metric", "loss", "--png", str(target)), target, "METRICS")
+    assert metrics.read_bytes() == kept
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    _refused(run_cli("health", str(metrics), "--metric", "loss", "--png", str(fifo)), fifo, "is a FIFO")
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)

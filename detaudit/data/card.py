@@ -369,6 +369,7 @@ def command_python(card: Card, env: dict[str, str]) -> str:
         return card.python_path
     if card.python is not None:
         return card.python_path
+    first = first.replace("{card_dir}", str(card.card_dir))  # the interpreter a run starts, named by the card's folder
     program = _on_path(first, card, env)
     if program is None:
         raise InputError(card.path, f"command: {first!r} is not found (from {card.run_cwd}, on the run's PATH), so "
