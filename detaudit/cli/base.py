@@ -53,8 +53,7 @@ def ci_error_reports(ctx: click.Context | None, message: str, verdict: str = "ER
         return
     from detaudit.render.ci import write_error_reports
 
-    given = [p for k, v in ctx.params.items() if k != JUNIT_PARAM
-             for p in (v if isinstance(v, tuple) else (v,)) if isinstance(p, Path)]  # scan-rng's PATHS too
+    given = [v for k, v in ctx.params.items() if k != JUNIT_PARAM and isinstance(v, Path)]
     for text in write_error_reports(ctx.params.get(JUNIT_PARAM), ci_title(ctx), f"detaudit.{ctx.info_name}", case,
                                     one_line(message), verdict=verdict, error=error, other_paths=given):
         warn(text)
