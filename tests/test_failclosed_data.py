@@ -73,6 +73,18 @@ def test_diff_calls_neighbouring_huge_integers_different_as_values_and_as_steps(
     assert json.loads(steps.out)["mismatched"][0]["by_run"][0]["step"] == BIG
 
 
+def test_a_float_token_beyond_a_floats_range_is_refused_not_read_as_infinity(tmp_path: Path) -> None:
+    a = tmp_path / "a.jsonl"
+    a.write_text('{"step": 1, "x": 1e400}\n')
+    b = tmp_path / "b.jsonl"
+    b.write_text('{"step": 1, "x": 2e400}\n')
+    error = one_line_error(run_cli("diff", str(a), str(b)))
+    assert error.startswith(f"detaudit: error: {a}:1: ") and "1e400 is beyond the range of a 64-bit float" in error
+    literal = tmp_path / "inf.jsonl"
+    literal.write_text('{"step": 1, "x": Infinity, "y": -1e308}\n')  # Python's own infinity literal still reads
+    assert run_cli("diff", str(literal), str(literal)).code == 0
+
+
 def test_verify_does_not_pass_an_integer_run_against_a_float_standard(tmp_path: Path) -> None:
     std = tmp_path / "std.json"
     std.write_text(json.dumps({"schema": "detaudit/standard/1", "series": {
