@@ -245,3 +245,23 @@ def test_health_never_plots_over_its_metrics_a_device_or_a_fifo(tmp_path: Path) 
     os.mkfifo(fifo)
     _refused(run_cli("health", str(metrics), "--metric", "loss", "--png", str(fifo)), fifo, "is a FIFO")
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_no_report_over_a_file_the_cards_command_names(tmp_path: Path) -> None:
+    """The card's script and a config its command names are inputs of every run: record, verify
+    and verify --suite refuse a report over them before anything runs."""
+    from conftest import TOY
+
+    script = tmp_path / "train.py"
+    script.write_bytes(TOY.read_bytes())
+    config = tmp_path / "cfg.yaml"
+    config.write_text("lr: 1\n")
+    card = write_card(tmp_path / "toy.toml", recipe=script, args=["--config", str(config)], extra='suite = "s"\n')
+    kept = {p: p.read_bytes() for p in (script, config)}
+    for command in (("verify", str(card)), ("record", str(card), "--runs", "2", "--no-doctor"),
+                    ("verify", "--suite", "s", "--cards", str(tmp_path))):
+        for target in (script, config):
+            _refused(run_cli(*command, "--junit-xml", str(target)), target, "command names")
+        _refused(run_cli(*command, "--html", str(script), "--overwrite-html"), script, "command names")
+    assert {p: p.read_bytes() for p in kept} == kept
+    assert not (tmp_path / "standards").exists()
