@@ -285,6 +285,9 @@ def _check_writable(out: _Output) -> None:
             return
         if out.replace_flag is not None:
             raise _refused(out, f"exists; pass {out.replace_flag} to replace it")
+    elif out.replace_flag is not None and os.path.islink(path):  # the write would find the name taken, after the runs
+        raise _refused(out, f"exists (a symbolic link to {os.readlink(path)}, which does not exist); pass "
+                            f"{out.replace_flag} to write there")
     folder = _existing_parent(out)
     if not os.access(folder, os.W_OK | os.X_OK):
         raise _refused(out, f"cannot write {out.what}: no permission to create files in {folder}")

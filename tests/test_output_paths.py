@@ -265,3 +265,22 @@ def test_no_report_over_a_file_the_cards_command_names(tmp_path: Path) -> None:
         _refused(run_cli(*command, "--html", str(script), "--overwrite-html"), script, "command names")
     assert {p: p.read_bytes() for p in kept} == kept
     assert not (tmp_path / "standards").exists()
+
+
+def test_a_dangling_link_is_an_existing_name_before_any_run(tmp_path: Path) -> None:
+    """A symbolic link to a missing file: the standard's write would find the name taken (after
+    every run); refused before the first run unless the flag that replaces it is given."""
+    card = write_card(tmp_path / "toy.toml")
+    link = tmp_path / "std.json"
+    link.symlink_to(tmp_path / "gone" / "std.json")
+    result = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--workdir", str(tmp_path / "runs"),
+                     "--out", str(link))
+    _refused(result, link, "a symbolic link to")
+    assert "--update" in result.err and not (tmp_path / "runs").exists() and not (tmp_path / "gone").exists()
+    page = OutputPaths()
+    page.writes(link, "--html", replace_flag="--overwrite-html")
+    with pytest.raises(OutputRefused, match="pass --overwrite-html"):
+        page.check()
+    replaced = OutputPaths()
+    replaced.writes(link, "--html", replace_flag="--overwrite-html", overwrite=True)
+    replaced.check()
