@@ -214,11 +214,17 @@ class OutputPaths:
 
     def __init__(self) -> None:
         self.inputs: list[tuple[Path, str]] = []
+        self.trees: list[tuple[Path, str, tuple[str, ...]]] = []
         self.outputs: list[_Output] = []
 
     def reads(self, path: str | Path | None, what: str) -> None:
         if path is not None:
             self.inputs.append((Path(path), what))
+
+    def reads_below(self, folder: str | Path, what: str, suffixes: tuple[str, ...]) -> None:
+        """Every existing file below ``folder`` whose name ends in one of ``suffixes`` is an input
+        too (the sources a scan of the folder reads), without listing the tree up front."""
+        self.trees.append((Path(folder), what, suffixes))
 
     def writes(self, path: str | Path | None, what: str, *, replace_flag: str | None = None,
                overwrite: bool = False, append: bool = False) -> None:
@@ -237,12 +243,26 @@ class OutputPaths:
                 if _same(ident, other):
                     raise OutputRefused(f"{out.what} would write over {what} ({path}), which this command reads; "
                                         "give another path", out.path, (out.path, path))
+            below = self._read_below(ident[0])
+            if below is not None:
+                raise OutputRefused(f"{out.what} would write over {ident[0]}, a file {below} reads; give another path",
+                                    out.path)
             for earlier, other in seen:
                 if _same(ident, other):
                     raise OutputRefused(f"{out.what} and {earlier.what} name the same file; give each its own path",
                                         out.path, (out.path, earlier.path))
             _check_writable(out)
             seen.append((out, ident))
+
+    def _read_below(self, real: str) -> str | None:
+        """What reads the existing file ``real`` (a real path) as a file below one of ``trees``."""
+        if not os.path.isfile(real):
+            return None
+        for folder, what, suffixes in self.trees:
+            top = os.path.realpath(folder)
+            if real.endswith(suffixes) and os.path.isdir(top) and real.startswith(top.rstrip(os.sep) + os.sep):
+                return what
+        return None
 
 
 def _check_writable(out: _Output) -> None:
@@ -265,6 +285,9 @@ def _check_writable(out: _Output) -> None:
             return
         if out.replace_flag is not None:
             raise _refused(out, f"exists; pass {out.replace_flag} to replace it")
+    elif out.replace_flag is not None and os.path.islink(path):  # the write would find the name taken, after the runs
+        raise _refused(out, f"exists (a symbolic link to {os.readlink(path)}, which does not exist); pass "
+                            f"{out.replace_flag} to write there")
     folder = _existing_parent(out)
     if not os.access(folder, os.W_OK | os.X_OK):
         raise _refused(out, f"cannot write {out.what}: no permission to create files in {folder}")

@@ -106,3 +106,8 @@ def test_the_python_a_command_starts(tmp_path: Path) -> None:
     assert command_python(load_card(card(tmp_path, 'name = "x"\ncommand = ["sh"]\npython = "/opt/py"\n')), env) == "/opt/py"
     with pytest.raises(InputError, match=r"command: 'no-such-program' is not found"):
         command_python(load_card(card(tmp_path, 'name = "x"\ncommand = ["no-such-program"]\n')), env)
+    beside = tmp_path / "venv" / "bin"  # an interpreter named from the card's folder, e.g. a wrapper that execs one
+    beside.mkdir(parents=True)
+    (beside / "python").symlink_to(sys.executable)
+    wrapped = load_card(card(tmp_path, 'name = "x"\ncommand = ["{card_dir}/venv/bin/python", "t.py"]\n'))
+    assert command_python(wrapped, env) == str(tmp_path / "venv" / "bin" / "python")

@@ -91,3 +91,16 @@ def test_lone_surrogates_and_undecodable_file_names_are_shown_never_a_traceback(
     result = run_cli("diff", str(run), str(failing), "--html", str(tmp_path / "d.html"))
     assert result.code == 1 and "Traceback" not in result.err, result.text
     assert "loss\\udc80" in (tmp_path / "d.html").read_text(encoding="utf-8")
+
+
+def test_scan_rng_github_annotations_stay_one_line_whatever_the_file_name(tmp_path: Path) -> None:
+    """A file name holding a newline, ':' or ',' would end a workflow command's property and start
+    a line of the name's choosing (another `::` command): escaped as GitHub defines, controls shown."""
+    name = "a\n::notice::PASSED, all\x1b[2K.py"
+    (tmp_path / name).write_text("import torch\n\n\ndef f():\n    return torch.randperm(3)\n\n\n"
+                                 "if __name__ == '__main__':\n    f()\n")
+    result = run_cli("scan-rng", ".", "--format", "github", "--no-cache", cwd=tmp_path)
+    lines = result.out.splitlines()
+    assert result.code == 1 and len(lines) == 2, result.text
+    assert lines[0].startswith("::error file=a%0A%3A%3Anotice%3A%3APASSED%2C all\\x1b[2K.py,line=5,col=12,title=DA101::")
+    assert "\x1b" not in result.out and lines[1].startswith("::notice title=scan-rng::")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -70,6 +71,18 @@ def test_diff_calls_neighbouring_huge_integers_different_as_values_and_as_steps(
     assert steps.code == 1, steps.text
     assert json.loads(steps.out)["mismatched"][0]["kind"] == "steps"
     assert json.loads(steps.out)["mismatched"][0]["by_run"][0]["step"] == BIG
+
+
+def test_a_float_token_beyond_a_floats_range_is_refused_not_read_as_infinity(tmp_path: Path) -> None:
+    a = tmp_path / "a.jsonl"
+    a.write_text('{"step": 1, "x": 1e400}\n')
+    b = tmp_path / "b.jsonl"
+    b.write_text('{"step": 1, "x": 2e400}\n')
+    error = one_line_error(run_cli("diff", str(a), str(b)))
+    assert error.startswith(f"detaudit: error: {a}:1: ") and "1e400 is beyond the range of a 64-bit float" in error
+    literal = tmp_path / "inf.jsonl"
+    literal.write_text('{"step": 1, "x": Infinity, "y": -1e308}\n')  # Python's own infinity literal still reads
+    assert run_cli("diff", str(literal), str(literal)).code == 0
 
 
 def test_verify_does_not_pass_an_integer_run_against_a_float_standard(tmp_path: Path) -> None:
@@ -253,6 +266,19 @@ def test_verify_that_would_compare_nothing_is_an_error(tmp_path: Path) -> None:
     assert "nothing to compare: every one of the standard's 2 series is left out (2 by --exclude '*')" in error
 
 
+def test_standard_diff_of_two_standards_without_series_compared_nothing(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"metrics": {}}))
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"schema": "detaudit/standard/1", "series": {}}))
+    for old, new in ((empty, empty), (empty, other)):
+        error = one_line_error(run_cli("standard", "diff", str(old), str(new)))
+        assert f"nothing to compare: neither {old} nor {new} holds a series" in error
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps({"metrics": {"loss": [[1, 0.5]]}}))
+    assert run_cli("standard", "diff", str(empty), str(one)).code == 1  # a series added: a change, not nothing
+
+
 # --- miles: its reserved shapes as its own checker sees them ------------------------------------------
 
 
@@ -403,3 +429,22 @@ def test_a_standard_from_metrics_files_needs_agreeing_runs(tmp_path: Path) -> No
     miles = standard_from_metrics([a, b], fmt="miles")
     assert miles.standard is not None and miles.standard.format == "miles"
     assert diff_runs(made.runs).ok
+
+
+def test_record_metrics_builds_what_the_library_builds(tmp_path: Path) -> None:
+    """`record --metrics` (the flow) and `standard_from_metrics` (the library) build one standard:
+    the same series, exclusions and dropped-series record; a file name that is not UTF-8 is named
+    escaped, never a refusal to write."""
+    a = lines(tmp_path / "a.jsonl", [{"step": s, "loss": 1 / (s + 1), "n": BIG + s, "perf/t": s * 1.5} for s in range(3)])
+    odd = tmp_path / os.fsdecode(b"b\xff.jsonl")
+    odd.write_bytes(a.read_bytes().replace(b"1.5", b"2.5"))
+    out = tmp_path / "std.json"
+    result = run_cli("record", "--metrics", str(a), str(odd), "--out", str(out))
+    assert result.code == 0, result.text
+    written = json.loads(out.read_text())
+    made = standard_from_metrics([a, odd], name="std")
+    assert made.standard is not None
+    library = json.loads(render_as(made.standard, "detaudit"))
+    for key in ("series", "excluded", "name"):
+        assert written[key] == library[key], key
+    assert written["recorded"]["metrics"] == [str(a), str(tmp_path / "b\\xff.jsonl")]

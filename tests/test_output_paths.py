@@ -172,3 +172,115 @@ def test_no_report_over_a_standard_of_the_card_of_any_runner_class(tmp_path: Pat
     # the standard a record replaces (--update) is its output, not an input: that is allowed
     card.write_text(card.read_text().replace('runner = ["cpu", "other"]', 'runner = ["cpu", "test"]'))
     assert run_cli("record", str(card), "--runs", "2", "--no-doctor", "--update").code == 0, standard
+
+
+def test_scan_reports_are_never_written_over_what_the_scan_reads(tmp_path: Path) -> None:
+    """scan-rng's --junit-xml and --write-baseline: not a file it scans (named, or a Python file
+    below a named folder), not each other, not a device or a FIFO; a baseline beside the sources
+    (a JSON file the scan does not parse) is still fine."""
+    src = tmp_path / "src"
+    src.mkdir()
+    source = src / "train.py"
+    source.write_text("import torch\n\ndef f():\n    return torch.randperm(3)\n")
+    kept = source.read_bytes()
+    for args in (("--junit-xml", str(source)), ("--write-baseline", str(source))):
+        _refused(run_cli("scan-rng", str(src), *args), source, f"a file the scan of {src} reads")
+        _refused(run_cli("scan-rng", str(source), *args), source, "a path it scans")
+        _refused(run_cli("scan-rng", str(tmp_path), *args), source, f"a file the scan of {tmp_path} reads")
+    link = tmp_path / "link.xml"
+    link.symlink_to(source)
+    _refused(run_cli("scan-rng", str(src), "--junit-xml", str(link)), link, "reads")
+    assert source.read_bytes() == kept
+    device = null_device(tmp_path)
+    _refused(run_cli("scan-rng", str(src), "--junit-xml", str(device)), device, "is a device, not a regular file")
+    assert stat.S_ISCHR(os.stat(device).st_mode)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    _refused(run_cli("scan-rng", str(src), "--junit-xml", str(fifo)), fifo, "is a FIFO")
+    both = tmp_path / "both.json"
+    _refused(run_cli("scan-rng", str(src), "--write-baseline", str(both), "--junit-xml", str(both)), both,
+             "name the same file")
+    assert not both.exists()
+    baseline, report = src / "baseline.json", src / "report.xml"
+    for _ in range(2):  # written, then replaced: an output of the previous scan is not a source
+        result = run_cli("scan-rng", str(src), "--write-baseline", str(baseline), "--junit-xml", str(report))
+        assert result.code == 0 and baseline.exists() and report.read_text().startswith("<?xml"), result.text
+
+
+def test_init_never_writes_its_card_over_a_file_its_command_names(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("print('{}')\n")
+    config = tmp_path / "config.yaml"
+    config.write_text("lr: 1\n")
+    kept = {p: p.read_bytes() for p in (script, config)}
+    hard = tmp_path / "hard.py"
+    os.link(script, hard)
+    for target in (script, config, hard):
+        result = run_cli("init", "--out", str(target), "--force", "--", "python", str(script), "--config", str(config),
+                         cwd=tmp_path)
+        _refused(result, target, "a file the command names")
+    assert {p: p.read_bytes() for p in kept} == kept
+    device = null_device(tmp_path)
+    _refused(run_cli("init", "--out", str(device), "--force", "--", "python", str(script), cwd=tmp_path), device,
+             "is a device")
+    assert stat.S_ISCHR(os.stat(device).st_mode)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    _refused(run_cli("init", "--out", str(fifo), "--force", "--", "python", str(script), cwd=tmp_path), fifo,
+             "is a FIFO")
+    card = tmp_path / "detaudit.toml"
+    assert run_cli("init", "--", "python", str(script), cwd=tmp_path).code == 0 and card.exists()
+    assert run_cli("init", "--force", "--", "python", str(script), cwd=tmp_path).code == 0  # its own card: replaced
+
+
+def test_health_never_plots_over_its_metrics_a_device_or_a_fifo(tmp_path: Path) -> None:
+    metrics, _ = metrics_and_standard(tmp_path)
+    kept = metrics.read_bytes()
+    hard = tmp_path / "hard.png"
+    os.link(metrics, hard)
+    for target in (metrics, hard):
+        _refused(run_cli("health", str(metrics), "--metric", "loss", "--png", str(target)), target, "METRICS")
+    assert metrics.read_bytes() == kept
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    _refused(run_cli("health", str(metrics), "--metric", "loss", "--png", str(fifo)), fifo, "is a FIFO")
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_no_report_over_a_file_the_cards_command_names(tmp_path: Path) -> None:
+    """The card's script and a config its command names are inputs of every run: record, verify
+    and verify --suite refuse a report over them before anything runs."""
+    from conftest import TOY
+
+    script = tmp_path / "train.py"
+    script.write_bytes(TOY.read_bytes())
+    config = tmp_path / "cfg.yaml"
+    config.write_text("lr: 1\n")
+    card = write_card(tmp_path / "toy.toml", recipe=script, args=["--config", str(config)], extra='suite = "s"\n')
+    kept = {p: p.read_bytes() for p in (script, config)}
+    for command in (("verify", str(card)), ("record", str(card), "--runs", "2", "--no-doctor"),
+                    ("verify", "--suite", "s", "--cards", str(tmp_path))):
+        for target in (script, config):
+            _refused(run_cli(*command, "--junit-xml", str(target)), target, "command names")
+        _refused(run_cli(*command, "--html", str(script), "--overwrite-html"), script, "command names")
+    assert {p: p.read_bytes() for p in kept} == kept
+    assert not (tmp_path / "standards").exists()
+
+
+def test_a_dangling_link_is_an_existing_name_before_any_run(tmp_path: Path) -> None:
+    """A symbolic link to a missing file: the standard's write would find the name taken (after
+    every run); refused before the first run unless the flag that replaces it is given."""
+    card = write_card(tmp_path / "toy.toml")
+    link = tmp_path / "std.json"
+    link.symlink_to(tmp_path / "gone" / "std.json")
+    result = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--workdir", str(tmp_path / "runs"),
+                     "--out", str(link))
+    _refused(result, link, "a symbolic link to")
+    assert "--update" in result.err and not (tmp_path / "runs").exists() and not (tmp_path / "gone").exists()
+    page = OutputPaths()
+    page.writes(link, "--html", replace_flag="--overwrite-html")
+    with pytest.raises(OutputRefused, match="pass --overwrite-html"):
+        page.check()
+    replaced = OutputPaths()
+    replaced.writes(link, "--html", replace_flag="--overwrite-html", overwrite=True)
+    replaced.check()

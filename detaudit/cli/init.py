@@ -60,6 +60,7 @@ def init(command: tuple[str, ...], out: Path | None, name: str | None, metrics_e
     check_plain_name(name, "--name")
     if card_path.exists() and not force:
         raise UsageError("exists; pass --force to replace it (or --out another file)", card_path)
+    _check_card_path(card_path, words, here, force)
     cwd = os.path.relpath(here, card_path.parent.resolve())
     lines = [
         "# A detaudit card: how to run this job, and where its standards live (detaudit init wrote it).",
@@ -90,6 +91,20 @@ def init(command: tuple[str, ...], out: Path | None, name: str | None, metrics_e
     variable = f"${metrics_env} or $DETAUDIT_METRICS_JSONL" if metrics_env else "$DETAUDIT_METRICS_JSONL"
     click.echo(f"the command must write one JSON object per step to the file in {variable}, "
                'e.g. {"step": 3, "loss": 0.25}')
+
+
+def _check_card_path(card_path: Path, words: list[str], here: Path, force: bool) -> None:
+    """The card is never written over a file its command names (the script, a config), a
+    device, a FIFO or a folder (``OutputRefused``), even with --force."""
+    from detaudit.fileio import OutputPaths
+
+    paths = OutputPaths()
+    for word in words:
+        named = Path(word) if Path(word).is_absolute() else here / word
+        if word and named.exists():
+            paths.reads(named, "a file the command names")
+    paths.writes(card_path, "the card (--out)", replace_flag="--force", overwrite=force)
+    paths.check()
 
 
 def _script(words: list[str], here: Path) -> Path | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 from rich.markup import escape
@@ -25,6 +25,9 @@ from detaudit.cli.outputs import Reports, emit_outcome, html_options
 from detaudit.render.console import PREFIX, RunDisplay, console
 from detaudit.runner_class import RunnerClass
 from detaudit.standards.formats.registry import FORMAT_NAMES
+
+if TYPE_CHECKING:
+    from detaudit.data.card import Card
 
 # Heavy or rarely used modules are imported inside the commands: nothing here may import torch,
 # and `verify --metrics` must start fast.
@@ -145,7 +148,7 @@ def record(card: Path | None, extra_args: tuple[str, ...], runs: int, parallel: 
     card = loaded.path
     reports = Reports(f"detaudit record {card}", card=str(card), subject=str(card), as_json=as_json, ci=True,
                       junit_xml=junit_xml, html=html, overwrite_html=overwrite_html, scan_report=scan_report)
-    reports.prepare([(card, "the card")])  # the standard's path joins them in the flow, before any run
+    reports.prepare([(card, "the card"), *_command_files(loaded)])  # the standard's path joins them in the flow
     out_console, err_console = console(), console(stderr=True)
     display = RunDisplay(err_console, runs, f"detaudit record {card}")
     nothing = "nothing written" if no_write else "no standard written"
@@ -276,7 +279,8 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
                       scan_report=scan_report)
     # the standard found from the card and the runner class joins them in the flow, before the run
     reports.prepare([(card, "the card"), (metrics, "the metrics it checks (--metrics)"),
-                     (standard, "the standard it checks (--standard)")])
+                     (standard, "the standard it checks (--standard)"),
+                     *(_command_files(loaded) if loaded is not None else [])])
     out_console, err_console = console(), console(stderr=True)
     display = RunDisplay(err_console, 1, f"detaudit verify {card}")
     try:
@@ -299,6 +303,12 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
     exit_with(result.ok)
 
 
+def _command_files(card: Card) -> list[tuple[Path | None, str]]:
+    from detaudit.data.card import command_files
+
+    return [(path, f"a file card {card.name}'s command names") for path in command_files(card)]
+
+
 def _verify_suite(suite: str, cards_dir: Path, allow_other_runner: bool, junit_xml: Path | None, html: Path | None = None,
                   overwrite_html: bool = False, scan_report: Path | None = None) -> None:
     from detaudit.flows.suite import find_cards, over_estimate, verify_suite
@@ -310,7 +320,8 @@ def _verify_suite(suite: str, cards_dir: Path, allow_other_runner: bool, junit_x
     from detaudit.standards.store import standards_of_card
 
     reports.prepare([(c.path, f"the card {c.name}") for c in found]
-                    + [(p, f"a standard of card {c.name}") for c in found for p, _ in standards_of_card(c)])
+                    + [(p, f"a standard of card {c.name}") for c in found for p, _ in standards_of_card(c)]
+                    + [item for c in found for item in _command_files(c)])
     out_console, err_console = console(), console(stderr=True)
     total = len(found)
 

@@ -79,18 +79,11 @@ def scan_rng(paths: tuple[Path, ...], fmt: str, fail_on: str, baseline: Path | N
         return
     if not paths:
         raise InputError(None, "scan-rng: give at least one PATH (or --explain RULE)")
-    # Every file it writes, checked before the scan: not an input, not another output, not a device
-    # or a folder, writable (fileio.OutputPaths).
-    from detaudit.fileio import OutputPaths
-    from detaudit.render.ci import claim_ci_paths, step_summary_path
+    from detaudit.render.ci import step_summary_path
 
-    summary = step_summary_path()
-    outputs = OutputPaths()
-    for path, what in [(p, "a path it scans") for p in paths] + [(baseline, "--baseline"), (config, "--config")]:
-        outputs.reads(path, what)
-    outputs.writes(write_baseline, "--write-baseline")
-    claim_ci_paths(outputs, junit_xml, summary)
-    outputs.check()
+    summary = step_summary_path()  # GITHUB_STEP_SUMMARY: appended to, so checked with the other outputs
+    if write_baseline is not None or junit_xml is not None or summary is not None:
+        _check_outputs(paths, baseline, config, write_baseline, junit_xml, summary)
     cfg = ScanConfig.load(config)
     cfg = replace(cfg, unknown_process=unknown_process, force_exclude=force_exclude,
                   tests_as_pipeline=tests_as_pipeline or cfg.tests_as_pipeline)
@@ -129,6 +122,24 @@ def scan_rng(paths: tuple[Path, ...], fmt: str, fail_on: str, baseline: Path | N
                                  verdict, detail, summary):
         warn(text)
     sys.exit(EXIT_FAIL if failing else EXIT_OK)
+
+
+def _check_outputs(paths: tuple[Path, ...], baseline: Path | None, config: Path | None, write_baseline: Path | None,
+                   junit_xml: Path | None, summary: Path | None) -> None:
+    """Before the scan: no report (nor the step summary) is a file the scan reads (a named path, a Python file below
+    a named folder, --baseline, --config), nor the other report, a device, a FIFO or a folder."""
+    from detaudit.fileio import OutputPaths
+    from detaudit.render.ci import claim_ci_paths
+
+    outputs = OutputPaths()
+    for path in paths:
+        outputs.reads(path, "a path it scans")
+        outputs.reads_below(path, f"the scan of {path}", (".py",))
+    outputs.reads(baseline, "--baseline")
+    outputs.reads(config, "--config")
+    outputs.writes(write_baseline, "--write-baseline")
+    claim_ci_paths(outputs, junit_xml, summary)
+    outputs.check()
 
 
 def _failing(findings: list[Finding], fail_on: str, against_baseline: bool) -> list[Finding]:

@@ -83,12 +83,13 @@ def standard_diff(old: Path, new: Path, as_json: bool, html: Path | None, overwr
       detaudit standard diff /tmp/old.json standards/sd3_pickscore_nft.cpu-intel-6.207-avx512.json
     """
     from detaudit.results import ReviewResult
-    from detaudit.standards.diff import diff_standards
+    from detaudit.standards.diff import diff_standards, require_series
     from detaudit.standards.formats import load_any
 
     reports = Reports(f"detaudit standard diff {old} {new}", as_json=as_json, html=html, overwrite_html=overwrite_html)
     reports.prepare([(old, "OLD"), (new, "NEW")])
     old_std, new_std = load_any(old), load_any(new)
+    require_series(old_std, new_std, str(old), str(new))
     result = diff_standards(old_std, new_std, old_label=str(old), new_label=str(new))
     emit_outcome(ReviewResult(result, old_std, new_std), reports, console(), console(stderr=True))
     exit_with(result.identical)

@@ -348,6 +348,21 @@ def probe_env(card: Card, gpus: list[str] | None = None, python: str | None = No
     return env
 
 
+def command_files(card: Card) -> list[Path]:
+    """The existing files the card's command names (its script, a config; from the run's folder):
+    inputs of every run, so no report of a command that runs the card may be written over them."""
+    values = {"python": card.python_path, "card_dir": str(card.card_dir)}
+    found = []
+    for word in card.command:
+        if "{workdir}" in word or "{metrics}" in word or not word:
+            continue
+        path = Path(_expand(word, values)).expanduser()
+        path = path if path.is_absolute() else card.run_cwd / path
+        if path.is_file():
+            found.append(path)
+    return found
+
+
 def _placeholders(card: Card, workdir: Path, metrics: Path, python: str) -> dict[str, str]:
     return {"python": python, "card_dir": str(card.card_dir), "workdir": str(workdir), "metrics": str(metrics)}
 
@@ -369,6 +384,7 @@ def command_python(card: Card, env: dict[str, str]) -> str:
         return card.python_path
     if card.python is not None:
         return card.python_path
+    first = first.replace("{card_dir}", str(card.card_dir))  # the interpreter a run starts, named by the card's folder
     program = _on_path(first, card, env)
     if program is None:
         raise InputError(card.path, f"command: {first!r} is not found (from {card.run_cwd}, on the run's PATH), so "

@@ -218,13 +218,22 @@ def _slow_line(path: Path, raw: bytes, lineno: int) -> Any:
     if not raw.strip():
         return None
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_float=_finite_float)
     except RecursionError:
         raise InputError(path, f"invalid JSON: nested deeper than {MAX_DEPTH} levels", lineno) from None
     except ValueError as exc:
         if raw.endswith(b"\n"):  # written whole: an error like any other
             raise _parse_error(path, lineno, raw, exc) from None
         return _TORN
+
+
+def _finite_float(token: str) -> float:
+    """A float token as Python reads it, refused when it is beyond a float's range: json would make
+    1e400 and 2e400 the same infinity, and two different numbers would compare identical."""
+    value = float(token)
+    if math.isinf(value):
+        raise ValueError(f"number {token} is beyond the range of a 64-bit float (it would read as infinity)")
+    return value
 
 
 def _not_an_object(path: Path, obj: Any, lineno: int) -> InputError:

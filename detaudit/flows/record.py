@@ -19,10 +19,9 @@ from typing import Any
 
 from detaudit import __version__
 from detaudit.data.card import Card, as_card
-from detaudit.data.compare import DiffReport, SeriesData, diff_runs
+from detaudit.data.compare import DiffReport, diff_runs
 from detaudit.data.exclusion import exclusion_for
-from detaudit.data.metrics import MetricsRun, read_metrics_many
-from detaudit.data.values import encode_value
+from detaudit.data.metrics import MetricsRun
 from detaudit.env.provenance import git_state, standard_runner
 from detaudit.errors import InputError, UsageError
 from detaudit.fileio import OutputPaths, write_atomic
@@ -37,6 +36,7 @@ from detaudit.standards import compile_cache
 from detaudit.standards.diff import diff_standards
 from detaudit.standards.formats import FORMAT_NAMES, comparison_of, load_any, render_as
 from detaudit.standards.formats import drop_nan_series as drop_nan
+from detaudit.standards.from_metrics import agreeing_runs, compare_metrics, standard_of_runs
 from detaudit.standards.standard import Standard, standard_lock
 from detaudit.standards.store import standard_path, standards_of_card
 from detaudit.trace import MODE_ENV, MODES, PERTURB_ENV, run_trace_dir
@@ -178,13 +178,8 @@ def record_metrics(
         paths.check()
     old = _replaced(path, update) if path is not None else None
     fmt = fmt or (old.format if old is not None else "detaudit")
-    exclusion = exclusion_for(None, exclude, include)
-    parsed = read_metrics_many(compared, default_step_key=step_key, exclusion=exclusion)
-    labels = [str(p) for p in compared]
-    # One run (min_runs 1) is compared with itself: the same exclusions and checks, and it agrees.
-    report = diff_runs(parsed if len(parsed) > 1 else parsed * 2, labels=labels if len(parsed) > 1 else labels * 2)
-    report.runs = labels
-    report.exclude_patterns = exclusion.patterns()
+    parsed, report = compare_metrics(compared, step_key=step_key, exclusion=exclusion_for(None, exclude, include),
+                                     min_runs=min_runs)
     result = RecordResult(RecordStatus.DISAGREE, path, [], None, report=report, runner_class=runner_class,
                           metrics_files=compared, metrics=parsed)
     if not _agreeing(result, report, allow_partial):
@@ -194,13 +189,14 @@ def record_metrics(
         return result
     git = git_state(compared[0])
     record_of = recorded if recorded is not None else {
-        "runs": len(compared), "agreeing": _agreeing_runs(report), "commit": git["commit"], "dirty": git["dirty"],
-        "metrics": [str(p) for p in compared], "detaudit": __version__,
+        "runs": len(compared), "agreeing": agreeing_runs(report), "commit": git["commit"], "dirty": git["dirty"],
+        "metrics": [os.fsencode(p).decode("utf-8", "backslashreplace") for p in compared], "detaudit": __version__,
         "date": _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
     }
     runner = standard_runner(runner_class, environment or {}) if runner_class is not None else {}
-    standard = _standard_of(parsed[0], report, fmt, name=name or path.name.split(".")[0], runner=runner,
-                            recorded=record_of, commit=git["commit"], source=f"{len(files)} agreeing metrics files")
+    standard = standard_of_runs(parsed[0], report, fmt, name=name or path.name.split(".")[0], runner=runner,
+                                recorded=record_of,
+                                meta={"commit": git["commit"], "source": f"{len(files)} agreeing metrics files"})
     if old is not None and comparison_of(old).sample_run is not None and fmt == old.format:
         standard = _sampled_like(old, standard)
     if keep_unchanged and old is not None and _same_content(old, standard):
@@ -237,10 +233,6 @@ def _agreeing(result: RecordResult, report: DiffReport, allow_partial: bool) -> 
         result.status = RecordStatus.EMPTY  # a standard of 0 series would pass any run
         return False
     return True
-
-
-def _agreeing_runs(report: DiffReport) -> int:
-    return len(report.runs) - len({r for m in report.mismatched for r in m.disagreeing_runs})
 
 
 def _sampled_like(old: Standard, new: Standard) -> Standard:
@@ -382,7 +374,7 @@ def build_standard(plan: RunPlan, first: MetricsRun, report: DiffReport, fmt: st
     assert plan.runner_class is not None
     recorded = {
         "runs": len(report.runs),
-        "agreeing": _agreeing_runs(report),
+        "agreeing": agreeing_runs(report),
         "commit": git["commit"],
         "dirty": git["dirty"],
         "card": str(card.path),
@@ -391,27 +383,10 @@ def build_standard(plan: RunPlan, first: MetricsRun, report: DiffReport, fmt: st
         "date": _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
         **schedule,
     }
-    standard = _standard_of(first, report, fmt, name=card.name,
-                            runner=standard_runner(plan.runner_class, plan.environment), recorded=recorded,
-                            commit=git["commit"], source=f"detaudit record {card.path} ({len(report.runs)} agreeing runs)")
+    source = f"detaudit record {card.path} ({len(report.runs)} agreeing runs)"
+    standard = standard_of_runs(first, report, fmt, name=card.name,
+                                runner=standard_runner(plan.runner_class, plan.environment), recorded=recorded,
+                                meta={"commit": git["commit"], "source": source})
     if standard.format == "miles":  # miles' shape has no `recorded`: the schedule goes into its meta
         standard.meta.update(schedule)
     return standard
-
-
-def _standard_of(first: MetricsRun, report: DiffReport, fmt: str, *, name: str, runner: dict[str, Any],
-                 recorded: dict[str, Any], commit: str | None, source: str) -> Standard:
-    """A standard of the first run's agreeing series, in detaudit's shape or miles' (the formats
-    converted from its shape: megatron, torchtitan, nemo)."""
-    keep = set(report.identical)
-    series = {n: SeriesData.from_run(first, s) for n, s in first.series.items() if n in keep}
-    dropped = {
-        m.series: {"kind": m.kind, "step": encode_value(m.step), "disagreeing_runs": [r + 1 for r in m.disagreeing_runs]}
-        for m in report.mismatched
-    }
-    if fmt != "detaudit":
-        return Standard(series=series, format="miles", meta={"commit": commit, "source": source}, name=name,
-                        dropped=dropped)
-    excluded = {"patterns": report.exclude_patterns, "series": report.excluded}
-    return Standard(series=series, format="detaudit", name=name, runner=runner, recorded=recorded, excluded=excluded,
-                    dropped=dropped)

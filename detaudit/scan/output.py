@@ -177,14 +177,19 @@ def rules_table() -> str:
 
 
 def as_github(result: ScanResult) -> str:
-    def clean(text: str) -> str:
+    def clean(text: str) -> str:  # GitHub's escapes for a message; other control characters made visible
+        text = "".join(c if c.isprintable() or c in "\r\n" else c.encode("unicode_escape", "backslashreplace").decode()
+                       for c in text)
         return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+    def prop(text: str) -> str:  # a property value (a file name): its ':' and ',' would end it
+        return clean(text).replace(":", "%3A").replace(",", "%2C")
 
     lines = []
     for f in result.findings:
         level = "error" if f.severity == ERROR else "warning"
         title = f.rule if f.severity != UNPROVEN else f"{f.rule} (unproven)"
-        lines.append(f"::{level} file={f.path},line={f.line},col={f.col},title={title}::"
+        lines.append(f"::{level} file={prop(f.path)},line={f.line},col={f.col},title={prop(title)}::"
                      f"{clean(f.message + '. ' + _why(f) + ('; ' + _reached_text(f) if f.reached_only_when else ''))}")
     lines.append(f"::notice title=scan-rng::{counts_text(result.findings)}")
     return "\n".join(lines)

@@ -21,6 +21,7 @@ from typing import Any
 
 from detaudit.data.compare import SeriesData, classify
 from detaudit.data.values import encode_value, first_difference, same_value, to_float, ulp_distance
+from detaudit.errors import InputError
 from detaudit.standards.formats.registry import format_of, information
 from detaudit.standards.model import FIELDS, Standard
 
@@ -193,6 +194,13 @@ def field_changes(old: Standard, new: Standard) -> list[FieldChange]:
         _paths(a[name], b[name], name, paths)
         changes.append(FieldChange(name, paths[:MAX_FIELD_PATHS], max(0, len(paths) - MAX_FIELD_PATHS)))
     return changes
+
+
+def require_series(old: Standard, new: Standard, old_label: str, new_label: str) -> None:
+    """``InputError`` when neither standard holds a series: their review compared nothing, and
+    "identical" would be a green that means nothing."""
+    if not old.series and not new.series:
+        raise InputError(None, f"nothing to compare: neither {old_label} nor {new_label} holds a series")
 
 
 def diff_standards(old: Standard, new: Standard, *, old_label: str = "old", new_label: str = "new") -> StandardDiff:
