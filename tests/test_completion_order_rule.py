@@ -115,3 +115,55 @@ def test_the_recipes_injected_bug_is_found_and_the_rule_explains_itself(tmp_path
     explain = run_cli("scan-rng", "--explain", "DA401")
     assert explain.code == 0 and "results gathered in completion order" in explain.out
     assert "--perturb-schedule" in explain.out and "ray.get(refs)" in explain.out
+
+
+NESTED = {
+    "lib/__init__.py": "",
+    "lib/teachers.py": """
+        import concurrent.futures as cf
+
+        import torch
+
+
+        def stitch(groups, input_ids, total):
+            result = torch.zeros(total)
+
+            def one_group(key, indices):                   # its own `indices`: not the gathered one
+                rows = input_ids[indices]
+                return indices, torch.cat([rows, rows[-1:]])
+
+            with cf.ThreadPoolExecutor() as ex:
+                futures = [ex.submit(one_group, k, i) for k, i in groups.items()]
+                for future in cf.as_completed(futures):    # each result is put back at its own indices
+                    indices, rows = future.result()
+                    result[indices] = rows.sum()
+            return result
+
+
+        def closure(fns):
+            outs = []
+
+            def finish():                                  # reads the gathering function's `outs`
+                return torch.cat(outs)
+
+            with cf.ThreadPoolExecutor() as ex:
+                for future in cf.as_completed([ex.submit(f) for f in fns]):
+                    outs.append(future.result())
+            return finish()
+    """,
+}
+
+
+def test_a_nested_function_has_variables_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NeMo-RL's teacher logprobs (trajectory_collector.py at 7ea279a): a helper defined in the gathering
+    function batches its own parameter `indices`; the gathered `indices` is another variable, and the
+    results are stored at their indices (no batch). A nested function that reads the gathering
+    function's list still batches the gathered results."""
+    write_tree(tmp_path, NESTED)
+    monkeypatch.chdir(tmp_path)
+    found = [(f.line, f.message) for f in scan(["lib"], ScanConfig(), use_cache=False).findings if f.rule == "DA401"]
+    text = (tmp_path / "lib" / "teachers.py").read_text().splitlines()
+    gather = next(i for i, t in enumerate(text, 1) if "for future in cf.as_completed([ex.submit(f)" in t)
+    batch = next(i for i, t in enumerate(text, 1) if "return torch.cat(outs)" in t)
+    assert found == [(gather, "concurrent.futures.as_completed hands results back as their work completes, and they "
+                              f"reach torch.cat (line {batch}): the batch's order follows which work finished first")]

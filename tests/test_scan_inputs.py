@@ -44,6 +44,21 @@ def test_a_named_path_is_scanned_even_when_excluded(proj: Path) -> None:
     assert from_root.code == 1 and "tests/fixtures/scan_corpus/pkg/helpers.py" in from_root.out
 
 
+def test_every_exclude_glob_applies_below_a_named_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each glob counts (files and folders, below the named folder, relative to the config's folder),
+    and a folder reached through a symlink is judged by where it leads."""
+    for path in ("lab/keep.py", "lab/gen/a.py", "lab/vendor/b.py", "lab/sub/c.py", "lab/old_x.py",
+                 "other/d.py"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(DRAW)
+    (tmp_path / "lab" / "linked").symlink_to(tmp_path / "other", target_is_directory=True)
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.detaudit]\nexclude = ["lab/gen/**", "lab/vendor/*.py", "*/old_*", "other"]\n')
+    monkeypatch.chdir(tmp_path)
+    found = {f.path for f in scan(["lab"], ScanConfig.load(), use_cache=False).findings}
+    assert found == {"lab/keep.py", "lab/sub/c.py"}
+
+
 @pytest.mark.parametrize("toml, text", [
     ("[tool]\ndetaudit = 5\n", "[tool] detaudit: must be a table, not int"),
     ("[project]\nscripts = 5\n", "[project] scripts: must be a table, not int"),

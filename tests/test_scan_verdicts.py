@@ -93,6 +93,31 @@ def test_seeding_through_an_annotated_parameter_and_a_returned_local(root: Path)
     assert entries(main) == {"__main__ of rlhf.train": True} and main.severity == "warning"
 
 
+@pytest.mark.parametrize("imported, call", [
+    ("import transformers", "transformers.set_seed(self.seed)"),
+    ("from accelerate.utils import set_seed", "set_seed(self.seed)"),
+    ("import accelerate", "accelerate.utils.set_seed(self.seed)"),
+    ("import lightning as L", "L.seed_everything(self.seed)"),
+    ("from lightning.pytorch import seed_everything", "seed_everything(self.seed)"),
+    ("import pytorch_lightning as pl", "pl.seed_everything(self.seed)"),
+])
+def test_each_library_seed_helper_counts_through_the_annotation_and_the_factory(root: Path, imported: str,
+                                                                                call: str) -> None:
+    """The actor's seed reaches its helper only through the annotated parameter (and the driver's through
+    the factory that returns a local): each library helper is a seed there, and the actor's draw with
+    the helper's call removed is an error."""
+    files = {**STRATEGY, "rlhf/strategy.py": STRATEGY["rlhf/strategy.py"].replace(
+        "import transformers", imported).replace("transformers.set_seed(self.seed)", call)}
+    write_project(root, files)
+    found = by_code(".")
+    assert found["return DataLoader(buffer, batch_size=4, shuffle=True)"].severity == "warning"
+    assert found["return random.random()"].severity == "warning"
+    write_project(root, {**files, "rlhf/strategy.py": files["rlhf/strategy.py"].replace(call, "pass")})
+    found = by_code(".")
+    assert found["return DataLoader(buffer, batch_size=4, shuffle=True)"].severity == "error"
+    assert found["return random.random()"].severity == "error"
+
+
 @pytest.mark.parametrize("annotation", ['"Strategy"', "Optional[Strategy]", "Strategy | None"])
 def test_annotation_forms(root: Path, annotation: str) -> None:
     files = dict(STRATEGY)
@@ -539,6 +564,37 @@ def test_an_escalation_with_the_same_processes_is_new(root: Path) -> None:
         """}
     code, new = _baseline_then(root, files, ("net/boot.py", "    return data\n", "    return data[port]\n"))
     assert code == 1 and [(f["code"], f["severity"]) for f in new] == [("port = random.randint(20000, 30000)", "error")]
+
+
+def test_a_warning_that_becomes_unproven_is_new_and_fails(root: Path) -> None:
+    """Worker's seed call replaced by one the scan cannot resolve: its draw goes from warning (seeded) to
+    unproven; the baseline's warning does not hide it, and a new unproven finding fails the gate."""
+    files = {**SEEDED, "svc/worker.py": SEEDED["svc/worker.py"].replace("import ray\n", "import ray\n        from somelib import utils\n")}
+    code, new = _baseline_then(root, files, ("svc/worker.py", "        random.seed(seed)\n\n    def step(self, items):\n        return helper",
+                                             "        utils.set_random_seed(seed)\n\n    def step(self, items):\n        return helper"))
+    assert code == 1 and [(f["code"], f["severity"]) for f in new] == [("random.shuffle(items)", "unproven")]
+
+
+def test_a_warning_that_becomes_unproven_with_the_same_processes_is_new(root: Path) -> None:
+    """A port drawn in an unseeded task only reaches bind() (a warning); it now also flows into a call
+    the scan does not follow: unproven (inert by its name alone), with the same process, unseeded as
+    before; new against the baseline, and failing."""
+    files = {"net/__init__.py": "", "net/boot.py": """
+        import random
+
+        import ray
+
+
+        @ray.remote
+        def boot(sock, data, registry):
+            port = random.randint(20000, 30000)
+            sock.bind(("", port))
+            return data
+        """}
+    code, new = _baseline_then(root, files, ("net/boot.py", "    return data\n",
+                                             "    registry.announce(port)\n    return data\n"))
+    assert code == 1 and [(f["code"], f["severity"]) for f in new] == [("port = random.randint(20000, 30000)",
+                                                                        "unproven")]
 
 
 def test_a_new_unproven_finding_fails_against_the_baseline(root: Path) -> None:

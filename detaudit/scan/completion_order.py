@@ -8,8 +8,10 @@ ray.wait(...)``, ``for f in as_completed(...)``, ``done, _ = await asyncio.wait(
 followed through assignments, ``+=``, ``.append`` / ``.extend`` / ``.insert`` / ``.add``, item
 assignment and comprehensions, in any order of the function's statements, to a call that makes a
 batch of them (``torch.cat``, ``torch.stack``, ``np.concatenate``, ``np.stack``, a tensor or array
-built from them). Not followed: a result returned to the caller or stored on an object. A
-result put back in submission order (sorted by its index) still reads as reaching the batch:
+built from them). A function nested in the gathering one has variables of its own (its
+parameters and the names it binds): the gathered ``indices`` does not flow into a helper's parameter
+``indices``; the names it only reads are the gathering function's. Not followed: a result returned
+to the caller or stored on an object. A result put back in submission order (sorted by its index) still reads as reaching the batch:
 the matcher cannot tell that key from another; such a line is suppressed with
 ``# detaudit: ignore[DA401]``.
 """
@@ -31,17 +33,59 @@ GROWERS = frozenset({"append", "extend", "insert", "add", "appendleft", "update"
 MAX_ROUNDS = 16
 
 
-def _names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+Variable = tuple[int, str]  # (the function that owns it: 0 for the gathering scope, its name)
+Owners = dict[ast.Name, int]  # the names that a function nested in the scope owns: its locals
 
 
-def _bound(target: ast.AST) -> set[str]:
-    """The names an assignment target binds (``a, b``, ``x[k]``: ``x``, ``o.attr``: ``o``)."""
+def _locals(function: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> set[str]:
+    """The names local to a nested function: its parameters and the names it binds (nonlocal and
+    global ones excepted), in its own body, not in functions nested in it."""
+    params = function.args
+    names = {a.arg for a in [*params.posonlyargs, *params.args, *params.kwonlyargs,
+                             *filter(None, [params.vararg, params.kwarg])]}
+    free: set[str] = set()
+    todo: list[ast.AST] = [function.body] if isinstance(function, ast.Lambda) else list(function.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Nonlocal, ast.Global)):
+            free.update(node.names)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif not isinstance(node, ast.Lambda):
+            todo.extend(ast.iter_child_nodes(node))
+    return names - free
+
+
+def _owners(scope: ast.AST) -> Owners:
+    """Which nested function owns each name read or bound in ``scope``: a helper defined inside the
+    gathering function whose parameter is also called ``indices`` has a variable of its own, which
+    the gathered ``indices`` never flows into."""
+    owners: Owners = {}
+    todo: list[tuple[ast.AST, dict[str, int]]] = [(child, {}) for child in ast.iter_child_nodes(scope)]
+    while todo:
+        node, outer = todo.pop()
+        if isinstance(node, ast.Name) and node.id in outer:
+            owners[node] = outer[node.id]
+        inner = outer
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            inner = {**outer, **dict.fromkeys(_locals(node), id(node))}
+        todo.extend((child, inner) for child in ast.iter_child_nodes(node))
+    return owners
+
+
+def _names(node: ast.AST, owners: Owners) -> set[Variable]:
+    return {(owners.get(n, 0), n.id) for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _bound(target: ast.AST, owners: Owners) -> set[Variable]:
+    """The variables an assignment target binds (``a, b``, ``x[k]``: ``x``, ``o.attr``: ``o``)."""
     while isinstance(target, (ast.Subscript, ast.Attribute, ast.Starred)):
         target = target.value
     if isinstance(target, (ast.Tuple, ast.List)):
-        return set().union(*(_bound(t) for t in target.elts)) if target.elts else set()
-    return {target.id} if isinstance(target, ast.Name) else set()
+        return set().union(*(_bound(t, owners) for t in target.elts)) if target.elts else set()
+    return {(owners.get(target, 0), target.id)} if isinstance(target, ast.Name) else set()
 
 
 def _last(func: ast.expr) -> str:
@@ -61,20 +105,20 @@ def _first_completed(call: ast.Call) -> bool:
     return isinstance(text, str) and text in FIRST
 
 
-def _flows(scope: ast.AST) -> list[tuple[set[str], ast.AST]]:
+def _flows(scope: ast.AST, owners: Owners) -> list[tuple[set[Variable], ast.AST]]:
     """(names bound, what they are bound from) for every binding in ``scope``."""
-    out: list[tuple[set[str], ast.AST]] = []
+    out: list[tuple[set[Variable], ast.AST]] = []
     for node in ast.walk(scope):
         if isinstance(node, ast.Assign):
-            out += [(_bound(t), node.value) for t in node.targets]
+            out += [(_bound(t, owners), node.value) for t in node.targets]
         elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and node.value is not None:
-            out.append((_bound(node.target), node.value))
+            out.append((_bound(node.target, owners), node.value))
         elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
-            out.append((_bound(node.target), node.iter))
+            out.append((_bound(node.target, owners), node.iter))
         elif isinstance(node, ast.NamedExpr):
-            out.append((_bound(node.target), node.value))
+            out.append((_bound(node.target, owners), node.value))
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in GROWERS:
-            out.append((_bound(node.func.value), ast.Tuple(elts=list(node.args), ctx=ast.Load())))
+            out.append((_bound(node.func.value, owners), ast.Tuple(elts=list(node.args), ctx=ast.Load())))
     return out
 
 
@@ -82,22 +126,23 @@ def batch_reached(call: ast.Call, callee: str, scope: ast.AST | None) -> tuple[s
     """(the batching call's text, its line) that ``call``'s results reach in ``scope``, or None."""
     if scope is None or callee not in CALLEES or (callee in WAITS and not _first_completed(call)):
         return None
-    flows = _flows(scope)
-    tainted: set[str] = set()
+    owners = _owners(scope)
+    flows = _flows(scope, owners)
+    tainted: set[Variable] = set()
     for names, value in flows:
         if any(node is call for node in ast.walk(value)):
             tainted |= names
     for _ in range(MAX_ROUNDS):
         grown = set(tainted)
         for names, value in flows:
-            if not names <= grown and _names(value) & grown:
+            if not names <= grown and _names(value, owners) & grown:
                 grown |= names
         if grown == tainted:
             break
         tainted = grown
 
     def reaches(arg: ast.AST) -> bool:  # a tainted name, or the gather itself: torch.stack([... for f in as_completed(fs)])
-        return bool(_names(arg) & tainted) or any(node is call for node in ast.walk(arg))
+        return bool(_names(arg, owners) & tainted) or any(node is call for node in ast.walk(arg))
 
     sinks = [node for node in ast.walk(scope) if isinstance(node, ast.Call) and _last(node.func) in BATCHERS
              and any(reaches(arg) for arg in [*node.args, *(k.value for k in node.keywords)])]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,17 +69,20 @@ class ScanConfig:
             return False
         return not any(rule.startswith(s) for s in self.ignore)
 
-    def excluded(self, path: Path, globs: tuple[str, ...] | None = None, resolved: bool = False) -> bool:
-        """Whether ``path`` matches one of ``globs`` (default: ``exclude``); ``resolved``: no symlinks in it."""
+    def excluded(self, path: str | Path, globs: tuple[str, ...] | None = None, resolved: bool = False) -> bool:
+        """Whether ``path`` matches one of ``globs`` (default: ``exclude``); ``resolved``: no symlinks in it.
+        A string is taken as it is (a rescan tests every file of the tree: no Path made for each)."""
         globs = self.exclude if globs is None else globs
         if not globs:
             return False
-        full = str(path) if resolved and path.is_absolute() else str(path.resolve())
+        full = os.fspath(path) if resolved and os.path.isabs(path) else str(Path(path).resolve())
+        matches = _glob_matcher(globs)
         for base in (str(self.root), os.getcwd()):
-            if not full.startswith(base.rstrip("/") + "/"):
+            prefix = base.rstrip("/") + "/"
+            if not full.startswith(prefix):
                 continue
-            rel = full[len(base.rstrip("/")) + 1 :]
-            if any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(rel + "/", g) for g in globs):
+            rel = full[len(prefix):]
+            if matches(rel) or matches(rel + "/"):
                 return True
         return False
 
@@ -88,6 +93,13 @@ class ScanConfig:
         unless force_exclude is set (then the named path is left out entirely).
         """
         return tuple(g for g in self.exclude if not self.excluded(named, (g,)))
+
+
+@functools.lru_cache(maxsize=64)
+def _glob_matcher(globs: tuple[str, ...]) -> Any:
+    """One compiled pattern for all of ``globs`` (what fnmatch.fnmatch does for each, case-sensitive
+    as on POSIX): its ``match``."""
+    return re.compile("|".join(f"(?:{fnmatch.translate(os.path.normcase(g))})" for g in globs)).match
 
 
 def _table(doc: dict[str, Any], key: str, path: Path, where: str = "") -> dict[str, Any]:

@@ -78,16 +78,16 @@ def collect_files(paths: list[str | Path], config: ScanConfig, config_files: lis
             for name in sorted(names):
                 if name.endswith(".py"):
                     file = join(real, name)
-                    if not globs or not config.excluded(Path(file), globs, resolved=True):
+                    if not globs or not config.excluded(file, globs, resolved=True):
                         files.append(file)
                 elif config_files is not None and name.endswith(CONFIG_SUFFIXES):
                     file = join(real, name)
-                    if not globs or not config.excluded(Path(file), globs, resolved=True):
+                    if not globs or not config.excluded(file, globs, resolved=True):
                         config_files.append(file)
                 if launch_files is not None and not name.endswith(".py"):
                     launch_files.append(join(real, name))  # excluded or not: a launch there still runs
             if globs:
-                kept = [d for d in dirs if not config.excluded(Path(folder) / d, globs)]
+                kept = [d for d in dirs if not config.excluded(_resolved(join(real, d)), globs, resolved=True)]
                 if launch_files is not None:
                     pruned += [os.path.join(folder, d) for d in dirs if d not in kept]
                 dirs[:] = kept
@@ -107,6 +107,11 @@ def collect_files(paths: list[str | Path], config: ScanConfig, config_files: lis
             real = os.path.realpath(below)
             launch_below.extend(os.path.join(real, n) for n in sorted(names) if not n.endswith(".py"))
     return list(dict.fromkeys(files)), skipped
+
+
+def _resolved(below: str) -> str:
+    """``below`` (an entry of a resolved folder) with its own symlink resolved, as Path.resolve() gives it."""
+    return os.path.realpath(below) if os.path.islink(below) else below
 
 
 _PACKAGE_OF: dict[str, str] = {}  # folder -> its dotted package ('' outside packages)
