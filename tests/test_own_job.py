@@ -55,6 +55,10 @@ def test_init_writes_a_card_beside_the_script_and_never_replaces_one(tmp_path: P
     doc = tomllib.loads(card.read_text())
     assert doc["name"] == "train" and doc["command"] == ["python", "train.py", "--steps", "5"]
     assert "cwd" not in doc  # runs start in the card's folder: where train.py is
+    assert doc["env"] == {"PYTHONHASHSEED": "0", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}  # what the doctor asks for
+    doctor = run_cli("doctor", str(card), "--no-ray", "--json", cwd=root / "train")
+    rows = {row["check"]: row["ok"] for row in json.loads(doctor.out) if row["process"] == "run process at start"}
+    assert rows["PYTHONHASHSEED"] is True, doctor.text  # a first record of an init card shows no FAIL row for it
     assert "detaudit record detaudit.toml --runs 3" in made.out and "DETAUDIT_METRICS_JSONL" in made.out
     before = card.read_bytes()
     again = run_cli("init", "--", "python", "train.py", cwd=root / "train")
