@@ -201,6 +201,11 @@ def test_verify_metrics_says_when_the_runner_class_was_not_checked(tmp_path: Pat
     skipped = run_cli("verify", "--metrics", str(a), "--standard", str(std), "--runner-class", "a100-1gpu",
                       "--allow-other-runner")
     assert skipped.code == 0 and "SKIPPED" in skipped.out
+    unclassed = tmp_path / "u.json"  # a standard that names no class: nothing to check either class against
+    assert run_cli("record", "--metrics", str(a), str(b), "--out", str(unclassed)).code == 0
+    for given in ((), ("--runner-class", "h100-1gpu")):
+        silent = run_cli("verify", "--metrics", str(a), "--standard", str(unclassed), *given)
+        assert silent.code == 0 and "runner class not checked: the standard names no runner class" in silent.out
     bad = run_cli("verify", "--metrics", str(a), "--standard", str(std), "--runner-class", "cpu-Bad Class")
     assert bad.code == 2 and "--runner-class" in bad.err
 
