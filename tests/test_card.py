@@ -111,3 +111,27 @@ def test_the_python_a_command_starts(tmp_path: Path) -> None:
     (beside / "python").symlink_to(sys.executable)
     wrapped = load_card(card(tmp_path, 'name = "x"\ncommand = ["{card_dir}/venv/bin/python", "t.py"]\n'))
     assert command_python(wrapped, env) == str(tmp_path / "venv" / "bin" / "python")
+
+
+def test_the_probe_runs_in_a_venv_the_card_names(tmp_path: Path) -> None:
+    """A card naming a venv's interpreter, by its ``python`` key or by path in the command's first
+    word ("{card_dir}/..."), is probed in that venv: a distribution only the venv holds is seen."""
+    import subprocess
+
+    from detaudit.run.plan import environment_for
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    purelib = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    marker = Path(purelib) / "only_in_the_card_venv-1.0.dist-info"
+    marker.mkdir(parents=True)
+    (marker / "METADATA").write_text("Metadata-Version: 2.1\nName: only-in-the-card-venv\nVersion: 1.0\n")
+    by_key = load_card(card(tmp_path, 'name = "x"\ncommand = ["{python}", "t.py"]\npython = "venv/bin/python"\n'))
+    by_path = load_card(card(tmp_path, 'name = "x"\ncommand = ["{card_dir}/venv/bin/python", "t.py"]\n'))
+    ours = load_card(card(tmp_path, 'name = "x"\ncommand = ["{python}", "t.py"]\n'))
+    env = {"PATH": os.environ.get("PATH", os.defpath)}
+    assert command_python(by_path, env) == str(tmp_path.resolve() / "venv" / "bin" / "python")
+    assert "only-in-the-card-venv" in environment_for(by_key)["packages"]
+    assert "only-in-the-card-venv" in environment_for(by_path)["packages"]
+    assert "only-in-the-card-venv" not in environment_for(ours)["packages"]

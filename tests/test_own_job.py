@@ -55,6 +55,10 @@ def test_init_writes_a_card_beside_the_script_and_never_replaces_one(tmp_path: P
     doc = tomllib.loads(card.read_text())
     assert doc["name"] == "train" and doc["command"] == ["python", "train.py", "--steps", "5"]
     assert "cwd" not in doc  # runs start in the card's folder: where train.py is
+    assert doc["env"] == {"PYTHONHASHSEED": "0", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}  # what the doctor asks for
+    doctor = run_cli("doctor", str(card), "--no-ray", "--json", cwd=root / "train")
+    rows = {row["check"]: row["ok"] for row in json.loads(doctor.out) if row["process"] == "run process at start"}
+    assert rows["PYTHONHASHSEED"] is True, doctor.text  # a first record of an init card shows no FAIL row for it
     assert "detaudit record detaudit.toml --runs 3" in made.out and "DETAUDIT_METRICS_JSONL" in made.out
     before = card.read_bytes()
     again = run_cli("init", "--", "python", "train.py", cwd=root / "train")
@@ -197,6 +201,11 @@ def test_verify_metrics_says_when_the_runner_class_was_not_checked(tmp_path: Pat
     skipped = run_cli("verify", "--metrics", str(a), "--standard", str(std), "--runner-class", "a100-1gpu",
                       "--allow-other-runner")
     assert skipped.code == 0 and "SKIPPED" in skipped.out
+    unclassed = tmp_path / "u.json"  # a standard that names no class: nothing to check either class against
+    assert run_cli("record", "--metrics", str(a), str(b), "--out", str(unclassed)).code == 0
+    for given in ((), ("--runner-class", "h100-1gpu")):
+        silent = run_cli("verify", "--metrics", str(a), "--standard", str(unclassed), *given)
+        assert silent.code == 0 and "runner class not checked: the standard names no runner class" in silent.out
     bad = run_cli("verify", "--metrics", str(a), "--standard", str(std), "--runner-class", "cpu-Bad Class")
     assert bad.code == 2 and "--runner-class" in bad.err
 

@@ -74,6 +74,10 @@ def init(command: tuple[str, ...], out: Path | None, name: str | None, metrics_e
         '# standards_dir = "standards"    # where standards go, from the project root (pyproject.toml or .git)',
         *([f"metrics_env = {_toml(metrics_env)}"] if metrics_env else []),
         *([f"step_key = {_toml(step_key)}"] if step_key else []),
+        "",
+        "[env]                            # set in every run's processes before they start (the doctor checks these)",
+        'PYTHONHASHSEED = "0"             # str hashing (set order, dict of str keys) the same in every run',
+        'CUBLAS_WORKSPACE_CONFIG = ":4096:8"  # deterministic cuBLAS on GPU (ignored on CPU)',
     ]
     text = "\n".join(lines) + "\n"
     with tempfile.TemporaryDirectory(prefix="detaudit-init-") as tmp:  # a card, checked before it is written

@@ -379,12 +379,10 @@ def command_python(card: Card, env: dict[str, str]) -> str:
     the script it names (``torchrun``, a console script). ``InputError`` (with the fix) otherwise:
     the probe must not describe an interpreter the run never uses.
     """
-    first = card.command[0]
-    if first == "{python}":
+    if card.command[0] == "{python}" or card.python is not None:
         return card.python_path
-    if card.python is not None:
-        return card.python_path
-    first = first.replace("{card_dir}", str(card.card_dir))  # the interpreter a run starts, named by the card's folder
+    # The first word as the run gets it: "{card_dir}/venv/bin/python" is that file, not a missing one.
+    first = _expand(card.command[0], {"python": card.python_path, "card_dir": str(card.card_dir)})
     program = _on_path(first, card, env)
     if program is None:
         raise InputError(card.path, f"command: {first!r} is not found (from {card.run_cwd}, on the run's PATH), so "

@@ -137,6 +137,9 @@ def verify(
     if here is None and std.runner_class is not None:
         result.runner_unchecked = (f"the standard is for runner class {std.runner_class}; where this run ran is not "
                                    "known (give its CARD, or --runner-class CLASS)")
+    elif std.runner_class is None:  # a standard recorded from files without --runner-class, or another framework's
+        result.runner_unchecked = ("the standard names no runner class, so where it holds is not known (record it "
+                                   "from a CARD, or with --runner-class CLASS)")
     approximate = None
     if (rule is not None and std.runner_class is not None and here != std.runner_class
             and "-".join(std.runner_class) == rule.against):
