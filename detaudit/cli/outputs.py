@@ -11,7 +11,8 @@ from typing import Any
 import click
 
 from detaudit.cli.base import warn
-from detaudit.render.emit import Reports, Result, emit
+from detaudit.render.emit import emit
+from detaudit.render.reports import Reports, Result
 
 F = Callable[..., Any]
 

@@ -1,11 +1,10 @@
-"""The one step that writes a command's outcome (``emit``), and what the command was asked to
-write (``Reports``), checked with its inputs before anything runs.
+"""The one step that writes a command's outcome (``emit``): every output the command asked for
+(``render.reports.Reports``), each fed by the result object alone.
 
 Outputs, in this order (``OUTPUTS``): the CI reports (``--junit-xml``, and the GitHub step
 summary where ``GITHUB_STEP_SUMMARY`` is set), first, because CI must see them whatever follows;
-the text report or ``--json`` on stdout; the ``--html`` page. Each is fed by the result object
-alone (``detaudit.results``: it carries the parsed card, standard, metrics and traces); no
-output reads a file again.
+the text report or ``--json`` on stdout; the ``--html`` page. The result (``detaudit.results``)
+carries the parsed card, standard, metrics and traces; no output reads a file again.
 
 A new output format: a module with an ``emit_FORMAT(result, reports, out, err) -> warnings``
 that handles each result kind, a line in ``OUTPUTS``, and its option in ``Reports``.
@@ -13,70 +12,9 @@ that handles each result kind, a line in ``OUTPUTS``, and its option in ``Report
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Union
-
 from rich.console import Console
 
-from detaudit.errors import UsageError
-from detaudit.fileio import OutputPaths
-from detaudit.results import DiffResult, RecordResult, ReviewResult, SuiteResult, VerifyResult
-
-if TYPE_CHECKING:
-    from detaudit.render.html.findings import Findings
-
-Result = Union[RecordResult, VerifyResult, SuiteResult, DiffResult, ReviewResult]  # noqa: UP007 (a runtime alias)
-
-
-@dataclass
-class Reports:
-    """What a command writes besides its text: ``--json`` (stdout), ``--junit-xml`` and the step
-    summary (``ci``: the command writes CI reports), ``--html`` (and ``--scan FILE`` for it).
-
-    ``prepare`` states every output path with the command's inputs in one ``OutputPaths`` and
-    checks them; a flow that finds a path of its own later (the standard a record writes, the one
-    a verify reads) adds it to ``paths`` and checks again, before its first run."""
-
-    title: str  # "detaudit verify CARD": the CI reports' title
-    card: str | None = None  # the card as the user named it (None: no card, e.g. verify --metrics)
-    subject: str | None = None  # what the command checks, as named: the card, else the metrics file
-    as_json: bool = False
-    ci: bool = False
-    junit_xml: Path | None = None
-    html: Path | None = None
-    overwrite_html: bool = False
-    scan_report: Path | None = None
-    paths: OutputPaths = field(default_factory=OutputPaths)
-    summary: Path | None = None  # the step summary file, found by ``prepare``
-    findings: Findings | None = None  # --scan FILE, read by ``prepare``
-
-    def prepare(self, inputs: Iterable[tuple[Path | None, str]] = ()) -> None:
-        """Before anything runs: the options agree, no output path is unfit (``OutputPaths``),
-        and the scan report (if any) is read."""
-        if self.html is None:
-            if self.scan_report is not None:
-                raise UsageError("--scan FILE goes into the HTML page: give --html PATH too")
-            if self.overwrite_html:
-                raise UsageError("--overwrite-html without --html")
-        for path, what in inputs:
-            self.paths.reads(path, what)
-        self.paths.reads(self.scan_report, "the scan report (--scan)")
-        if self.ci:
-            from detaudit.render.ci import claim_ci_paths, step_summary_path
-
-            self.summary = step_summary_path()
-            claim_ci_paths(self.paths, self.junit_xml, self.summary)
-        self.paths.writes(self.html, "--html", replace_flag="--overwrite-html", overwrite=self.overwrite_html)
-        self.paths.check()
-        if self.scan_report is not None:
-            from detaudit.render.html.findings import read_scan_findings
-
-            self.findings = read_scan_findings(self.scan_report)
-
-
-Output = Callable[[Result, Reports, Console, Console], list[str]]
+from detaudit.render.reports import Output, Reports, Result
 
 
 def _ci(result: Result, reports: Reports, out: Console, err: Console) -> list[str]:

@@ -13,7 +13,7 @@ from detaudit.render.jsonout import dump_json
 from detaudit.results import DiffResult, RecordResult, ReviewResult, SuiteResult, VerifyResult, VerifyStatus
 
 if TYPE_CHECKING:
-    from detaudit.render.emit import Reports, Result
+    from detaudit.render.reports import Reports, Result
 
 
 def emit_stdout(result: Result, reports: Reports, out: Console, err: Console) -> list[str]:

@@ -4,13 +4,13 @@ it runs in), and each actor's share of the GPUs."""
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from detaudit.env import determinism
 from recipes.diffusion_nft.config import JobConfig
+from recipes.diffusion_nft.ports import free_port
 
 RECIPE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds `recipes/`
 # Ray's job supervisor sets this in the environment of a job's entrypoint (the driver), and so in
@@ -100,12 +100,6 @@ def gpu_shares(config: JobConfig, gpus: int) -> dict[str, float]:
         # Leave room on the shared GPU for the reward actor's small share.
         shares["train"] = shares["engine"] = placement.shared_gpu_share * max(1, train_gpus // placement.rollout_engines)
     return shares
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
