@@ -235,7 +235,7 @@ def _fixture_record(status: str = "disagree") -> Any:
     from detaudit.data.card import load_card
     from detaudit.data.compare import diff_runs
     from detaudit.data.metrics import read_metrics_many
-    from detaudit.results import RecordResult, RecordStatus
+    from detaudit.flows.results import RecordResult, RecordStatus
     from detaudit.run.spec import RunSpec, RunState, RunStatus
     from detaudit.runner_class import RunnerClass
     from detaudit.trace.compare import audit_runs

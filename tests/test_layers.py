@@ -3,7 +3,7 @@ and there is no import circle in `detaudit/` or `recipes/`.
 
 Floors, bottom up (a module may import its own floor and any below):
 errors, runner_class, fileio < data < standards, env, the package's face (`detaudit/__init__.py`) < run, trace
-< results < flows < render (every output: text, JSON, HTML, CI reports) < cli, pytest_plugin, __main__.
+< flows (use cases and their result objects) < render (every output: text, JSON, HTML, CI reports) < cli, pytest_plugin, __main__.
 scan is a tool of its own beside them: it imports errors, fileio, scan and the package's __version__ only, and
 only render and cli may import it. A module whose folder has no floor fails the test until it is given one.
 recipes/ is a user's pipeline beside the tool: it uses the library's floors (at most standards, env),
@@ -28,11 +28,10 @@ FLOORS = {
     "standards": 2, "env": 2,
     "": 2,  # the package's face: its __init__ hands on names of data and errors, and env's `determinism`
     "run": 3, "trace": 3,
-    "results": 4,
-    "flows": 5,
-    "render": 6,
-    "scan": 6,  # for its importers only (render, cli): scan itself imports no floor but SCAN_ALLOWED
-    "cli": 7, "pytest_plugin": 7, "__main__": 7,
+    "flows": 4,
+    "render": 5,
+    "scan": 5,  # for its importers only (render, cli): scan itself imports no floor but SCAN_ALLOWED
+    "cli": 6, "pytest_plugin": 6, "__main__": 6,
 }
 SCAN_ALLOWED = {"errors", "fileio", "scan", "__version__", ""}
 RECIPE_TOP_FLOOR = 2  # the highest floor of detaudit a recipe may import (env: determinism)
@@ -184,7 +183,7 @@ def test_the_checks_catch_a_type_only_circle_and_an_upward_import(tmp_path: Path
     assert _upward(graph) == []
     graph["detaudit.run.plan"] = set()
     assert _circles(graph) == []
-    graph["detaudit.data.card"] = {"detaudit.flows.record"}  # data (floor 1) importing a flow (floor 5)
+    graph["detaudit.data.card"] = {"detaudit.flows.record"}  # data (floor 1) importing a flow (floor 4)
     graph["detaudit.scan.rules"] = {"detaudit.data.card"}  # scan importing the library
     graph["recipes.diffusion_nft.config"] = {"detaudit.run.plan"}  # the recipe importing the tool that runs it
     graph["detaudit.errors"] = {"detaudit"}  # the bottom importing the package's face
@@ -196,3 +195,20 @@ def test_the_checks_catch_a_type_only_circle_and_an_upward_import(tmp_path: Path
                               "detaudit.run.plan -> recipes.diffusion_nft.config",
                               "detaudit.scan.rules -> detaudit.data.card",
                               "recipes.diffusion_nft.config -> detaudit.run.plan"]
+
+
+def test_the_architecture_page_names_every_module() -> None:
+    """docs/architecture.md gives each module of detaudit/ one line, under its folder's heading: a
+    module added, moved or removed without its line fails here, so the page keeps matching the code."""
+    import re
+
+    named, folder = set(), None
+    for line in (REPO / "docs" / "architecture.md").read_text().splitlines():
+        heading = re.match(r"### `(detaudit/[\w/]*)`$", line)
+        if heading:
+            folder = heading.group(1)
+        elif folder and (item := re.match(r"- `([\w/]+\.py)`: \S", line)):
+            named.add(f"{folder}{item.group(1)}")
+    on_disk = {str(p.relative_to(REPO)) for p in (REPO / "detaudit").rglob("*.py")}
+    assert not on_disk - named, f"modules with no line in docs/architecture.md: {sorted(on_disk - named)}"
+    assert not named - on_disk, f"lines for modules that do not exist: {sorted(named - on_disk)}"

@@ -26,7 +26,7 @@ from detaudit.data.values import encode_value
 from detaudit.env.provenance import git_state, standard_runner
 from detaudit.errors import InputError, UsageError
 from detaudit.fileio import OutputPaths, replace_folder, write_atomic
-from detaudit.results import RecordResult, RecordStatus
+from detaudit.flows.results import RecordResult, RecordStatus
 from detaudit.run.card_runs import place, run_card
 from detaudit.run.executor import runner_mismatch
 from detaudit.run.local import interrupts_as_exceptions

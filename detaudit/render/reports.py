@@ -16,7 +16,7 @@ from rich.console import Console
 
 from detaudit.errors import UsageError
 from detaudit.fileio import OutputPaths
-from detaudit.results import DiffResult, RecordResult, ReviewResult, SuiteResult, VerifyResult
+from detaudit.flows.results import DiffResult, RecordResult, ReviewResult, SuiteResult, VerifyResult
 
 if TYPE_CHECKING:
     from detaudit.render.html.findings import Findings

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 
 from detaudit.errors import InputError
 from detaudit.fileio import OutputPaths, OutputRefused
+from detaudit.flows.results import DiffResult, ReviewResult
 from detaudit.render.ci.cases import Case, ci_report, error_case
 from detaudit.render.ci.junit import write_junit
 from detaudit.render.ci.summary import SUMMARY_VARIABLE, append_step_summary, step_summary_path, summary_markdown
-from detaudit.results import DiffResult, ReviewResult
 
 if TYPE_CHECKING:
     from detaudit.render.reports import Reports, Result
