@@ -41,6 +41,7 @@ from typing import Any
 
 from detaudit.data.big_integers import INT64_EDGE, exact_integers
 from detaudit.data.exclusion import Exclusion
+from detaudit.data.json_keys import duplicate_key
 from detaudit.data.metrics_run import LINE_INDEX, MetricsRun, Series, line_number
 from detaudit.data.values import MAX_DEPTH, contains_encoded_nonfinite, depth, format_value
 from detaudit.errors import InputError
@@ -59,39 +60,6 @@ except ImportError:  # pragma: no cover - orjson is a declared dependency
 # line is near 64 MiB, and no metrics file near 16 GiB (columns hold ~9 bytes a float).
 MAX_LINE_BYTES = 64 << 20
 MAX_FILE_BYTES = 16 << 30
-
-
-class DuplicateKey(ValueError):
-    """A JSON object names ``key`` twice (raised by ``unique_pairs``)."""
-
-    def __init__(self, key: str) -> None:
-        super().__init__(f"duplicate key {key!r}")
-        self.key = key
-
-
-def unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook`` for ``json.loads`` that refuses a key named twice in one object
-    (Python's json, like orjson, keeps the last one silently). Standards use it too."""
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise DuplicateKey(key)
-            seen.add(key)
-    return obj
-
-
-def duplicate_key(raw: bytes) -> str | None:
-    """A key that a line's JSON names twice in one object, else None (orjson and json keep the
-    last one silently). Parses again with a hook that sees every key: the slow path, taken only
-    for a line with more colons than its object has keys (see ``read_metrics``)."""
-    try:
-        json.loads(raw, object_pairs_hook=unique_pairs)
-    except DuplicateKey as dup:
-        return dup.key
-    return None
-
 
 
 class TornLineWarning(UserWarning):
