@@ -21,7 +21,8 @@ Modules, one job each (no import circle among them):
 - the whole tree: ``analysis.Program`` (composed of ``program_names``, ``program_dispatch``,
   ``program_calls``, ``program_seeding``), ``processes``, ``outside`` (self-tests and stand-alone
   tools), ``evidence`` and ``modes`` (draws no process is seen to make), ``findings`` (verdicts);
-- ``scanner`` (orchestration), ``baseline``, ``output`` (text, JSON, SARIF, GitHub, CI cases).
+- ``scanner`` (orchestration), ``baseline``. Its outputs (text, JSON, SARIF, GitHub, CI cases) are
+  rendered with every other output, in ``detaudit.render.scan``.
 """
 
 from __future__ import annotations
