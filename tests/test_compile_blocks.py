@@ -159,7 +159,7 @@ sys.path.insert(0, "tests")
 from test_train_actor import rollout_batch
 from recipes.diffusion_nft.actors.trainer import TrainActor
 from recipes.diffusion_nft.config import parse_args
-from recipes.diffusion_nft.placement import free_port
+from recipes.diffusion_nft.ports import free_port
 
 def one_update(compile_blocks):
     flags = ["--preset", "tiny", "--device", "cpu", "--precision", "fp32", "--micro-batch", "8", "--sample-batch", "8"]

@@ -105,7 +105,7 @@ def test_the_recipes_injected_bug_is_found_and_the_rule_explains_itself(tmp_path
         (folder / "__init__.py").write_text("")
     (tree / "manager.py").write_text(manager.replace("  # detaudit: ignore[DA401] (the injected bug)", ""))
     result = run_cli("scan-rng", "recipes", "--format", "json", "--no-cache", "--select", "DA401", cwd=tmp_path)
-    (finding,) = json.loads(result.out)
+    (finding,) = json.loads(result.out)["findings"]
     line = next(i for i, t in enumerate(manager.splitlines(), 1) if "ray.wait(pending" in t)
     assert (finding["path"], finding["line"], finding["rule"]) == ("recipes/diffusion_nft/actors/manager.py", line,
                                                                    "DA401")

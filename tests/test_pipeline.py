@@ -16,7 +16,7 @@ import pytest
 import torch
 from conftest import REPO, Recording, Result, made_once, run_cli, stop_ray_head
 
-from recipes.diffusion_nft.placement import free_port
+from recipes.diffusion_nft.ports import free_port
 from recipes.diffusion_nft.prompts import rollout_prompts
 
 pytestmark = pytest.mark.recipe

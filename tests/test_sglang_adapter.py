@@ -45,7 +45,7 @@ def model_dir(tmp_path_factory) -> Path:
 
 
 def free_port() -> int:
-    from recipes.diffusion_nft.placement import free_port as port
+    from recipes.diffusion_nft.ports import free_port as port
 
     return port()
 

@@ -39,7 +39,7 @@ sys.path.insert(0, "tests")
 from test_train_actor import rollout_batch
 from recipes.diffusion_nft.actors.trainer import TrainActor
 from recipes.diffusion_nft.config import parse_args
-from recipes.diffusion_nft.placement import free_port
+from recipes.diffusion_nft.ports import free_port
 
 def actor(flags, fsdp=False):
     config = parse_args(["--preset", "tiny", "--device", "cpu", *flags])

@@ -80,14 +80,18 @@ def scan_rng(paths: tuple[Path, ...], fmt: str, fail_on: str, baseline: Path | N
         return
     if not paths:
         raise InputError(None, "scan-rng: give at least one PATH (or --explain RULE)")
-    if write_baseline is not None:  # checked before the scan: not an input, not a device or a folder, writable
-        from detaudit.fileio import OutputPaths
+    # Every file it writes, checked before the scan: not an input, not another output, not a device
+    # or a folder, writable (fileio.OutputPaths).
+    from detaudit.fileio import OutputPaths
+    from detaudit.render.ci import claim_ci_paths, step_summary_path
 
-        outputs = OutputPaths()
-        for path, what in [(p, "a path it scans") for p in paths] + [(baseline, "--baseline"), (config, "--config")]:
-            outputs.reads(path, what)
-        outputs.writes(write_baseline, "--write-baseline")
-        outputs.check()
+    summary = step_summary_path()
+    outputs = OutputPaths()
+    for path, what in [(p, "a path it scans") for p in paths] + [(baseline, "--baseline"), (config, "--config")]:
+        outputs.reads(path, what)
+    outputs.writes(write_baseline, "--write-baseline")
+    claim_ci_paths(outputs, junit_xml, summary)
+    outputs.check()
     cfg = ScanConfig.load(config)
     cfg = replace(cfg, unknown_process=unknown_process, force_exclude=force_exclude,
                   tests_as_pipeline=tests_as_pipeline or cfg.tests_as_pipeline)
@@ -123,7 +127,7 @@ def scan_rng(paths: tuple[Path, ...], fmt: str, fail_on: str, baseline: Path | N
 
     detail = output.counts_text(result.findings) + (f"; {dropped} in the baseline" if dropped else "")
     for text in write_ci_reports(junit_xml, ci_title(click.get_current_context()), _cases(result.findings, failing),
-                                 verdict, detail):
+                                 verdict, detail, summary):
         warn(text)
     sys.exit(EXIT_FAIL if failing else EXIT_OK)
 

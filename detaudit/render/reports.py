@@ -1,18 +1,13 @@
-"""What a command was asked to write (``Reports``), checked with its inputs before anything runs,
-and what every output is fed (``Result``: the result kinds) and is (``Output``).
-
-Every output module (``render.ci``, ``render.stdout``, ``render.html``) imports this one, and
-``render.emit`` imports them: the seam sits below the outputs, so none of them needs ``emit``.
-"""
+"""What a command was asked to write besides its text (``Reports``), checked with its inputs
+before anything runs, and the result kinds an output is made from (``Result``). ``render.emit``
+writes them; each output module (stdout, CI reports, the page) reads ``Reports`` from here."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Union
-
-from rich.console import Console
 
 from detaudit.errors import UsageError
 from detaudit.fileio import OutputPaths
@@ -58,17 +53,13 @@ class Reports:
             self.paths.reads(path, what)
         self.paths.reads(self.scan_report, "the scan report (--scan)")
         if self.ci:
-            from detaudit.render.ci.summary import SUMMARY_VARIABLE, step_summary_path
+            from detaudit.render.ci import claim_ci_paths, step_summary_path
 
             self.summary = step_summary_path()
-            self.paths.writes(self.junit_xml, "--junit-xml")
-            self.paths.writes(self.summary, f"the step summary ({SUMMARY_VARIABLE})", append=True)
+            claim_ci_paths(self.paths, self.junit_xml, self.summary)
         self.paths.writes(self.html, "--html", replace_flag="--overwrite-html", overwrite=self.overwrite_html)
         self.paths.check()
         if self.scan_report is not None:
             from detaudit.render.html.findings import read_scan_findings
 
             self.findings = read_scan_findings(self.scan_report)
-
-
-Output = Callable[[Result, Reports, Console, Console], list[str]]  # -> the warnings to show

@@ -15,7 +15,7 @@ from detaudit.render.ci.cases import (
 )
 from detaudit.render.ci.environment import CI_VARIABLES, ci_variable
 from detaudit.render.ci.junit import junit_xml, write_junit, xml_text
-from detaudit.render.ci.reports import emit_ci, write_ci_reports, write_error_reports
+from detaudit.render.ci.reports import claim_ci_paths, emit_ci, write_ci_reports, write_error_reports
 from detaudit.render.ci.summary import append_step_summary, md_code, step_summary_path, summary_markdown
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "cases_from_verify",
     "ci_report",
     "ci_variable",
+    "claim_ci_paths",
     "emit_ci",
     "error_case",
     "junit_xml",

@@ -9,23 +9,25 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from detaudit.errors import InputError
 from detaudit.fileio import OutputPaths, OutputRefused
-from detaudit.flows.results import DiffResult, ReviewResult
 from detaudit.render.ci.cases import Case, ci_report, error_case
 from detaudit.render.ci.junit import write_junit
 from detaudit.render.ci.summary import SUMMARY_VARIABLE, append_step_summary, step_summary_path, summary_markdown
 
-if TYPE_CHECKING:
-    from detaudit.render.reports import Reports, Result
+
+def claim_ci_paths(paths: OutputPaths, junit_xml: Path | None, summary: Path | None) -> None:
+    """The CI reports' files among the command's outputs (checked before anything runs)."""
+    paths.writes(junit_xml, "--junit-xml")
+    paths.writes(summary, f"the step summary ({SUMMARY_VARIABLE})", append=True)
 
 
-def emit_ci(result: Result, reports: Reports) -> list[str]:
+def emit_ci(result: Any, reports: Any) -> list[str]:
     """The CI reports of a result (``render.emit``'s CI output): ``--junit-xml`` and the step
     summary, for the commands that write them."""
-    if not reports.ci or isinstance(result, (DiffResult, ReviewResult)):  # the diffs gate nothing in CI
+    if not reports.ci:
         return []
     cases, verdict, detail = ci_report(result, reports.subject)
     return write_ci_reports(reports.junit_xml, reports.title, cases, verdict, detail, reports.summary)

@@ -11,7 +11,7 @@ matplotlib (the vendored uPlot draws the charts in the browser).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from detaudit.fileio import write_atomic
 
@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from detaudit.render.html.model import Page
-    from detaudit.render.reports import Reports, Result
 
 OVERWRITE_FLAG = "--overwrite-html"
 
@@ -31,7 +30,7 @@ def write_html(path: Path, page: Page, *, overwrite: bool = False) -> None:
     write_atomic(path, render_page(page), overwrite=overwrite, replace_flag=OVERWRITE_FLAG)
 
 
-def page_of(result: Result, reports: Reports) -> Page:
+def page_of(result: Any, reports: Any) -> Page:
     """The page of a command's result (each result kind has its view)."""
     from detaudit.flows.results import DiffResult, RecordResult, ReviewResult, SuiteResult, VerifyResult
     from detaudit.render.html.verify_view import verify_page
@@ -50,7 +49,7 @@ def page_of(result: Result, reports: Reports) -> Page:
     raise TypeError(f"no page for {type(result).__name__}")
 
 
-def emit_html(result: Result, reports: Reports, err: Console) -> list[str]:
+def emit_html(result: Any, reports: Any, err: Console) -> list[str]:
     """``--html PATH`` (``render.emit``'s HTML output): the page, and one line on stderr saying where."""
     if reports.html is None:
         return []

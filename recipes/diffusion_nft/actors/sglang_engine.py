@@ -24,13 +24,12 @@ import torch
 
 from recipes.diffusion_nft import seeds
 from recipes.diffusion_nft.actors.common import DTYPES, setup_process
-from recipes.diffusion_nft.algorithms import ALGORITHM_MODULES, Algorithm
-from recipes.diffusion_nft.config import JobConfig
+from recipes.diffusion_nft.algorithms import Algorithm
+from recipes.diffusion_nft.config import ALGORITHM_MODULES, JobConfig
 from recipes.diffusion_nft.flops import image_tokens, transformer_forward_flops
 from recipes.diffusion_nft.lora import add_lora, lora_parameters
 from recipes.diffusion_nft.models import build_pipeline
 from recipes.diffusion_nft.perf import PhaseClock, StartupMarks
-from recipes.diffusion_nft.ports import free_port
 from recipes.diffusion_nft.sglang_client import SampleSpec, SGLangClient
 
 # sglang's SD3 config sizes latents as pixels / 8 (its VAE arch config's fixed
@@ -98,6 +97,8 @@ class SGLangRolloutEngine:
         self.lora_shapes = {n: tuple(p.shape) for n, p in lora_parameters(pipe.transformer)}
         del pipe
         self.startup.mark("saved")
+        from recipes.diffusion_nft.ports import free_port
+
         port = free_port()
         argv = list(launcher) + ["--model-path", str(self.model_dir), "--port", str(port)] if launcher else \
             server_command(self.model_dir, port, self.dtype)
