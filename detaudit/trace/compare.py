@@ -32,16 +32,9 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from detaudit.trace.arrival_order import ArrivalDifference, first_arrival_difference
-from detaudit.trace.files import (
-    Chain,
-    Draw,
-    ModuleCall,
-    OpCall,
-    ProcessTrace,
-    RunTrace,
-    read_trace,
-)
+from detaudit.trace.files import read_trace
 from detaudit.trace.packages import PackageChange, package_changes, site_package, trace_packages
+from detaudit.trace.run_trace import Chain, Draw, ModuleCall, OpCall, ProcessTrace, RunTrace
 from detaudit.trace.seed_repeats import SeedCheck, seed_check
 
 
