@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import stat
 import tempfile
 from dataclasses import dataclass
@@ -15,14 +16,19 @@ from typing import Any
 from detaudit.errors import InputError, UsageError
 
 
+def umask() -> int:
+    """The user's umask (POSIX can read it only by setting it: it is set back at once)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _new_file_mode(path: Path) -> int:
     """The mode a replaced file keeps, else what the user's umask gives a new file."""
     try:
         return stat.S_IMODE(os.stat(path).st_mode)
     except OSError:
-        mask = os.umask(0)
-        os.umask(mask)
-        return 0o666 & ~mask
+        return 0o666 & ~umask()
 
 
 def os_error(path: Path, exc: OSError, doing: str) -> InputError:
@@ -115,6 +121,20 @@ def make_parents(path: Path) -> list[Path]:
         remove_empty(created)
         raise os_error(path, exc, f"create {exc.filename or path.parent}") from None
     return created
+
+
+def replace_folder(staged: Path | None, destination: Path) -> None:
+    """Put the complete folder ``staged`` at ``destination`` (with None: only remove what is there),
+    retiring the old folder first. Renames only, so ``destination`` is never half old and half new;
+    ``staged`` must be on the same file system (made beside ``destination``)."""
+    retired = Path(tempfile.mkdtemp(prefix=f".{destination.name}.old.", dir=destination.parent))
+    try:
+        if destination.exists():
+            os.rename(destination, retired / destination.name)
+        if staged is not None:
+            os.rename(staged, destination)
+    finally:
+        shutil.rmtree(retired, ignore_errors=True)
 
 
 def remove_empty(folders: list[Path]) -> None:

@@ -25,7 +25,7 @@ from conftest import REPO, run_cli, strict_json, write_card, write_jsonl
 PROBE = """
 import sys
 import detaudit, detaudit.cli, detaudit.data.compare, detaudit.data.metrics, detaudit.flows.record, detaudit.flows.verify
-import detaudit.scan, detaudit.scan.output, detaudit.data.health, detaudit.env.determinism
+import detaudit.scan, detaudit.render.scan, detaudit.data.health, detaudit.env.determinism
 print(sorted(m for m in ("torch", "numpy", "ray", "diffusers", "transformers") if m in sys.modules))
 """
 PACKAGE = Path(detaudit.__file__).resolve().parent

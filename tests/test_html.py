@@ -235,7 +235,7 @@ def _fixture_record(status: str = "disagree") -> Any:
     from detaudit.data.card import load_card
     from detaudit.data.compare import diff_runs
     from detaudit.data.metrics import read_metrics_many
-    from detaudit.results import RecordResult, RecordStatus
+    from detaudit.flows.results import RecordResult, RecordStatus
     from detaudit.run.spec import RunSpec, RunState, RunStatus
     from detaudit.runner_class import RunnerClass
     from detaudit.trace.compare import audit_runs
@@ -594,3 +594,20 @@ def test_a_page_of_1000_differing_series_stays_small_and_names_every_one(tmp_pat
         entry = dom.articles.get(m["series"]) or dom.summarised[m["series"]]
         assert (entry["data-first-step"], entry["data-kind"]) == (_step_text(m["step"]), m["kind"])
     assert page.stat().st_size < 2_000_000
+
+
+def test_a_scan_report_is_read_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--scan FILE`` reads at most its limit (one more byte tells it is larger): a huge file or a
+    device never takes more memory; a folder is refused by name."""
+    from detaudit.errors import InputError
+    from detaudit.render.html import findings
+
+    report = tmp_path / "scan.json"
+    report.write_text("[]" + " " * 98)
+    monkeypatch.setattr(findings, "MAX_SCAN_BYTES", 100)
+    assert findings.read_scan_findings(report).path == report
+    report.write_text("[]" + " " * 99)
+    with pytest.raises(InputError, match="larger than 100 bytes; not a scan-rng report"):
+        findings.read_scan_findings(report)
+    with pytest.raises(InputError, match="is a directory"):
+        findings.read_scan_findings(tmp_path)

@@ -2,8 +2,10 @@
 and there is no import circle in `detaudit/` or `recipes/`.
 
 Floors, bottom up (a module may import its own floor and any below):
-errors, runner_class, fileio < data < standards, env < run, trace < results < flows < render < ci < cli, pytest_plugin.
-scan is a tool of its own beside them (it imports errors and scan only).
+errors, runner_class, fileio < data < standards, env, the package's face (`detaudit/__init__.py`) < run, trace
+< flows (use cases and their result objects) < render (every output: text, JSON, HTML, CI reports) < cli, pytest_plugin, __main__.
+scan is a tool of its own beside them: it imports errors, fileio, scan and the package's __version__ only, and
+only render and cli may import it. A module whose folder has no floor fails the test until it is given one.
 recipes/ is a user's pipeline beside the tool: it uses the library's floors (at most standards, env),
 never the tool that runs and judges it; detaudit never imports recipes/ (the recipe is not in the wheel).
 
@@ -24,12 +26,12 @@ FLOORS = {
     "errors": 0, "runner_class": 0, "fileio": 0,
     "data": 1,
     "standards": 2, "env": 2,
+    "": 2,  # the package's face: its __init__ hands on names of data and errors, and env's `determinism`
     "run": 3, "trace": 3,
-    "results": 4,
-    "flows": 5,
-    "render": 6,
-    "ci": 7,
-    "cli": 8, "pytest_plugin": 8, "__main__": 8,
+    "flows": 4,
+    "render": 5,
+    "scan": 5,  # for its importers only (render, cli): scan itself imports no floor but SCAN_ALLOWED
+    "cli": 6, "pytest_plugin": 6, "__main__": 6,
 }
 SCAN_ALLOWED = {"errors", "fileio", "scan", "__version__", ""}
 RECIPE_TOP_FLOOR = 2  # the highest floor of detaudit a recipe may import (env: determinism)
@@ -74,8 +76,8 @@ def _imports(module: str, path: Path, modules: frozenset[str]) -> set[str]:
 
 
 def _floor(module: str) -> int | None:
-    parts = module.split(".")
-    return FLOORS.get(parts[1]) if parts[0] == "detaudit" and len(parts) > 1 else None
+    parts = module.split(".") + [""]
+    return FLOORS.get(parts[1]) if parts[0] == "detaudit" else None
 
 
 def _graph() -> dict[str, set[str]]:
@@ -85,31 +87,8 @@ def _graph() -> dict[str, set[str]]:
             for name, path in modules.items()}
 
 
-def test_no_module_imports_a_layer_above_its_own() -> None:
-    upward = []
-    for name, targets in _graph().items():
-        parts = name.split(".")
-        if parts[0] == "recipes":
-            upward += [f"{name} -> {m}" for m in targets
-                       if m.startswith("detaudit") and (_floor(m) is None or _floor(m) > RECIPE_TOP_FLOOR)]
-            continue
-        if len(parts) < 2:
-            continue
-        if parts[1] == "scan":
-            upward += [f"{name} -> {m}" for m in targets
-                       if m.split(".")[0] != "detaudit" or (m.split(".") + [""])[1] not in SCAN_ALLOWED]
-            continue
-        own = _floor(name)
-        assert own is not None, f"{name}: a top-level module with no floor (add it to FLOORS)"
-        for target in targets:
-            floor = _floor(target)
-            if target.startswith("recipes") or (floor is not None and floor > own):
-                upward.append(f"{name} -> {target}")
-    assert not upward, "imports that point up a layer:\n" + "\n".join(sorted(upward))
-
-
-def test_no_import_circle() -> None:
-    graph = _graph()
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One circle per back edge of a depth-first walk: none found means the graph has no circle at all."""
     state: dict[str, int] = {}
     stack: list[str] = []
     cycles: list[list[str]] = []
@@ -128,6 +107,44 @@ def test_no_import_circle() -> None:
     for name in sorted(graph):
         if name not in state:
             visit(name)
+    return cycles
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    """Every import (``a -> b``) that points above its own floor, or out of scan, or from the tool into recipes/."""
+    upward = []
+    for name, targets in graph.items():
+        parts = name.split(".")
+        if parts[0] == "recipes":
+            upward += [f"{name} -> {m}" for m in targets
+                       if m.startswith("detaudit") and (_floor(m) is None or _floor(m) > RECIPE_TOP_FLOOR)]
+            continue
+        if len(parts) > 1 and parts[1] == "scan":
+            upward += [f"{name} -> {m}" for m in targets
+                       if m.split(".")[0] != "detaudit" or (m.split(".") + [""])[1] not in SCAN_ALLOWED]
+            continue
+        own = _floor(name)
+        assert own is not None, f"{name}: a top-level module with no floor (add it to FLOORS)"
+        for target in targets:
+            floor = _floor(target)
+            if target.startswith("recipes") or floor is None or floor > own:
+                upward.append(f"{name} -> {target}")
+    return sorted(upward)
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    upward = _upward(_graph())
+    assert not upward, "imports that point up a layer:\n" + "\n".join(upward)
+
+
+def test_every_floor_names_a_part_of_the_package() -> None:
+    """A floor left behind by a move (``ci`` went under ``render``) would let a new module of that name in unchecked."""
+    tops = {name.split(".")[1] for name in _modules() if name.startswith("detaudit.")} | {""}
+    assert set(FLOORS) <= tops, f"floors with no module: {sorted(set(FLOORS) - tops)}"
+
+
+def test_no_import_circle() -> None:
+    cycles = _circles(_graph())
     assert not cycles, "import circles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
@@ -151,3 +168,47 @@ def test_the_import_reader_sees_what_python_would_import(tmp_path: Path) -> None
     assert _imports("detaudit.run", init, modules) == {"detaudit.run.spec", "detaudit.run.plan"}
     # Both packages are read, the recipe's circle-prone modules among them.
     assert {"recipes.diffusion_nft.config", "recipes.diffusion_nft.algorithms", "detaudit.run.plan"} <= modules
+
+
+def test_the_checks_catch_a_type_only_circle_and_an_upward_import(tmp_path: Path) -> None:
+    """The two checks on a small house: a circle closed by a ``TYPE_CHECKING`` import and an import
+    that points up are found; a graph without either passes."""
+    modules = frozenset(_modules())
+    plan, executor = tmp_path / "plan.py", tmp_path / "executor.py"
+    plan.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from detaudit.run.executor import Executor\n")
+    executor.write_text("from detaudit.run.plan import plan\nfrom detaudit.data import card\n")
+    graph = {"detaudit.run.plan": _imports("detaudit.run.plan", plan, modules),
+             "detaudit.run.executor": _imports("detaudit.run.executor", executor, modules), "detaudit.data.card": set()}
+    assert _circles(graph) == [["detaudit.run.executor", "detaudit.run.plan", "detaudit.run.executor"]]
+    assert _upward(graph) == []
+    graph["detaudit.run.plan"] = set()
+    assert _circles(graph) == []
+    graph["detaudit.data.card"] = {"detaudit.flows.record"}  # data (floor 1) importing a flow (floor 4)
+    graph["detaudit.scan.rules"] = {"detaudit.data.card"}  # scan importing the library
+    graph["recipes.diffusion_nft.config"] = {"detaudit.run.plan"}  # the recipe importing the tool that runs it
+    graph["detaudit.errors"] = {"detaudit"}  # the bottom importing the package's face
+    graph["detaudit.run.plan"] = {"recipes.diffusion_nft.config",  # the tool importing the recipe
+                                  "detaudit.outputs.page"}  # a folder with no floor yet
+    graph["detaudit.env.doctor"] = {"detaudit.scan.rules"}  # the library using the scanner
+    assert _upward(graph) == ["detaudit.data.card -> detaudit.flows.record", "detaudit.env.doctor -> detaudit.scan.rules",
+                              "detaudit.errors -> detaudit", "detaudit.run.plan -> detaudit.outputs.page",
+                              "detaudit.run.plan -> recipes.diffusion_nft.config",
+                              "detaudit.scan.rules -> detaudit.data.card",
+                              "recipes.diffusion_nft.config -> detaudit.run.plan"]
+
+
+def test_the_architecture_page_names_every_module() -> None:
+    """docs/architecture.md gives each module of detaudit/ one line, under its folder's heading: a
+    module added, moved or removed without its line fails here, so the page keeps matching the code."""
+    import re
+
+    named, folder = set(), None
+    for line in (REPO / "docs" / "architecture.md").read_text().splitlines():
+        heading = re.match(r"### `(detaudit/[\w/]*)`$", line)
+        if heading:
+            folder = heading.group(1)
+        elif folder and (item := re.match(r"- `([\w/]+\.py)`: \S", line)):
+            named.add(f"{folder}{item.group(1)}")
+    on_disk = {str(p.relative_to(REPO)) for p in (REPO / "detaudit").rglob("*.py")}
+    assert not on_disk - named, f"modules with no line in docs/architecture.md: {sorted(on_disk - named)}"
+    assert not named - on_disk, f"lines for modules that do not exist: {sorted(named - on_disk)}"

@@ -10,7 +10,7 @@ from conftest import REPO, run_cli
 from scan_tree import root, write_tree  # noqa: F401 (root: a fixture)
 
 from detaudit.scan import ScanConfig, scan
-from detaudit.scan.output import rules_table
+from detaudit.render.scan import rules_table
 from detaudit.scan.rules import RULE_LIST
 
 

@@ -37,7 +37,7 @@ def diff(runs: tuple[Path, ...], as_json: bool, step_key: str | None, exclude: t
     from detaudit.data.compare import diff_runs, require_compared
     from detaudit.data.exclusion import Exclusion
     from detaudit.data.metrics import read_metrics_many
-    from detaudit.results import DiffResult
+    from detaudit.flows.results import DiffResult
 
     if len(runs) < 2:
         raise click.UsageError("diff needs at least two metrics files")

@@ -370,11 +370,11 @@ def trace(card: Path | None, extra_args: tuple[str, ...], modules: bool, save: P
       detaudit trace recipes/sd3_pickscore_nft.toml --against traces/here
       detaudit trace recipes/sd3_flow_grpo_parity.toml --modules --parity RolloutEngine:TrainActor
     """
+    from detaudit.flows.results import TraceStatus
     from detaudit.flows.trace import trace_card
     from detaudit.render.jsonout import dump_json
     from detaudit.render.runs import print_failed_runs
     from detaudit.render.trace import print_comparison, print_summary, trace_json
-    from detaudit.results import TraceStatus
 
     loaded = card_or_demo(card)
     card = loaded.path

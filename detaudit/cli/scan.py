@@ -68,7 +68,8 @@ def scan_rng(paths: tuple[Path, ...], fmt: str, fail_on: str, baseline: Path | N
     """
     from dataclasses import replace
 
-    from detaudit.scan import ScanConfig, apply_baseline, output, scan
+    from detaudit.render import scan as output
+    from detaudit.scan import ScanConfig, apply_baseline, scan
     from detaudit.scan.rules import RULE_BY_CODE
 
     if explain is not None:

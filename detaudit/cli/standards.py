@@ -82,7 +82,7 @@ def standard_diff(old: Path, new: Path, as_json: bool, html: Path | None, overwr
       git show HEAD:standards/sd3_pickscore_nft.cpu-intel-6.207-avx512.json > /tmp/old.json
       detaudit standard diff /tmp/old.json standards/sd3_pickscore_nft.cpu-intel-6.207-avx512.json
     """
-    from detaudit.results import ReviewResult
+    from detaudit.flows.results import ReviewResult
     from detaudit.standards.diff import diff_standards, require_series
     from detaudit.standards.formats import load_any
 

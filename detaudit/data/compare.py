@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detaudit.data.exclusion import reasons_summary
-from detaudit.data.metrics import LINE_INDEX, MetricsRun, Series, steps_at
+from detaudit.data.metrics_run import LINE_INDEX, MetricsRun, Series, steps_at
 from detaudit.data.values import (
     ABSENT,
     first_difference,

@@ -14,7 +14,7 @@ emission order; step fields are never series.
 
 Numbers are read exactly: an integer of any size stays that integer. orjson reads integers
 beyond 64 bits as the nearest float, so the few lines where a float of at least 2**63 came out
-are read again with Python's json, which keeps integers exact (``_exact_integers``).
+are read again with Python's json, which keeps integers exact (``big_integers``).
 
 Storage is columnar so that 200,000-line runs stay small: per series, the indices of the
 lines it appears on (``array('I')``) and its values, as ``array('d')`` when every value is
@@ -32,19 +32,17 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import struct
-import sys
 import warnings
 from array import array
-from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+from detaudit.data.big_integers import INT64_EDGE, exact_integers
 from detaudit.data.exclusion import Exclusion
+from detaudit.data.json_keys import duplicate_key
+from detaudit.data.metrics_run import LINE_INDEX, MetricsRun, Series, line_number
 from detaudit.data.values import MAX_DEPTH, contains_encoded_nonfinite, depth, format_value
 from detaudit.errors import InputError
 
@@ -64,113 +62,12 @@ MAX_LINE_BYTES = 64 << 20
 MAX_FILE_BYTES = 16 << 30
 
 
-class DuplicateKey(ValueError):
-    """A JSON object names ``key`` twice (raised by ``unique_pairs``)."""
-
-    def __init__(self, key: str) -> None:
-        super().__init__(f"duplicate key {key!r}")
-        self.key = key
-
-
-def unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook`` for ``json.loads`` that refuses a key named twice in one object
-    (Python's json, like orjson, keeps the last one silently). Standards use it too."""
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise DuplicateKey(key)
-            seen.add(key)
-    return obj
-
-
-def duplicate_key(raw: bytes) -> str | None:
-    """A key that a line's JSON names twice in one object, else None (orjson and json keep the
-    last one silently). Parses again with a hook that sees every key: the slow path, taken only
-    for a line with more colons than its object has keys (see ``read_metrics``)."""
-    try:
-        json.loads(raw, object_pairs_hook=unique_pairs)
-    except DuplicateKey as dup:
-        return dup.key
-    return None
-
-
-
 class TornLineWarning(UserWarning):
     """The last line of a metrics file was cut off (a run killed mid-write) and was dropped."""
 
 
-LINE_INDEX = "<line>"
 # Fields taken as a line's step when it names no step_key and none is given, in this order.
 STEP_KEYS = ("step", "iteration", "global_step", "_step", "epoch")
-# orjson reads an integer outside [-2**63, 2**64) as the nearest float, whose size is at least this.
-_INT64_EDGE = 2.0**63
-
-
-def steps_at(line_steps: list[Any], lines: array) -> list[Any]:
-    """The steps of the given line indices (one C call for the common many-line case)."""
-    if len(lines) > 1:
-        return list(itemgetter(*lines)(line_steps))
-    return [line_steps[i] for i in lines]  # the step key of lines that have no step_key and no default
-
-
-@dataclass
-class Series:
-    """One metric's points: line indices into ``MetricsRun.line_steps`` and values."""
-
-    name: str
-    step_key: str
-    lines: array = field(default_factory=lambda: array("I"))
-    values: array | list = field(default_factory=lambda: array("d"))
-    order: int = 0  # position of the series' first appearance, for emission order
-
-    def __len__(self) -> int:
-        return len(self.lines)
-
-    def steps(self, run: MetricsRun) -> list[Any]:
-        return steps_at(run.line_steps, self.lines)
-
-
-@dataclass
-class MetricsRun:
-    """A parsed metrics file."""
-
-    path: str
-    series: dict[str, Series]
-    line_steps: list[Any]  # the step of each kept line, by 0-based line index
-    excluded: dict[str, str]  # series name -> reason it was excluded
-    torn_last_line: bool = False
-    # (kept-line index, file line number) wherever blank lines shifted the numbering
-    line_offsets: list[tuple[int, int]] = field(default_factory=list)
-    # (line indices, step key) per line shape; the per-line step key is derived on demand
-    shape_lines: list[tuple[array, str]] = field(default_factory=list, repr=False)
-    # step fields taken from STEP_KEYS because lines named none (reports say so), in file order
-    detected_step_keys: list[str] = field(default_factory=list)
-    _line_step_keys: list[str] | None = field(default=None, repr=False)
-
-    def line_number(self, index: int) -> int:
-        """1-based line number in the file of the kept line ``index``."""
-        return _line_number(self.line_offsets, index)
-
-    @property
-    def line_step_keys(self) -> list[str]:
-        """The step key of each kept line (built once, when a report needs it)."""
-        if self._line_step_keys is None:
-            keys = [LINE_INDEX] * len(self.line_steps)
-            for lines, step_key in self.shape_lines:
-                for i in lines:
-                    keys[i] = step_key
-            self._line_step_keys = keys
-        return self._line_step_keys
-
-
-def _line_number(line_offsets: list[tuple[int, int]], index: int) -> int:
-    at = bisect_right(line_offsets, (index, 1 << 62)) - 1
-    if at < 0:
-        return index + 1
-    first_index, first_line = line_offsets[at]
-    return first_line + (index - first_index)
 
 
 class _BadValue(Exception):
@@ -361,7 +258,7 @@ def read_metrics(
         fast_error = _FastError
         shape_of = shapes.get
         add_step = line_steps.append
-        line_limit, file_limit, edge, unnamed = MAX_LINE_BYTES + 1, MAX_FILE_BYTES, _INT64_EDGE, _UNNAMED
+        line_limit, file_limit, edge, unnamed = MAX_LINE_BYTES + 1, MAX_FILE_BYTES, INT64_EDGE, _UNNAMED
         flush_every = ROWS_PER_FLUSH
         next_flush = flush_every
         index = total = blanks = 0
@@ -423,14 +320,14 @@ def read_metrics(
                     for each in named_shapes.values():
                         each.flush()
         except _BadValue as bad:
-            raise InputError(path, bad.message, _line_number(line_offsets, bad.line_index)) from None
+            raise InputError(path, bad.message, line_number(line_offsets, bad.line_index)) from None
     if not line_steps:
         raise InputError(path, "empty metrics file (no JSON lines)", None)
     try:
         series = _assemble(named_shapes.values(), step_fields)
     except _BadValue as bad:
-        raise InputError(path, bad.message, _line_number(line_offsets, bad.line_index)) from None
-    _exact_integers(path, series, line_steps, big_steps, line_offsets)
+        raise InputError(path, bad.message, line_number(line_offsets, bad.line_index)) from None
+    exact_integers(path, series, line_steps, big_steps, line_offsets, MAX_LINE_BYTES)
     return MetricsRun(
         path=str(path),
         series=series,
@@ -522,99 +419,6 @@ def _assemble(shapes: Iterable[_Shape], step_fields: dict[str, None]) -> dict[st
             stored = list(values)
         series[key] = Series(key, first_chunk[2], lines if type(lines) is array else array("I", lines), stored, order)
     return series
-
-
-# --- integers beyond 64 bits ----------------------------------------------------------------
-
-# Byte of a float64 that holds its sign and the top 7 bits of its exponent, and a table marking
-# the values of that byte where |x| >= 2**49 (a prefilter for "|x| >= 2**63", NaN and inf included).
-_HIGH_BYTE = 7 if sys.byteorder == "little" else 0
-_LARGE_EXPONENT = bytes(1 if (b & 0x7F) >= 0x43 else 0 for b in range(256))
-
-
-def _big_float(value: Any) -> bool:
-    """A finite float of at least 2**63: what orjson makes of an integer beyond 64 bits."""
-    return type(value) is float and abs(value) >= _INT64_EDGE and value - value == 0
-
-
-def _holds_big_float(value: Any) -> bool:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if type(item) is list:
-            stack.extend(item)
-        elif type(item) is dict:
-            stack.extend(item.values())
-        elif _big_float(item):
-            return True
-    return False
-
-
-def _big_positions(values: array | list) -> list[int]:
-    """Positions of a column whose value is, or holds, a finite float of at least 2**63."""
-    if type(values) is array:
-        if not values:
-            return []
-        # One C pass over the exponent bytes; only the (rare) flagged floats are looked at in Python.
-        flags = values.tobytes()[_HIGH_BYTE::8].translate(_LARGE_EXPONENT)
-        found = []
-        at = flags.find(1)
-        while at >= 0:
-            if _big_float(values[at]):
-                found.append(at)
-            at = flags.find(1, at + 1)
-        return found
-    types = set(map(type, values))
-    if float not in types and list not in types and dict not in types:
-        return []
-    return [i for i, v in enumerate(values) if _big_float(v) or type(v) in (list, dict) and _holds_big_float(v)]
-
-
-def _exact_integers(path: Path, series: dict[str, Series], line_steps: list[Any], big_steps: list[tuple[int, str]],
-                    line_offsets: list[tuple[int, int]]) -> None:
-    """Put back the integers orjson read as floats: the lines holding a float of at least 2**63
-    (rare: no metric is near 9.2e18) are read again with Python's json, which keeps every integer
-    exact, and their steps and values replaced by what it read."""
-    wanted: dict[int, list[tuple[Series, int]]] = {index: [] for index, _ in big_steps}
-    for data in series.values():
-        for position in _big_positions(data.values):
-            wanted.setdefault(data.lines[position], []).append((data, position))
-    if not wanted:
-        return
-    exact = _read_lines_exactly(path, {_line_number(line_offsets, index): index for index in wanted})
-    for index, step_field in big_steps:
-        if exact[index] is not None:
-            line_steps[index] = exact[index][step_field]
-    for index, places in wanted.items():
-        if exact[index] is None:
-            continue
-        for data, position in places:
-            value = exact[index][data.name]
-            if type(data.values) is array:
-                if type(value) is float:
-                    continue  # a float token after all (1e19): the same float
-                data.values = data.values.tolist()
-            data.values[position] = value
-
-
-# An integer token of 19 digits or more (2**63 has 19): only such a token can be one orjson rounded.
-_LONG_INTEGER = re.compile(rb"(?<![0-9.eE+-])-?[0-9]{19,}(?![0-9.eE])")
-
-
-def _read_lines_exactly(path: Path, wanted: dict[int, int]) -> dict[int, Any]:
-    """line index -> the line parsed by Python's json, for the file line numbers in ``wanted``; None
-    for a line without a long integer token (its big floats were float tokens: 1e19, 1.2e+20)."""
-    found: dict[int, Any] = {}
-    with open(path, "rb") as fh:
-        for lineno, raw in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), 1):
-            index = wanted.get(lineno)
-            if index is not None:
-                found[index] = json.loads(raw) if _LONG_INTEGER.search(raw) else None
-                if len(found) == len(wanted):
-                    break
-    if len(found) != len(wanted):
-        raise InputError(path, "changed while it was read (lines holding integers beyond 64 bits are read twice)")
-    return found
 
 
 # Files at least this big are parsed in parallel worker processes (fork start-up and

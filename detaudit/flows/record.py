@@ -24,8 +24,8 @@ from detaudit.data.exclusion import exclusion_for
 from detaudit.data.metrics import MetricsRun
 from detaudit.env.provenance import git_state, standard_runner
 from detaudit.errors import InputError, UsageError
-from detaudit.fileio import OutputPaths, write_atomic
-from detaudit.results import RecordResult, RecordStatus
+from detaudit.fileio import OutputPaths, replace_folder, write_atomic
+from detaudit.flows.results import RecordResult, RecordStatus
 from detaudit.run.card_runs import place, run_card
 from detaudit.run.executor import runner_mismatch
 from detaudit.run.local import interrupts_as_exceptions
@@ -348,16 +348,11 @@ def _stage_trace(plan: RunPlan, path: Path, destination: Path) -> Path:
 
 
 def _put_in_place(staged: Path | None, destination: Path) -> Path:
-    """Retire the saved trace at ``destination`` (if any) and rename ``staged`` (if any) there:
-    renames only, so the folder is never half old and half new."""
-    retired = Path(tempfile.mkdtemp(prefix=f".{destination.name}.old.", dir=destination.parent))
+    """Replace the saved trace at ``destination`` (if any) with ``staged`` (if any), then remove
+    the hidden folder ``staged`` was made in."""
     try:
-        if destination.exists():
-            os.rename(destination, retired / "trace")
-        if staged is not None:
-            os.rename(staged, destination)
+        replace_folder(staged, destination)
     finally:
-        shutil.rmtree(retired, ignore_errors=True)
         if staged is not None:
             shutil.rmtree(staged.parent, ignore_errors=True)
     return destination

@@ -17,8 +17,8 @@ from typing import Any
 
 from detaudit.data.card import Card, load_card
 from detaudit.errors import InputError, UsageError
+from detaudit.flows.results import CardOutcome, SuitePlan, SuiteResult, VerifyStatus
 from detaudit.flows.verify import verify
-from detaudit.results import CardOutcome, SuitePlan, SuiteResult, VerifyStatus
 
 DEFAULT_CARDS_DIR = "recipes"
 

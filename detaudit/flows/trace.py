@@ -14,7 +14,7 @@ from typing import Any
 
 from detaudit.data.card import Card, as_card
 from detaudit.errors import UsageError
-from detaudit.results import TraceResult, TraceStatus
+from detaudit.flows.results import TraceResult, TraceStatus
 from detaudit.run.card_runs import place, run_card
 from detaudit.run.spec import RunState
 from detaudit.trace import MODES, PARITY_ENV, run_trace_dir

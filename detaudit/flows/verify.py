@@ -22,7 +22,7 @@ from detaudit.env.provenance import (
 )
 from detaudit.errors import InputError, UsageError
 from detaudit.fileio import OutputPaths
-from detaudit.results import VerifyResult, VerifyStatus
+from detaudit.flows.results import VerifyResult, VerifyStatus
 from detaudit.run.card_runs import Placement, place, run_card
 from detaudit.run.executor import runner_mismatch
 from detaudit.run.plan import EnvHook, finish, missing_metrics, no_metrics_error

@@ -332,10 +332,10 @@ def one_line_failures() -> Iterator[None]:
 
 
 def failure_text(result: Any, standard: str) -> str:
+    from detaudit.flows.results import VerifyStatus
     from detaudit.render.diff import divergence_line
     from detaudit.render.escapes import one_line as visible
     from detaudit.render.suite import status_detail
-    from detaudit.results import VerifyStatus
 
     lines = [f"detaudit: {VerifyStatus(result.status).label} against {standard}"]
     if result.status == "failed":

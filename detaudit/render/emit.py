@@ -4,7 +4,7 @@
 Outputs, in this order (``OUTPUTS``): the CI reports (``--junit-xml``, and the GitHub step
 summary where ``GITHUB_STEP_SUMMARY`` is set), first, because CI must see them whatever follows;
 the text report or ``--json`` on stdout; the ``--html`` page. Each is fed by the result object
-alone (``detaudit.results``: it carries the parsed card, standard, metrics and traces); no
+alone (``detaudit.flows.results``: it carries the parsed card, standard, metrics and traces); no
 output reads a file again.
 
 A new output format: a module with an ``emit_FORMAT(result, reports, out, err) -> warnings``

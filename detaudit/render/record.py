@@ -7,12 +7,12 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from detaudit.flows.results import RecordResult, RecordStatus
 from detaudit.render.console import PREFIX
 from detaudit.render.diff import diff_document, print_diff
 from detaudit.render.review import review_lines
 from detaudit.render.runs import print_failed_runs, print_workdir_note, runner_mismatch_message, runs_document
 from detaudit.render.trace import print_runs_trace, runs_trace_json
-from detaudit.results import RecordResult, RecordStatus
 
 
 def record_document(result: RecordResult, card: str, runs: int) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Union
 
 from detaudit.errors import UsageError
 from detaudit.fileio import OutputPaths
-from detaudit.results import DiffResult, RecordResult, ReviewResult, SuiteResult, VerifyResult
+from detaudit.flows.results import DiffResult, RecordResult, ReviewResult, SuiteResult, VerifyResult
 
 if TYPE_CHECKING:
     from detaudit.render.html.findings import Findings

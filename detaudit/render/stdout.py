@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import click
 from rich.console import Console
 
+from detaudit.flows.results import DiffResult, RecordResult, ReviewResult, SuiteResult, VerifyResult, VerifyStatus
 from detaudit.render.jsonout import dump_json
-from detaudit.results import DiffResult, RecordResult, ReviewResult, SuiteResult, VerifyResult, VerifyStatus
 
 if TYPE_CHECKING:
     from detaudit.render.reports import Reports, Result

@@ -8,10 +8,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from detaudit.flows.results import CardOutcome, SuitePlan, SuiteResult, VerifyResult, VerifyStatus
 from detaudit.render.console import PREFIX
 from detaudit.render.diff import divergence_line
 from detaudit.render.runs import runner_mismatch_message, seconds_text
-from detaudit.results import CardOutcome, SuitePlan, SuiteResult, VerifyResult, VerifyStatus
 from detaudit.runner_class import class_text
 
 

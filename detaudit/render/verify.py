@@ -7,12 +7,12 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from detaudit.flows.results import VerifyResult, VerifyStatus
 from detaudit.render.console import PREFIX
 from detaudit.render.diff import detected_steps_line, divergence_document, divergence_line, names_text
 from detaudit.render.runs import print_failed_runs, print_workdir_note, runner_mismatch_message, runs_document
 from detaudit.render.suite import approximate_line, other_classes_text
 from detaudit.render.trace import print_runs_trace, runs_trace_json
-from detaudit.results import VerifyResult, VerifyStatus
 from detaudit.runner_class import class_text
 
 

@@ -13,14 +13,16 @@ Modules, one job each (no import circle among them):
 
 - settings and input: ``config`` (``[tool.detaudit]``), ``files`` (which files, their module
   names and text), ``entries`` (what starts a process), ``rules`` (the rule registry: one ``Rule``
-  record per rule), ``seeds`` (the seeding calls), ``conditions`` (conditions over parameters);
+  record per rule; ``completion_order``: DA401's matcher, too large for a record), ``seeds`` (the
+  seeding calls), ``conditions`` (conditions over parameters);
 - one file: ``schema`` (the facts' shape, markers and version), ``facts`` (``file_facts``,
   assembled from the layers ``facts_base``, ``facts_calls``, ``facts_seeding``, ``facts_draws``,
   ``facts_walk``), ``impact`` (where a drawn value goes), ``cache``;
 - the whole tree: ``analysis.Program`` (composed of ``program_names``, ``program_dispatch``,
   ``program_calls``, ``program_seeding``), ``processes``, ``outside`` (self-tests and stand-alone
   tools), ``evidence`` and ``modes`` (draws no process is seen to make), ``findings`` (verdicts);
-- ``scanner`` (orchestration), ``baseline``, ``output`` (text, JSON, SARIF, GitHub, CI cases).
+- ``scanner`` (orchestration), ``baseline``. Its outputs (text, JSON, SARIF, GitHub, CI cases) are
+  rendered with every other output, in ``detaudit.render.scan``.
 """
 
 from __future__ import annotations

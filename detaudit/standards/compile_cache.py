@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from detaudit.env.compile_cache import CACHE_ENV, CACHE_OUT_ENV
+from detaudit.fileio import replace_folder, umask
 
 RUN_SUBDIR = "compile-cache"  # runN/compile-cache/: where a recorded run's processes save theirs
 SHIPPED = (".bin", ".json")
@@ -70,21 +71,10 @@ def ship(run_workdir: Path, standard_path: Path) -> Path | None:
         staged = Path(tempfile.mkdtemp(prefix=f".{destination.name}.new.", dir=destination.parent))
         for path in files:
             shutil.copyfile(path, staged / path.name)
-        os.chmod(staged, 0o777 & ~_umask())
-    retired = Path(tempfile.mkdtemp(prefix=f".{destination.name}.old.", dir=destination.parent))
+        os.chmod(staged, 0o777 & ~umask())
     try:
-        if destination.exists():
-            os.rename(destination, retired / "cache")
-        if staged is not None:
-            os.rename(staged, destination)
+        replace_folder(staged, destination)
     finally:
-        shutil.rmtree(retired, ignore_errors=True)
         if staged is not None and staged.exists():
             shutil.rmtree(staged, ignore_errors=True)
     return destination if files else None
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from detaudit.data.compare import SeriesData
-from detaudit.data.metrics import DuplicateKey, unique_pairs
+from detaudit.data.json_keys import DuplicateKey, unique_pairs
 from detaudit.data.values import MAX_DEPTH
 from detaudit.errors import InputError
 from detaudit.fileio import read_bounded_text

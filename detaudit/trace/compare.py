@@ -27,21 +27,14 @@ comparison is incomplete, naming the process and why.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from detaudit.trace.arrival_order import ArrivalDifference, first_arrival_difference
-from detaudit.trace.files import (
-    Chain,
-    Draw,
-    ModuleCall,
-    OpCall,
-    ProcessTrace,
-    RunTrace,
-    read_trace,
-)
+from detaudit.trace.files import read_trace
+from detaudit.trace.packages import PackageChange, package_changes, site_package, trace_packages
+from detaudit.trace.run_trace import Chain, Draw, ModuleCall, OpCall, ProcessTrace, RunTrace
 from detaudit.trace.seed_repeats import SeedCheck, seed_check
 
 
@@ -142,16 +135,6 @@ class ProcessComparison:
     @property
     def agree(self) -> bool:
         return self.draw is None and self.module is None and self.op is None and self.arrival is None
-
-
-@dataclass
-class PackageChange:
-    """A distribution installed in a different version (or only) in one of the two environments."""
-
-    name: str
-    a: str | None
-    b: str | None
-    used: bool = False  # a call site of either trace lies in it
 
 
 @dataclass
@@ -353,49 +336,6 @@ def first_op_difference(a: ProcessTrace, b: ProcessTrace) -> OpDifference | None
     return min(op_differences(a, b), key=lambda d: d.rank, default=None)
 
 
-# Top-level modules whose distribution is named otherwise (the rest match by name).
-MODULE_DISTRIBUTIONS = {"PIL": "pillow", "sklearn": "scikit-learn", "yaml": "pyyaml", "cv2": "opencv-python",
-                        "attr": "attrs", "google": "protobuf", "skimage": "scikit-image", "dateutil": "python-dateutil"}
-
-
-def normalized(name: str) -> str:
-    """A distribution name as package indexes compare them (PEP 503)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def site_package(site: str) -> str:
-    """The distribution a call site (``transformers/modeling_utils.py:248 fn``) lies in, by its
-    top-level module (normalised; ``""`` for a site outside any)."""
-    path = site.split(":", 1)[0]
-    top = path.split("/", 1)[0].removesuffix(".py")
-    if not top or top.startswith("<") or top == "?":
-        return ""
-    return normalized(MODULE_DISTRIBUTIONS.get(top, top))
-
-
-def package_changes(a: dict[str, str] | None, b: dict[str, str] | None, used: set[str]) -> list[PackageChange]:
-    """The distributions whose versions differ between two environments (none when either is unknown),
-    those whose code the traces ran first."""
-    if a is None or b is None:
-        return []
-    left = {normalized(k): v for k, v in a.items()}
-    right = {normalized(k): v for k, v in b.items()}
-    changes = [PackageChange(name, left.get(name), right.get(name), name in used)
-               for name in sorted(set(left) | set(right)) if left.get(name) != right.get(name)]
-    return sorted(changes, key=lambda c: (not c.used, c.name))
-
-
-def _sites(run: RunTrace) -> set[str]:
-    """The distributions whose code any call site of a run lies in."""
-    out: set[str] = set()
-    for p in run.processes:
-        out.update(site_package(d.site) for d in p.draws if d.library)
-        out.update(site_package(o.at) for o in p.ops)
-        out.update(site_package(at) for _, at in p.op_chains)
-    out.discard("")
-    return out
-
-
 def compare_traces(a: RunTrace, b: RunTrace, labels: tuple[str, str] = ("run 1", "run 2")) -> TraceComparison:
     pairs, unmatched = match_processes(a, b)
     incomplete = [f"{labels[0]}: {text}" for text in a.problems] + [f"{labels[1]}: {text}" for text in b.problems]
@@ -409,7 +349,7 @@ def compare_traces(a: RunTrace, b: RunTrace, labels: tuple[str, str] = ("run 1",
         incomplete.append(f"{labels[0]} kept {a.keep} records per call site, {labels[1]} {b.keep}: set "
                           "DETAUDIT_TRACE_KEEP alike")
     result = TraceComparison(labels, unmatched=unmatched, incomplete=incomplete,
-                             packages=package_changes(a.packages, b.packages, _sites(a) | _sites(b)))
+                             packages=package_changes(a.packages, b.packages, trace_packages(a) | trace_packages(b)))
     changed = {c.name: c for c in result.packages}
     grouped: dict[str, LibraryDifferences] = {}
     for x, y in pairs:

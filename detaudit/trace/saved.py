@@ -17,7 +17,7 @@ from typing import Any
 
 from detaudit.env.probes.envprobe import cpu_info
 from detaudit.errors import InputError, UsageError
-from detaudit.fileio import read_bounded_text
+from detaudit.fileio import read_bounded_text, replace_folder, umask
 from detaudit.trace import MODES
 from detaudit.trace.files import RunTrace, read_trace, regular_file
 
@@ -137,7 +137,7 @@ def save_trace(trace_dir: Path, destination: Path, meta: dict[str, Any]) -> Path
     try:
         shutil.copytree(trace_dir, staging / "trace")
         (staging / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        os.chmod(staging, 0o777 & ~_umask())
+        os.chmod(staging, 0o777 & ~umask())
         if destination.is_dir() and not destination.is_symlink():
             destination.rmdir()  # the empty folder --save was given
         os.rename(staging, destination)
@@ -148,12 +148,6 @@ def save_trace(trace_dir: Path, destination: Path, meta: dict[str, Any]) -> Path
                 from None
         raise
     return destination
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def check_replaceable(destination: Path) -> None:
@@ -173,8 +167,5 @@ def replace_saved_trace(trace_dir: Path, destination: Path, meta: dict[str, Any]
     staging = destination.with_name(f".{destination.name}.new")
     shutil.rmtree(staging, ignore_errors=True)
     save_trace(trace_dir, staging, meta)
-    retired = Path(tempfile.mkdtemp(prefix=f".{destination.name}.old.", dir=destination.parent))
-    os.rename(destination, retired / "trace")
-    os.rename(staging, destination)
-    shutil.rmtree(retired, ignore_errors=True)
+    replace_folder(staging, destination)
     return destination

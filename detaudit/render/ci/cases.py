@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from detaudit.flows.results import RecordResult, SuiteResult, VerifyResult, VerifyStatus
 from detaudit.render.diff import divergence_line
 from detaudit.render.suite import outcome_detail, status_detail, suite_passed_text
-from detaudit.results import RecordResult, SuiteResult, VerifyResult, VerifyStatus
 
 FIRST_DIVERGENCES = 10  # failing series listed in a suite case's text
 # NOT VERIFIED on a runner class without a standard (a new CI runner): the way forward.

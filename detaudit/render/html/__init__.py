@@ -32,9 +32,9 @@ def write_html(path: Path, page: Page, *, overwrite: bool = False) -> None:
 
 def page_of(result: Any, reports: Any) -> Page:
     """The page of a command's result (each result kind has its view)."""
+    from detaudit.flows.results import DiffResult, RecordResult, ReviewResult, SuiteResult, VerifyResult
     from detaudit.render.html.verify_view import verify_page
     from detaudit.render.html.views import diff_page, record_page, review_page, suite_page
-    from detaudit.results import DiffResult, RecordResult, ReviewResult, SuiteResult, VerifyResult
 
     if isinstance(result, RecordResult):
         return record_page(result, reports.card or "", len(result.runs), findings=reports.findings)

@@ -17,6 +17,7 @@ from typing import Any
 
 from detaudit.data.card import Card
 from detaudit.errors import InputError
+from detaudit.fileio import read_bounded
 
 # A scan report of a large tree is a few MB; reading stops here (bounded memory).
 MAX_SCAN_BYTES = 64 << 20
@@ -55,13 +56,7 @@ class FindingsView:
 def read_scan_findings(path: str | Path) -> Findings:
     """A ``detaudit scan-rng --format json`` report; ``InputError`` naming the file otherwise."""
     path = Path(path)
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_SCAN_BYTES + 1)
-    except OSError as exc:
-        raise InputError(path, f"cannot read the scan report: {exc.strerror or exc}") from None
-    if len(raw) > MAX_SCAN_BYTES:
-        raise InputError(path, f"larger than {MAX_SCAN_BYTES >> 20} MiB; not a scan-rng report")
+    raw = read_bounded(path, "scan-rng report", MAX_SCAN_BYTES)
     try:
         doc = json.loads(raw)
     except (ValueError, RecursionError) as exc:

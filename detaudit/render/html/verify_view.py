@@ -7,6 +7,7 @@ from __future__ import annotations
 from detaudit.data.compare import PairDivergence, SeriesData, compare_series
 from detaudit.data.metrics import MetricsRun
 from detaudit.data.values import format_value
+from detaudit.flows.results import VerifyResult, VerifyStatus
 from detaudit.render.diff import divergence_line, kind_label
 from detaudit.render.html.findings import Findings, findings_view
 from detaudit.render.html.model import Page, Source
@@ -20,7 +21,6 @@ from detaudit.render.html.page_parts import (
 )
 from detaudit.render.html.trace_view import trace_view, traced_processes
 from detaudit.render.suite import approximate_line, status_detail
-from detaudit.results import VerifyResult, VerifyStatus
 from detaudit.runner_class import class_text
 from detaudit.standards.standard import Standard
 

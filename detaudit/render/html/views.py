@@ -1,7 +1,7 @@
 """What a page shows, built from a command's result: ``diff``, ``record``, ``standard diff`` and
 ``verify --suite`` here, ``verify`` in ``verify_view``; the parts they share are in ``page_parts``.
 
-Builders take the typed results (``detaudit.results``, ``DiffReport``, ``StandardDiff``) and the
+Builders take the typed results (``detaudit.flows.results``, ``DiffReport``, ``StandardDiff``) and the
 parsed series they carry; nothing is read from disk again. Sentences come from the text
 renderers (``render.diff``, ``render.review``, ``render.trace``), so the page and the console
 say the same thing in the same words.
@@ -19,6 +19,7 @@ from typing import Any
 from detaudit.data.compare import ABSENT, DiffReport, PairDivergence
 from detaudit.data.metrics import MetricsRun
 from detaudit.data.values import format_value
+from detaudit.flows.results import CardOutcome, RecordResult, RecordStatus, SuiteResult, VerifyStatus
 from detaudit.render.diff import divergence_line, kind_label, root_summary
 from detaudit.render.html import panels
 from detaudit.render.html.findings import Findings, findings_view
@@ -35,7 +36,6 @@ from detaudit.render.html.trace_view import trace_view, traced_processes
 from detaudit.render.html.verify_view import verify_page
 from detaudit.render.review import change_line
 from detaudit.render.suite import status_detail
-from detaudit.results import CardOutcome, RecordResult, RecordStatus, SuiteResult, VerifyStatus
 from detaudit.runner_class import class_text
 from detaudit.standards.diff import StandardDiff
 from detaudit.standards.standard import Standard
