@@ -151,3 +151,33 @@ def test_given_toy_standard_refuses_a_card_that_is_not_the_default_toy_card(tmp_
         given_toy_standard(other, tmp_path / "unused.json")
     assert not (tmp_path / "standards").exists()
     assert card_text(tmp_path / "toy.toml") != other.read_text()
+
+
+ONE_FILE = '''
+import os, time
+import pytest
+
+
+@pytest.mark.parametrize("i", range(6))
+def test_notes_its_worker(i):
+    time.sleep(0.2)  # long enough that a free worker would take the next test of the file
+    with open("workers.txt", "a") as fh:
+        fh.write(os.environ.get("PYTEST_XDIST_WORKER", "none") + "\\n")
+'''
+
+
+@pytest.mark.slow  # a pytest session of two xdist workers
+def test_the_tests_of_one_file_run_on_one_worker(tmp_path: Path) -> None:
+    """The suite's xdist options (pyproject's addopts) keep a file's tests on one worker: test_cluster.py's
+    module-scoped Ray head must be one head, not one per worker (`--dist loadgroup` did not group)."""
+    import shlex
+    import tomllib
+
+    addopts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
+    xdist = [a for a in shlex.split(addopts) if a not in ("-ra",) and not a.startswith("--durations")]
+    assert "-n" in xdist, addopts
+    (tmp_path / "test_one_file.py").write_text(ONE_FILE)
+    done = run_pytest(tmp_path, *xdist, "test_one_file.py")
+    assert done.returncode == 0, done.stdout + done.stderr
+    workers = (tmp_path / "workers.txt").read_text().split()
+    assert len(workers) == 6 and len(set(workers)) == 1 and workers[0].startswith("gw"), workers
