@@ -24,8 +24,8 @@ import torch
 
 from recipes.diffusion_nft import seeds
 from recipes.diffusion_nft.actors.common import DTYPES, setup_process
-from recipes.diffusion_nft.algorithms import ALGORITHM_MODULES, Algorithm
-from recipes.diffusion_nft.config import JobConfig
+from recipes.diffusion_nft.algorithms import Algorithm
+from recipes.diffusion_nft.config import ALGORITHM_MODULES, JobConfig
 from recipes.diffusion_nft.flops import image_tokens, transformer_forward_flops
 from recipes.diffusion_nft.lora import add_lora, lora_parameters
 from recipes.diffusion_nft.models import build_pipeline
