@@ -79,12 +79,11 @@ def test_an_unseeded_draw_in_a_helper_process_alone_turns_exit_0_into_1(tmp_path
     doc = json.loads(bug.out)
     site = f"unseeded.py:{line_of(HELPER_SCRIPT, 'out.put(random.random())')} helper"
     assert doc["ok"] is False and doc["collisions"] == [] and doc["incomplete"] == []
-    assert doc["why_not_ok"] == [{"reason": "unseeded", "summary": "multiprocessing child 1 drew from Python's global "
-                                  f"random it never seeded (first random.random at {site})"}], doc["why_not_ok"]
+    reason = (f"SpawnProcess-1 (multiprocessing child) drew from Python's global random it never seeded (first "
+              f"random.random at {site})")
+    assert doc["why_not_ok"] == [{"reason": "unseeded", "summary": reason}], doc["why_not_ok"]
     text = run_cli("trace", str(unseeded_card), "--workdir", str(tmp_path / "w2"))
-    assert text.code == 1 and last_line(text.out) == (
-        f"[detaudit] trace not ok: multiprocessing child 1 drew from Python's global random it never seeded (first "
-        f"random.random at {site})"), text.out
+    assert text.code == 1 and last_line(text.out) == f"[detaudit] trace not ok: {reason}", text.out
 
 
 def test_a_draw_inside_library_internals_only_is_listed_apart_and_passes(tmp_path: Path) -> None:
@@ -102,8 +101,8 @@ def test_seed_collisions_between_replicas_fail_the_trace(tmp_path: Path) -> None
     assert same.code == 1, same.text
     doc = json.loads(same.out)
     assert [r["reason"] for r in doc["why_not_ok"]] == ["seed-collision"], doc["why_not_ok"]
-    assert doc["why_not_ok"][0]["summary"].startswith("seed collision: 2 multiprocessing child replicas drew "
-                                                      "identical streams from ")
+    assert doc["why_not_ok"][0]["summary"] == ("seed collision: 2 SpawnProcess-1 (multiprocessing child) replicas drew "
+                                               "identical streams from numpy's global RandomState (+1 more collision(s))")
     ranked = run_cli("trace", str(trace_card(tmp_path, "--mp", "spawn", name="ranked")), "--json")
     assert ranked.code == 0 and json.loads(ranked.out)["why_not_ok"] == [], ranked.text
 
