@@ -130,8 +130,9 @@ def test_tracing_is_off_by_default(tmp_path: Path) -> None:
 def test_multiprocessing_children_are_traced_and_collisions_warned(tmp_path: Path, method: str) -> None:
     card = trace_card(tmp_path, "--mp", method, "--mp-same-seed")
     result = run_cli("trace", str(card), "--json", "--workdir", str(tmp_path / "w"))
-    assert result.code == 0, result.text
+    assert result.code == 1, result.text  # replicas seeded alike: not ok
     doc = json.loads(result.out)
+    assert [r["reason"] for r in doc["why_not_ok"]] == ["seed-collision"]
     children = [p for p in doc["processes"] if p["process"].endswith("(multiprocessing child)")]
     assert len(children) == 2
     assert all("numpy at trace_recipe.py" in c["seeded"] and "torch.cpu at trace_recipe.py" in c["seeded"]

@@ -39,7 +39,8 @@ def test_rollouts_collected_in_completion_order_are_named_under_a_perturbed_sche
 def test_one_seed_per_group_is_named_and_distinct_seeds_are_clean(tmp_path: Path) -> None:
     bug = run_cli("trace", str(NFT), "--json", "--workdir", str(tmp_path / "bug"), "--", "--rollouts", "1",
                   "--one-seed-per-group", cwd=REPO)
-    assert bug.code == 0, bug.text  # trace reports; doctor and verify --trace fail on it
+    assert bug.code == 1, bug.text  # trace, doctor and verify --trace fail on it
+    assert [r["reason"] for r in json.loads(bug.out)["why_not_ok"]] == ["seeds-repeated"]
     (repeat,) = json.loads(bug.out)["seeds"]["repeats"]
     sampling = REPO / "recipes" / "diffusion_nft" / "sampling.py"
     assert repeat["process"] == "RolloutEngine (Ray actor)" and repeat["api"] == "torch.Generator.manual_seed"

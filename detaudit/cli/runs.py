@@ -359,9 +359,13 @@ def trace(card: Path | None, extra_args: tuple[str, ...], modules: bool, save: P
 
     Per process (main, Ray actors and tasks, multiprocessing children): draws per generator,
     where it seeded, and draws from generators it never seeded; seed collisions between
-    replicas. --against DIR names the first draw or module that differs from a saved trace.
-    Exit 0 on success (and identical traces with --against), 1 when the run fails or the
-    traces differ, 2 on bad input.
+    replicas; per-sample seeds repeated within a step. --against DIR names the first draw or
+    module that differs from a saved trace. The last line says ok, or every reason it is not.
+    Exit 0 when the run finished with a complete trace and none of these was found, 1 when the
+    run fails, the trace is incomplete, a process drew from a generator it never seeded (draws
+    inside library internals only are listed apart and do not count), replicas' seeds collide,
+    seeds repeat within a step, the traces differ (--against) or parity fails (--parity); 2 on
+    bad input.
 
     \b
     Examples:
@@ -374,7 +378,7 @@ def trace(card: Path | None, extra_args: tuple[str, ...], modules: bool, save: P
     from detaudit.flows.trace import trace_card
     from detaudit.render.jsonout import dump_json
     from detaudit.render.runs import print_failed_runs
-    from detaudit.render.trace import print_comparison, print_summary, trace_json
+    from detaudit.render.trace import print_comparison, print_summary, trace_json, verdict_json, verdict_line
 
     loaded = card_or_demo(card)
     card = loaded.path
@@ -395,6 +399,7 @@ def trace(card: Path | None, extra_args: tuple[str, ...], modules: bool, save: P
         doc = trace_json(result.trace, result.unseeded, result.collisions, result.comparison, result.seeds,
                          result.parity)
         doc["saved"] = str(result.saved) if result.saved else None
+        doc.update(verdict_json(result))
         click.echo(dump_json(doc))
     else:
         print_summary(out_console, result.trace, result.unseeded, result.collisions, result.seeds, result.parity)
@@ -402,4 +407,6 @@ def trace(card: Path | None, extra_args: tuple[str, ...], modules: bool, save: P
             print_comparison(out_console, result.comparison)
         if result.saved is not None:
             out_console.print(f"{PREFIX} trace saved to {escape(str(result.saved))} ({result.mode})")
+        style = "green" if result.ok else "red"
+        out_console.print(f"[{style}]{PREFIX} {escape(verdict_line(result))}[/{style}]")
     exit_with(result.ok)

@@ -81,6 +81,18 @@ class TraceStatus(StrEnum):
     RUN_FAILED = "run-failed"
 
 
+class TraceFailure(StrEnum):
+    """Why ``detaudit trace`` is not ok: each a reason of its own (``TraceResult.failures``)."""
+
+    RUN_FAILED = "run-failed"
+    INCOMPLETE = "incomplete"          # a process not traced, or killed before its ledger ended: proves nothing
+    TRACES_DIFFER = "traces-differ"    # --against: this run's trace differs from the saved one
+    UNSEEDED = "unseeded"              # the program drew from a generator its process never seeded (or seeded from the OS)
+    SEED_COLLISION = "seed-collision"  # replicas drew identical streams: seeded alike
+    SEEDS_REPEATED = "seeds-repeated"  # samples of one step given the same seed
+    PARITY = "parity"                  # --parity: a pair differs, or nothing was paired
+
+
 @dataclass
 class RecordResult:
     """What a record did (see ``RecordStatus``)."""
@@ -169,11 +181,30 @@ class TraceResult:
     parity: ParityReport | None = None  # with --parity: the two processes' module calls compared
 
     @property
+    def failures(self) -> list[TraceFailure]:
+        """Why the trace is not ok, in this order; none: ok. Fail closed: a draw from a generator the
+        program's own code never seeded fails; draws made inside library internals only (no frame of
+        the program on the stack, such as Ray's own ``random``) are listed apart and do not."""
+        if self.status != TraceStatus.OK:
+            return [TraceFailure.RUN_FAILED]
+        out = []
+        if self.trace is None or self.trace.problems:
+            out.append(TraceFailure.INCOMPLETE)
+        if self.comparison is not None and not self.comparison.identical:
+            out.append(TraceFailure.TRACES_DIFFER)
+        if any(not u.library_only for u in self.unseeded):
+            out.append(TraceFailure.UNSEEDED)
+        if self.collisions:
+            out.append(TraceFailure.SEED_COLLISION)
+        if self.seeds is not None and not self.seeds.ok:
+            out.append(TraceFailure.SEEDS_REPEATED)
+        if self.parity is not None and not self.parity.ok:
+            out.append(TraceFailure.PARITY)
+        return out
+
+    @property
     def ok(self) -> bool:
-        # An incomplete trace (a process not traced, or killed before its ledger ended) proves nothing.
-        return (self.status == TraceStatus.OK and (self.comparison is None or self.comparison.identical)
-                and not (self.trace is not None and self.trace.problems)
-                and (self.parity is None or self.parity.ok))
+        return not self.failures
 
 
 @dataclass

@@ -9,6 +9,7 @@ from typing import Any
 from detaudit.render.arrival import arrival_difference_line, arrival_json
 from detaudit.render.parity import parity_json, parity_lines
 from detaudit.render.seed_repeats import check_json, check_lines
+from detaudit.flows.results import TraceFailure, TraceResult
 from detaudit.trace.compare import (
     Collision,
     DrawDifference,
@@ -353,6 +354,58 @@ def print_summary(console: Any, run: RunTrace, uses: list[UnseededUse], collisio
         console.print(f"[{style}]" + escape(line) + f"[/{style}]")
     for problem in run.problems:
         console.print("[red]trace incomplete: " + escape(problem) + "[/red]")
+
+
+def _more(n: int, what: str) -> str:
+    return f" (+{n} more {what})" if n > 0 else ""
+
+
+def failure_reason(result: TraceResult, failure: TraceFailure) -> str:
+    """One reason ``detaudit trace`` is not ok, in a few words (the report above it has the details)."""
+    if failure == TraceFailure.RUN_FAILED:
+        return "the run did not finish"
+    if failure == TraceFailure.INCOMPLETE:
+        problems = result.trace.problems if result.trace is not None else []
+        first = problems[0] if problems else "no trace was read"
+        return f"the trace is incomplete: {first}" + _more(len(problems) - 1, "process(es)")
+    if failure == TraceFailure.TRACES_DIFFER:
+        labels = result.comparison.labels if result.comparison is not None else ("saved", "this run")
+        return f"the traces differ ({labels[0]} vs {labels[1]})"
+    if failure == TraceFailure.UNSEEDED:
+        uses = [u for u in result.unseeded if not u.library_only]
+        u = uses[0]
+        seeded = f"seeded only from the OS ({u.how})" if u.how else "never seeded"
+        return (f"{u.process} drew from {generator_words(u.generator)} it {seeded} (first {u.first.op} at "
+                f"{u.first.site})" + _more(len(uses) - 1, "process/generator pair(s)"))
+    if failure == TraceFailure.SEED_COLLISION:
+        c = result.collisions[0]
+        return (f"seed collision: {len(c.pids)} {c.label} replicas drew identical streams from "
+                f"{generator_words(c.generator)}" + _more(len(result.collisions) - 1, "collision(s)"))
+    if failure == TraceFailure.SEEDS_REPEATED:
+        assert result.seeds is not None
+        r = result.seeds.repeats[0]
+        return (f"seeds repeated within a step: {r.process}: {r.api} at {r.site}"
+                + _more(len(result.seeds.repeats) - 1, "call site(s)"))
+    assert result.parity is not None
+    lines = parity_lines(result.parity)
+    return lines[0][1] if lines else f"parity {' vs '.join(result.parity.sides)}: not ok"
+
+
+def verdict_line(result: TraceResult) -> str:
+    """The last line of ``detaudit trace``: ok, or every reason it is not, in one line."""
+    failures = result.failures
+    if failures:
+        return "trace not ok: " + "; ".join(failure_reason(result, f) for f in failures)
+    extra = "; the traces are identical" if result.comparison is not None else ""
+    extra += "; parity agreed" if result.parity is not None else ""
+    return ("trace ok: the run finished with a complete trace; every generator the program drew from was seeded in "
+            "its process; no seed collision, no seed repeated within a step" + extra)
+
+
+def verdict_json(result: TraceResult) -> dict[str, Any]:
+    """``ok`` and ``why_not_ok`` (each failure's ``reason`` code and ``summary``) for ``trace --json``."""
+    return {"ok": result.ok, "why_not_ok": [{"reason": str(f), "summary": failure_reason(result, f)}
+                                            for f in result.failures]}
 
 
 def no_unseeded_line(library_only: bool, complete: bool) -> str:
