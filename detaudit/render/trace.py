@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from detaudit.flows.results import TraceFailure, TraceResult
 from detaudit.render.arrival import arrival_difference_line, arrival_json
 from detaudit.render.parity import parity_json, parity_lines
 from detaudit.render.seed_repeats import check_json, check_lines
-from detaudit.flows.results import TraceFailure, TraceResult
 from detaudit.trace.compare import (
     Collision,
     DrawDifference,
