@@ -358,8 +358,8 @@ def test_card_run():
 @pytest.mark.detaudit(card="toy.toml", metrics="m.jsonl")
 def test_file_against_card():
     args = ["--steps", "4"] if os.environ.get("FOUR") else []
-    subprocess.run([sys.executable, str(TOY), *args], env=dict(os.environ, DETAUDIT_METRICS_JSONL="m.jsonl"),
-                   check=True)
+    subprocess.run([sys.executable, str(TOY), *args], check=True,  # the toy writes info.json into its work dir
+                   env=dict(os.environ, DETAUDIT_METRICS_JSONL="m.jsonl", DETAUDIT_WORKDIR=os.getcwd()))
 ''')
     from conftest import TOY
 

@@ -15,8 +15,10 @@ from conftest import run_cli
 from detaudit.trace.files import read_trace
 
 RECIPE = '''
-import json, os, threading
+import json, os, random, threading
 import ray
+
+random.seed(0)  # ray.init draws from Python's random here: unseeded, `trace` fails closed (#41)
 
 @ray.remote
 class SideImporter:
