@@ -115,3 +115,15 @@ def test_blocks_compiled_in_place_are_fingerprinted_at_their_boundary_without_a_
     assert {"SD3Transformer2DModel.transformer_blocks.0", "SD3Transformer2DModel.transformer_blocks.1",
             "SD3Transformer2DModel.pos_embed"} <= names
     assert not any(n.startswith("SD3Transformer2DModel.transformer_blocks.0.") for n in names)  # inside the graph
+
+
+def test_a_tensor_is_taken_as_this_process_holds_it_detached_and_dense() -> None:
+    import torch
+
+    from detaudit.trace.fingerprint import local_tensor
+
+    sparse = torch.tensor([[0.0, 2.0], [3.0, 0.0]]).to_sparse()
+    dense = local_tensor(torch, sparse)
+    assert dense.layout == torch.strided and dense.tolist() == [[0.0, 2.0], [3.0, 0.0]]
+    grad = torch.ones(2, requires_grad=True) * 2
+    assert not local_tensor(torch, grad).requires_grad

@@ -25,7 +25,6 @@ def bf16(*values: float) -> bytes:
 
 
 def test_max_ulp_counts_places_in_the_coarser_dtype() -> None:
-    pytest.importorskip("numpy")
     one_up = struct.unpack("<f", struct.pack("<I", 0x3F800001))[0]  # the float32 after 1.0
     assert max_ulp(f32(1.0, 2.0), "float32", f32(one_up, 2.0), "float32") == (1.0, "float32")
     assert max_ulp(f32(1.0, -0.0), "float32", f32(1.0, 0.0), "float32") == (0.0, "float32")  # -0 and +0 adjacent

@@ -64,6 +64,17 @@ def resolve(pending: list[Pending]) -> None:
         p.parts = []
 
 
+def local_tensor(torch: Any, t: Any) -> Any:
+    """``t`` detached, as this process holds it: a DTensor's local shard (FSDP2), a sparse tensor dense."""
+    t = t.detach()
+    to_local = getattr(t, "to_local", None)  # DTensor (FSDP2): this rank's shard
+    if to_local is not None:
+        t = to_local()
+    if t.layout != torch.strided:
+        t = t.to_dense()
+    return t
+
+
 def fingerprinter(torch: Any, digest_devices: tuple[str, ...] = ("cuda",)) -> Callable[..., str | Pending]:
     """``fingerprint(*values) -> str`` for this torch, or a :class:`Pending` when a value holds a
     tensor on one of ``digest_devices`` (digested there; none: every tensor's bytes are copied to
@@ -71,13 +82,7 @@ def fingerprinter(torch: Any, digest_devices: tuple[str, ...] = ("cuda",)) -> Ca
     Tensor = torch.Tensor
 
     def local(t: Any) -> Any:
-        t = t.detach()
-        to_local = getattr(t, "to_local", None)  # DTensor (FSDP2): this rank's shard
-        if to_local is not None:
-            t = to_local()
-        if t.layout != torch.strided:
-            t = t.to_dense()
-        return t
+        return local_tensor(torch, t)
 
     def host_bytes(t: Any) -> Any:
         if t.device.type != "cpu":

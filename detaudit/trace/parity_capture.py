@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from detaudit.trace import DIR_ENV, PARITY_ENV
+from detaudit.trace.fingerprint import local_tensor
 from detaudit.trace.recorder import Recorder
 
 VALUES_SUBDIR = "values"
@@ -66,12 +67,7 @@ class Capture:
 
     def _bytes(self, t: Any) -> Any:
         torch = self.torch
-        t = t.detach()
-        to_local = getattr(t, "to_local", None)  # DTensor (FSDP2): this rank's shard
-        if to_local is not None:
-            t = to_local()
-        if t.layout != torch.strided:
-            t = t.to_dense()
+        t = local_tensor(torch, t)
         if t.device.type == "meta":
             return None
         t = t.cpu().contiguous().reshape(-1)
