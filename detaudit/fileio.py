@@ -9,6 +9,7 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -234,17 +235,19 @@ class OutputPaths:
 
     def __init__(self) -> None:
         self.inputs: list[tuple[Path, str]] = []
-        self.trees: list[tuple[Path, str, tuple[str, ...]]] = []
+        self.trees: list[tuple[Path, str, tuple[str, ...], Callable[[str], bool] | None]] = []
         self.outputs: list[_Output] = []
 
     def reads(self, path: str | Path | None, what: str) -> None:
         if path is not None:
             self.inputs.append((Path(path), what))
 
-    def reads_below(self, folder: str | Path, what: str, suffixes: tuple[str, ...]) -> None:
+    def reads_below(self, folder: str | Path, what: str, suffixes: tuple[str, ...],
+                    written_here: Callable[[str], bool] | None = None) -> None:
         """Every existing file below ``folder`` whose name ends in one of ``suffixes`` is an input
-        too (the sources a scan of the folder reads), without listing the tree up front."""
-        self.trees.append((Path(folder), what, suffixes))
+        too (the sources a scan of the folder reads), without listing the tree up front; except a
+        file ``written_here`` says this command wrote before (a baseline kept beside the sources)."""
+        self.trees.append((Path(folder), what, suffixes, written_here))
 
     def writes(self, path: str | Path | None, what: str, *, replace_flag: str | None = None,
                overwrite: bool = False, append: bool = False) -> None:
@@ -278,10 +281,11 @@ class OutputPaths:
         """What reads the existing file ``real`` (a real path) as a file below one of ``trees``."""
         if not os.path.isfile(real):
             return None
-        for folder, what, suffixes in self.trees:
+        for folder, what, suffixes, written_here in self.trees:
             top = os.path.realpath(folder)
             if real.endswith(suffixes) and os.path.isdir(top) and real.startswith(top.rstrip(os.sep) + os.sep):
-                return what
+                if written_here is None or not written_here(real):
+                    return what
         return None
 
 

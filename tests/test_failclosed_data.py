@@ -85,6 +85,49 @@ def test_a_float_token_beyond_a_floats_range_is_refused_not_read_as_infinity(tmp
     assert run_cli("diff", str(literal), str(literal)).code == 0
 
 
+@pytest.mark.parametrize("token", ["1e-400", "2.4e-324", "-1E-0400", "0." + "0" * 330 + "1", "0.0000001e-320"])
+def test_a_float_token_too_small_for_a_float_is_refused_not_read_as_zero(tmp_path: Path, token: str) -> None:
+    """1e-400 and 2e-400 both read as 0.0: compared, two different numbers were called identical."""
+    a = tmp_path / "a.jsonl"
+    a.write_text('{"step": 0, "x": 0.0, "lr": 1e-05}\n{"step": 1, "x": %s}\n' % token)
+    b = tmp_path / "b.jsonl"
+    b.write_text('{"step": 0, "x": 0.0, "lr": 1e-05}\n{"step": 1, "x": 0.0}\n')
+    error = one_line_error(run_cli("diff", str(a), str(b)))
+    assert error == (f"detaudit: error: {a}:2: number {token} is too small for a 64-bit float (it would read as 0.0, "
+                     "as would other numbers)"), error
+    step = tmp_path / "step.jsonl"
+    step.write_text('{"step": %s, "x": 1.0}\n' % token)  # a step too: it would be step 0
+    assert one_line_error(run_cli("diff", str(step), str(step))).startswith(f"detaudit: error: {step}:1: number ")
+    std = tmp_path / "std.json"
+    std.write_text('{"schema": "detaudit/standard/1", "series": {"x": {"step_key": "step", "points": [[1, %s]]}}}'
+                   % token)
+    error = one_line_error(run_cli("verify", "--metrics", str(b), "--standard", str(std)))
+    assert error.startswith(f"detaudit: error: {std}: ") and "too small for a 64-bit float" in error, error
+
+
+def test_an_integer_past_pythons_digit_limit_is_refused_in_detaudits_words(tmp_path: Path) -> None:
+    digits = "9" * 5000
+    run = tmp_path / "run.jsonl"
+    run.write_text('{"step": 1, "x": 1}\n{"step": 2, "x": %s}\n' % digits)
+    std = tmp_path / "std.json"
+    std.write_text('{"schema": "detaudit/standard/1", "series": {"x": {"step_key": "step", "points": [[1, %s]]}}}'
+                   % digits)
+    words = ("invalid JSON: an integer of 5000 digits: detaudit reads integers of up to 4300 digits (Python's limit "
+             "on converting them safely)")
+    assert one_line_error(run_cli("diff", str(run), str(run))) == f"detaudit: error: {run}:2: {words}"
+    assert one_line_error(run_cli("verify", "--metrics", str(run), "--standard", str(std))) == \
+        f"detaudit: error: {std}: {words}"
+
+
+def test_zeros_and_small_floats_a_float_holds_still_read(tmp_path: Path) -> None:
+    zeros = tmp_path / "zeros.jsonl"
+    zeros.write_text('{"step": 0, "x": 0.0, "y": -0.0, "z": 0e-500, "w": 0.000e+10, "lr": 1e-05, "tiny": 5e-324}\n'
+                     '{"step": 1, "x": 0, "y": 1e-300, "z": 0.0, "w": 0.0, "lr": 2.5e-308, "tiny": 4.9e-324}\n')
+    run = read_metrics(zeros)
+    assert list(run.series["tiny"].values) == [5e-324, 5e-324] and run.series["y"].values[1] == 1e-300
+    assert run_cli("diff", str(zeros), str(zeros)).code == 0
+
+
 def test_verify_does_not_pass_an_integer_run_against_a_float_standard(tmp_path: Path) -> None:
     std = tmp_path / "std.json"
     std.write_text(json.dumps({"schema": "detaudit/standard/1", "series": {

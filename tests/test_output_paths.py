@@ -175,9 +175,9 @@ def test_no_report_over_a_standard_of_the_card_of_any_runner_class(tmp_path: Pat
 
 
 def test_scan_reports_are_never_written_over_what_the_scan_reads(tmp_path: Path) -> None:
-    """scan-rng's --junit-xml and --write-baseline: not a file it scans (named, or a Python file
-    below a named folder), not each other, not a device or a FIFO; a baseline beside the sources
-    (a JSON file the scan does not parse) is still fine."""
+    """scan-rng's --junit-xml and --write-baseline: not a file it scans (named, or a Python or config
+    file below a named folder), not each other, not a device or a FIFO; a baseline an earlier scan
+    wrote beside the sources is still fine."""
     src = tmp_path / "src"
     src.mkdir()
     source = src / "train.py"
@@ -205,6 +205,14 @@ def test_scan_reports_are_never_written_over_what_the_scan_reads(tmp_path: Path)
     for _ in range(2):  # written, then replaced: an output of the previous scan is not a source
         result = run_cli("scan-rng", str(src), "--write-baseline", str(baseline), "--junit-xml", str(report))
         assert result.code == 0 and baseline.exists() and report.read_text().startswith("<?xml"), result.text
+    # The config files the scan reads for names (a Hydra target, a launch script) are inputs too,
+    # a JSON one included: only a baseline an earlier scan wrote may be written over.
+    for name in ("config.yaml", "launch.sh", "setup.cfg", "pyproject.toml", "targets.json"):
+        config = src / name
+        config.write_text("target: train.f\n" if name != "targets.json" else '{"_target_": "train.f"}\n')
+        for option in ("--junit-xml", "--write-baseline"):
+            _refused(run_cli("scan-rng", str(src), option, str(config)), config, f"a file the scan of {src} reads")
+        assert config.read_text().endswith("train.f\n") or "_target_" in config.read_text()
 
 
 def test_init_never_writes_its_card_over_a_file_its_command_names(tmp_path: Path) -> None:

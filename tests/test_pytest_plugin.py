@@ -5,8 +5,10 @@ pytester, from its root and from its tests/ folder, with and without pytest -n 2
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import stat
 import tomllib
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -318,6 +320,21 @@ def test_a_failed_check_leaves_what_it_obtained_beside_the_standard(pytester: py
     page = obtained.with_suffix(".html")
     assert page.is_file() and "train/loss" in page.read_text()
     assert json.loads((project / LOSS).read_text())["series"]["train/loss"]["points"][0][1] == 1 / 3  # untouched
+
+
+def test_what_a_failed_check_leaves_is_never_written_over_a_fifo_or_a_folder(
+        pytester: pytest.Pytester, project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The obtained files go through the same output check as every command's reports."""
+    update(pytester, TRAINING).assert_outcomes(passed=2)
+    monkeypatch.setenv("DEMO_BUMP", "0.5")
+    fifo = project / LOSS.with_name("test_loss.obtained.jsonl")
+    os.mkfifo(fifo)
+    folder = fifo.with_suffix(".html")
+    folder.mkdir()
+    failed = run(pytester, TRAINING, "--detaudit-html")
+    failed.assert_outcomes(failed=2)
+    failed.stdout.fnmatch_lines([f"could not write {fifo.relative_to(project)}*is a FIFO*"])
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and folder.is_dir() and not any(folder.iterdir())
 
 
 def test_the_marker_checks_every_argument_it_takes_and_refuses_others(pytester: pytest.Pytester,

@@ -118,3 +118,59 @@ def test_seeds_repeated_within_a_step_fail_the_trace(tmp_path: Path) -> None:
     site = f"gather_recipe.py:{line_of(GATHER.read_text(), 'gen.manual_seed(')} sample_noise"
     assert why == {"reason": "seeds-repeated",
                    "summary": f"seeds repeated within a step: main process: torch.Generator.manual_seed at {site}"}, why
+
+
+# record --trace: the metrics never show the draw (a permutation drawn and thrown away), so the
+# runs agree on every series; the trace sees a process that drew from numpy's global state it never
+# seeded (from the OS: the two runs' draws differ). With --seed-numpy it seeds first.
+THROWN_AWAY_SCRIPT = """
+import json, os, random, sys
+import numpy as np
+
+random.seed(0)
+if "--seed-numpy" in sys.argv:
+    np.random.seed(0)
+np.random.permutation(4)  # thrown away: no metric shows it
+with open(os.environ["DETAUDIT_METRICS_JSONL"], "w") as f:
+    f.write(json.dumps({"step": 0, "x": random.random()}) + "\\n")
+"""
+
+
+def test_record_trace_writes_no_standard_when_metrics_agree_but_a_process_drew_unseeded(tmp_path: Path) -> None:
+    card = script_card(tmp_path, "thrown", THROWN_AWAY_SCRIPT)
+    junit = tmp_path / "junit.xml"
+    bug = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--trace", "--json", "--junit-xml", str(junit),
+                  "--workdir", str(tmp_path / "w1"))
+    assert bug.code == 1, bug.text
+    doc = json.loads(bug.out)
+    assert doc["status"] == "trace-not-ok" and not doc["ok"] and doc["standard"] is None
+    assert doc["diff"]["mismatched_count"] == 0  # every series agreed
+    site = f"thrown.py:{line_of(THROWN_AWAY_SCRIPT, 'np.random.permutation(4)')} <module>"
+    reasons = {r["reason"]: r["summary"] for r in doc["why_not_ok"]}
+    assert list(reasons) == ["traces-differ", "unseeded"], doc["why_not_ok"]  # numpy seeds itself from the OS
+    assert reasons["unseeded"] == (f"main process drew from numpy's global RandomState it never seeded (first "
+                                   f"np.random.permutation at {site})")
+    assert not (tmp_path / "standards").exists() or not any((tmp_path / "standards").iterdir())
+    assert 'name="trace"' in junit.read_text() and "trace not ok: traces-differ, unseeded" in junit.read_text()
+    text = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--trace", "--workdir", str(tmp_path / "w2"))
+    assert text.code == 1, text.text
+    assert last_line(text.out).startswith("[detaudit] runs disagree in their traces (their metrics agree): the traces "
+                                          "differ (run 1 vs run 2); main process drew from numpy's"), text.out
+    assert "no standard written" in last_line(text.out)
+    card.write_text(card.read_text().replace('thrown.py"]', 'thrown.py", "--seed-numpy"]'))
+    fixed = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--trace", "--json",
+                    "--workdir", str(tmp_path / "w3"))
+    assert fixed.code == 0, fixed.text
+    written = json.loads(fixed.out)
+    assert written["status"] == "written" and written["why_not_ok"] == [] and Path(written["standard"]).is_file()
+
+
+def test_record_trace_writes_no_standard_for_replicas_seeded_alike(tmp_path: Path) -> None:
+    same = run_cli("record", str(trace_card(tmp_path, "--mp", "fork", "--mp-same-seed")), "--runs", "2",
+                   "--no-doctor", "--trace", "--workdir", str(tmp_path / "w"))
+    assert same.code == 1, same.text
+    line = last_line(same.out)
+    assert line.startswith("[detaudit] trace not ok (the runs' metrics agree, but the trace cannot prove the next run "
+                           "will): seed collision: 2 "), line
+    assert line.endswith(f"no standard written ({tmp_path / 'standards' / 'tracetoy.cpu-test.json'})"), line
+    assert "RECORDED" not in same.out and not (tmp_path / "standards" / "tracetoy.cpu-test.json").exists()

@@ -49,11 +49,12 @@ def exclude_include(func: F) -> F:
     )(func)
 
 
-def trace_option(func: F) -> F:
+def trace_option(verdict: str = "") -> Callable[[F], F]:
+    """``--trace``; ``verdict``: what the trace decides for this command, appended to the help."""
     return click.option(
         "--trace", type=click.Choice(["rng", "modules"]), is_flag=False, flag_value="rng", default=None,
         help="Trace every global-RNG draw in every process of the run(s) (--trace=modules: and every nn.Module "
-             "call); name the first that differs.")(func)
+             "call); name the first that differs." + (f" {verdict}" if verdict else ""))
 
 
 def perturb_option(first_run: str) -> Callable[[F], F]:

@@ -104,7 +104,9 @@ def _elapsed(states: list[Any]) -> list[float]:
 @junit_option("one testcase per compared series")
 @click.option("--no-doctor", is_flag=True, help="Skip the determinism preflight (detaudit doctor --no-ray) that runs first.")
 @json_option("the outcome (the runs' diff, the trace report)")
-@trace_option
+@trace_option("Fail closed: runs whose metrics agree make no standard (exit 1) when their traces differ or are "
+              "incomplete, or run 1's shows a draw from a generator its process never seeded, a seed collision or "
+              "seeds repeated within a step (with --allow-partial dropping series, the trace only reports).")
 @perturb_option("run k: schedule k; runs 1 and 2 mirrored, and so on; the standard says so")
 @html_options(scan=True)
 @handle_errors
@@ -232,7 +234,7 @@ def _record_metrics(files: tuple[Path, ...], *, out: Path | None, update: bool, 
 @click.option("--cards", type=click.Path(file_okay=False, path_type=Path), default=Path("recipes"), show_default=True,
               help="Folder of cards for --suite.")
 @junit_option("one testcase per series (per card with --suite)")
-@trace_option
+@trace_option()
 @perturb_option("schedule 2: the mirror of a recorded run 1's")
 @json_option("the outcome (failing series, environment differences, the trace report)")
 @html_options(scan=True)

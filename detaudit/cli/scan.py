@@ -127,15 +127,18 @@ def scan_rng(paths: tuple[Path, ...], fmt: str, fail_on: str, baseline: Path | N
 
 def _check_outputs(paths: tuple[Path, ...], baseline: Path | None, config: Path | None, write_baseline: Path | None,
                    junit_xml: Path | None, summary: Path | None) -> None:
-    """Before the scan: no report (nor the step summary) is a file the scan reads (a named path, a Python file below
-    a named folder, --baseline, --config), nor the other report, a device, a FIFO or a folder."""
+    """Before the scan: no report (nor the step summary) is a file the scan reads (a named path, a Python or config
+    file below a named folder, --baseline, --config), nor the other report, a device, a FIFO or a folder."""
     from detaudit.fileio import OutputPaths
     from detaudit.render.ci import claim_ci_paths
+    from detaudit.scan.baseline import is_baseline
+    from detaudit.scan.files import CONFIG_SUFFIXES
 
     outputs = OutputPaths()
     for path in paths:
         outputs.reads(path, "a path it scans")
-        outputs.reads_below(path, f"the scan of {path}", (".py",))
+        # Python files, and the config files the scan reads for names (a baseline written before is no input)
+        outputs.reads_below(path, f"the scan of {path}", (".py", *CONFIG_SUFFIXES), written_here=is_baseline)
     outputs.reads(baseline, "--baseline")
     outputs.reads(config, "--config")
     outputs.writes(write_baseline, "--write-baseline")

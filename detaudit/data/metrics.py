@@ -14,7 +14,8 @@ emission order; step fields are never series.
 
 Numbers are read exactly: an integer of any size stays that integer. orjson reads integers
 beyond 64 bits as the nearest float, so the few lines where a float of at least 2**63 came out
-are read again with Python's json, which keeps integers exact (``big_integers``).
+are read again with Python's json, which keeps integers exact (``big_integers``). A float
+token a float64 cannot hold (``1e400``, ``1e-400``) is refused with its line (``number_tokens``).
 
 Storage is columnar so that 200,000-line runs stay small: per series, the indices of the
 lines it appears on (``array('I')``) and its values, as ``array('d')`` when every value is
@@ -43,6 +44,7 @@ from detaudit.data.big_integers import INT64_EDGE, exact_integers
 from detaudit.data.exclusion import Exclusion
 from detaudit.data.json_keys import duplicate_key
 from detaudit.data.metrics_run import LINE_INDEX, MetricsRun, Series, line_number
+from detaudit.data.number_tokens import exact_float, number_error, refuse_underflow
 from detaudit.data.values import MAX_DEPTH, contains_encoded_nonfinite, depth, format_value
 from detaudit.errors import InputError
 
@@ -99,7 +101,7 @@ def _parse_error(path: Path, lineno: int, raw: bytes, exc: Exception) -> InputEr
         raw.decode("utf-8")
     except UnicodeDecodeError as err:
         return InputError(path, f"line is not valid utf-8: {err}", lineno)
-    message = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+    message = exc.msg if isinstance(exc, json.JSONDecodeError) else number_error(exc)
     return InputError(path, f"invalid JSON: {message}", lineno)
 
 
@@ -115,22 +117,13 @@ def _slow_line(path: Path, raw: bytes, lineno: int) -> Any:
     if not raw.strip():
         return None
     try:
-        return json.loads(raw, parse_float=_finite_float)
+        return json.loads(raw, parse_float=exact_float)
     except RecursionError:
         raise InputError(path, f"invalid JSON: nested deeper than {MAX_DEPTH} levels", lineno) from None
     except ValueError as exc:
         if raw.endswith(b"\n"):  # written whole: an error like any other
             raise _parse_error(path, lineno, raw, exc) from None
         return _TORN
-
-
-def _finite_float(token: str) -> float:
-    """A float token as Python reads it, refused when it is beyond a float's range: json would make
-    1e400 and 2e400 the same infinity, and two different numbers would compare identical."""
-    value = float(token)
-    if math.isinf(value):
-        raise ValueError(f"number {token} is beyond the range of a 64-bit float (it would read as infinity)")
-    return value
 
 
 def _not_an_object(path: Path, obj: Any, lineno: int) -> InputError:
@@ -328,6 +321,7 @@ def read_metrics(
     except _BadValue as bad:
         raise InputError(path, bad.message, line_number(line_offsets, bad.line_index)) from None
     exact_integers(path, series, line_steps, big_steps, line_offsets, MAX_LINE_BYTES)
+    refuse_underflow(path, series, line_steps, line_offsets, MAX_LINE_BYTES)
     return MetricsRun(
         path=str(path),
         series=series,

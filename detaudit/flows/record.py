@@ -25,7 +25,7 @@ from detaudit.data.metrics import MetricsRun
 from detaudit.env.provenance import git_state, standard_runner
 from detaudit.errors import InputError, UsageError
 from detaudit.fileio import OutputPaths, replace_folder, write_atomic
-from detaudit.flows.results import RecordResult, RecordStatus
+from detaudit.flows.results import RecordResult, RecordStatus, runs_trace_failures
 from detaudit.run.card_runs import place, run_card
 from detaudit.run.executor import runner_mismatch
 from detaudit.run.local import interrupts_as_exceptions
@@ -252,6 +252,14 @@ def _same_content(old: Standard, new: Standard) -> bool:
     return all(change.status == "identical" for change in review.series)
 
 
+def _require_traces(plan: RunPlan, *, written_word: str) -> None:
+    """``InputError`` naming the first traced run that left no trace folder (nothing is written)."""
+    for spec in plan.specs:
+        if not run_trace_dir(spec.workdir).is_dir():
+            raise InputError(run_trace_dir(spec.workdir),
+                             f"run {spec.index + 1} was traced but left no trace here; {written_word}")
+
+
 def check_trace_destination(path: Path, *, traced: bool) -> None:
     """``UsageError`` unless writing the standard at ``path`` can also replace (traced) or remove
     (untraced: it would no longer match) whatever trace folder sits next to it. A symbolic link is
@@ -283,6 +291,14 @@ def _judge(plan: RunPlan, path: Path | None, old: Standard | None, *, update: bo
         result.trace = audit_runs([run_trace_dir(spec.workdir) for spec in plan.specs])
     if not _agreeing(result, report, allow_partial):
         return result
+    # Fail closed: equal metrics from runs whose draws differ, or that the trace cannot prove alike, make
+    # no standard. --allow-partial with dropped series already accepts runs that differ: the trace only reports.
+    if result.trace is not None and (report.ok or not allow_partial):
+        _require_traces(plan, written_word="no standard written" if path is not None else "nothing written")
+        result.trace_failures = runs_trace_failures(result.trace)
+        if result.trace_failures:
+            result.status = RecordStatus.TRACE_NOT_OK
+            return result
     if path is None:
         result.status = RecordStatus.AGREED
         result.workdir_removed = finish(plan, passed=not traced)  # traced: keep the traces

@@ -39,6 +39,9 @@ class RecordStatus(StrEnum):
     EMPTY = "empty"  # no series left to compare: nothing a standard could hold
     RUN_FAILED = "run-failed"
     RUNNER_MISMATCH = "runner-mismatch"  # cluster runs on another runner class than the probe's
+    # --trace: the metrics agree, but the traces differ or cannot prove the runs always will
+    # (unseeded draws, seed collisions, seeds repeated within a step, an incomplete trace)
+    TRACE_NOT_OK = "trace-not-ok"
 
     @property
     def ok(self) -> bool:
@@ -93,6 +96,33 @@ class TraceFailure(StrEnum):
     PARITY = "parity"                  # --parity: a pair differs, or nothing was paired
 
 
+def trace_failures(incomplete: bool, comparison: TraceComparison | None, unseeded: list[UnseededUse],
+                   collisions: list[Collision], seeds: SeedCheck | None) -> list[TraceFailure]:
+    """Why a trace is not ok, in this order (``trace``, and ``record --trace`` whose runs' metrics
+    agree). A draw made inside library internals only (no frame of the program on the stack, such
+    as Ray's own ``random``) is listed apart and does not fail."""
+    out = []
+    if incomplete:
+        out.append(TraceFailure.INCOMPLETE)
+    if comparison is not None and not comparison.identical:
+        out.append(TraceFailure.TRACES_DIFFER)
+    if any(not u.library_only for u in unseeded):
+        out.append(TraceFailure.UNSEEDED)
+    if collisions:
+        out.append(TraceFailure.SEED_COLLISION)
+    if seeds is not None and not seeds.ok:
+        out.append(TraceFailure.SEEDS_REPEATED)
+    return out
+
+
+def runs_trace_failures(report: RunsTraceReport) -> list[TraceFailure]:
+    """Why ``record --trace`` writes no standard although the runs' metrics agree: the traces of
+    the runs differ (the same metrics by luck), or the first run's trace cannot prove that the
+    next run will draw alike."""
+    incomplete = bool(report.missing or report.incomplete) or not report.first_complete
+    return trace_failures(incomplete, report.comparison, report.unseeded, report.collisions, report.seeds)
+
+
 @dataclass
 class RecordResult:
     """What a record did (see ``RecordStatus``)."""
@@ -116,6 +146,7 @@ class RecordResult:
     metrics_files: list[Path] = field(default_factory=list)  # ``record --metrics``: the files compared
     unchanged: bool = False  # an update with identical series that left the file's bytes (keep_unchanged)
     compile_cache: Path | None = None  # run 1's compile artifacts, shipped next to the standard
+    trace_failures: list[TraceFailure] = field(default_factory=list)  # TRACE_NOT_OK: why, in order
 
     @property
     def ok(self) -> bool:
@@ -187,17 +218,8 @@ class TraceResult:
         the program on the stack, such as Ray's own ``random``) are listed apart and do not."""
         if self.status != TraceStatus.OK:
             return [TraceFailure.RUN_FAILED]
-        out = []
-        if self.trace is None or self.trace.problems:
-            out.append(TraceFailure.INCOMPLETE)
-        if self.comparison is not None and not self.comparison.identical:
-            out.append(TraceFailure.TRACES_DIFFER)
-        if any(not u.library_only for u in self.unseeded):
-            out.append(TraceFailure.UNSEEDED)
-        if self.collisions:
-            out.append(TraceFailure.SEED_COLLISION)
-        if self.seeds is not None and not self.seeds.ok:
-            out.append(TraceFailure.SEEDS_REPEATED)
+        out = trace_failures(self.trace is None or bool(self.trace.problems), self.comparison, self.unseeded,
+                             self.collisions, self.seeds)
         if self.parity is not None and not self.parity.ok:
             out.append(TraceFailure.PARITY)
         return out

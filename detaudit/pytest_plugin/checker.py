@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 import pytest
 
-from detaudit.errors import InputError
+from detaudit.errors import InputError, UsageError
 from detaudit.pytest_plugin.session import (
     COLLECT_OPTION,
     STANDARDS_DIR_INI,
@@ -176,23 +176,31 @@ class DetauditChecker:
     def _write_obtained(self, result: Any, standard: Path, metrics: Path) -> None:
         """``<standard>.obtained.jsonl`` (the run's metrics) beside the standard, and with
         --detaudit-html the page ``<standard>.obtained.html``: what the failure is about, to look at."""
-        from detaudit.fileio import write_atomic
+        from detaudit.fileio import OutputPaths, write_atomic
         from detaudit.standards.store import obtained_path
 
         if not metrics.is_file() or not standard.parent.is_dir():
             return
         target = obtained_path(standard, ".jsonl")
+        html = bool(self.config.getoption("--detaudit-html"))
+        page_path = obtained_path(standard, ".html")
+        # As every command's outputs: never over what the check read, a device, a FIFO or a folder.
+        outputs = OutputPaths()
+        outputs.reads(metrics, "the test's metrics")
+        outputs.reads(standard, "the standard")
+        outputs.writes(target, "the obtained metrics")
+        outputs.writes(page_path if html else None, "the obtained page")
         try:
+            outputs.check()
             write_atomic(target, metrics.read_text(encoding="utf-8", errors="surrogateescape"), overwrite=True)
-        except (InputError, OSError) as exc:
+        except (InputError, UsageError, OSError) as exc:
             self._event("obtained-failed", target, str(exc))
             return
         self._event("obtained", target)
-        if self.config.getoption("--detaudit-html"):
+        if html:
             from detaudit.render.html import write_html
             from detaudit.render.html.verify_view import verify_page
 
-            page_path = obtained_path(standard, ".html")
             try:
                 write_html(page_path, verify_page(result, None, title=f"{self.item.nodeid}: FAILED"), overwrite=True)
             except (InputError, OSError, ImportError) as exc:

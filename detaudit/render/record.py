@@ -12,7 +12,7 @@ from detaudit.render.console import PREFIX
 from detaudit.render.diff import diff_document, print_diff
 from detaudit.render.review import review_lines
 from detaudit.render.runs import print_failed_runs, print_workdir_note, runner_mismatch_message, runs_document
-from detaudit.render.trace import print_runs_trace, runs_trace_json
+from detaudit.render.trace import failure_reason, print_runs_trace, record_trace_line, runs_trace_json
 
 
 def record_document(result: RecordResult, card: str, runs: int) -> dict[str, Any]:
@@ -27,6 +27,8 @@ def record_document(result: RecordResult, card: str, runs: int) -> dict[str, Any
         "review": result.review.to_json() if result.review is not None else None,
         "diff": diff_document(result.report) if result.report is not None else None,
         "trace": runs_trace_json(result.trace) if result.trace is not None else None,
+        "why_not_ok": [{"reason": str(f), "summary": failure_reason(result.trace, f)}
+                       for f in result.trace_failures] if result.trace is not None else [],
         "standard_trace": str(result.standard_trace) if result.standard_trace else None,
         "compile_cache": str(result.compile_cache) if result.compile_cache else None,
         "runs": runs_document(result.runs),
@@ -53,6 +55,14 @@ def print_record(result: RecordResult, card: str, runs: int, *, written_word: st
         print_diff(result.report, out, title=f"detaudit record {card}")
         print_runs_trace(out, result.trace)
         out.print(f"[red]{PREFIX} runs disagree: {written_word}"
+                  + (f" ({escape(str(result.standard_path))})" if result.standard_path else "") + "[/red]")
+        print_workdir_note(err, result.workdir, False, False)
+        return
+    if status == RecordStatus.TRACE_NOT_OK:
+        assert result.trace is not None
+        print_runs_trace(out, result.trace)
+        line = record_trace_line(result.trace_failures, result.trace, written_word)
+        out.print(f"[red]{PREFIX} {escape(line)}"
                   + (f" ({escape(str(result.standard_path))})" if result.standard_path else "") + "[/red]")
         print_workdir_note(err, result.workdir, False, False)
         return

@@ -360,12 +360,13 @@ def _more(n: int, what: str) -> str:
     return f" (+{n} more {what})" if n > 0 else ""
 
 
-def failure_reason(result: TraceResult, failure: TraceFailure) -> str:
-    """One reason ``detaudit trace`` is not ok, in a few words (the report above it has the details)."""
+def failure_reason(result: TraceResult | RunsTraceReport, failure: TraceFailure) -> str:
+    """One reason ``detaudit trace`` (or ``record --trace``) is not ok, in a few words (the report
+    above it has the details)."""
     if failure == TraceFailure.RUN_FAILED:
         return "the run did not finish"
     if failure == TraceFailure.INCOMPLETE:
-        problems = result.trace.problems if result.trace is not None else []
+        problems = _incomplete_texts(result)
         first = problems[0] if problems else "no trace was read"
         return f"the trace is incomplete: {first}" + _more(len(problems) - 1, "process(es)")
     if failure == TraceFailure.TRACES_DIFFER:
@@ -386,9 +387,24 @@ def failure_reason(result: TraceResult, failure: TraceFailure) -> str:
         r = result.seeds.repeats[0]
         return (f"seeds repeated within a step: {r.process}: {r.api} at {r.site}"
                 + _more(len(result.seeds.repeats) - 1, "call site(s)"))
-    assert result.parity is not None
+    assert isinstance(result, TraceResult) and result.parity is not None
     lines = parity_lines(result.parity)
     return lines[0][1] if lines else f"parity {' vs '.join(result.parity.sides)}: not ok"
+
+
+def _incomplete_texts(result: TraceResult | RunsTraceReport) -> list[str]:
+    if isinstance(result, TraceResult):
+        return result.trace.problems if result.trace is not None else []
+    first = result.traces[min(result.traces)] if result.traces else None
+    return result.missing + result.incomplete + (first.problems if first is not None and not result.incomplete else [])
+
+
+def record_trace_line(failures: list[TraceFailure], report: RunsTraceReport, written_word: str) -> str:
+    """``record --trace`` whose runs' metrics agree but whose trace is not ok: every reason, one line."""
+    reasons = "; ".join(failure_reason(report, f) for f in failures)
+    if TraceFailure.TRACES_DIFFER in failures:
+        return f"runs disagree in their traces (their metrics agree): {reasons}; {written_word}"
+    return f"trace not ok (the runs' metrics agree, but the trace cannot prove the next run will): {reasons}; {written_word}"
 
 
 def verdict_line(result: TraceResult) -> str:

@@ -12,6 +12,7 @@ process that runs a draw, and a process that stops seeding (a removed seed call)
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,18 @@ def _known(f: Finding, recorded: list[dict[str, Any]]) -> bool:
                 and unseeded <= before_unseeded:
             return True
     return False
+
+
+_SCHEMA_FIELD = re.compile(rb'"schema"\s*:\s*"detaudit/scan-baseline/')
+
+
+def is_baseline(path: str) -> bool:
+    """Whether the file at ``path`` starts as a baseline scan-rng writes (its schema near the top)."""
+    try:
+        with open(path, "rb") as fh:
+            return _SCHEMA_FIELD.search(fh.read(4096)) is not None
+    except OSError:
+        return False
 
 
 def read_baseline(path: str | Path) -> dict[Key, list[dict[str, Any]]]:

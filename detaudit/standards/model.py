@@ -28,6 +28,7 @@ from typing import Any
 
 from detaudit.data.compare import SeriesData
 from detaudit.data.json_keys import DuplicateKey, unique_pairs
+from detaudit.data.number_tokens import exact_float, number_error
 from detaudit.data.values import MAX_DEPTH
 from detaudit.errors import InputError
 from detaudit.fileio import read_bounded_text
@@ -117,10 +118,10 @@ def parse_json_document(path: str | Path, text: str, spellings: dict[str, str] |
     ``spellings``, when given, collects floats written other than as Python's ``repr`` writes
     them (``{"4e-05": "0.00004"}``), so that a writer can spell them the same way again.
     """
-    parse_float: Any = float
+    parse_float: Any = exact_float  # 1e-400 and 2e-400 would both read as 0.0: refused
     if spellings is not None:
         def parse_float(token: str) -> float:
-            value = float(token)
+            value = exact_float(token)
             canonical = repr(value)
             if canonical != token:
                 spellings.setdefault(canonical, token)
@@ -137,4 +138,4 @@ def parse_json_document(path: str | Path, text: str, spellings: dict[str, str] |
     except RecursionError:
         raise InputError(path, f"invalid standard: nested deeper than {MAX_DEPTH} levels") from None
     except ValueError as exc:  # e.g. an integer over Python's 4300-digit limit
-        raise InputError(path, f"invalid JSON: {exc}") from None
+        raise InputError(path, f"invalid JSON: {number_error(exc)}") from None

@@ -132,6 +132,9 @@ def cases_from_record(result: Any, classname: str) -> list[Case]:
         cases.append(Case(classname, name, "failed", 0.0, line, f"{line}\ndiffers in: {runs}"))
     if result.status == "empty":
         cases.append(Case(classname, "standard", "failed", 0.0, "no metric series left to compare"))
+    if result.status == "trace-not-ok":  # every series agreed: the failing case is the trace's
+        reasons = ", ".join(result.trace_failures)
+        cases.append(Case(classname, "trace", "failed", 0.0, f"trace not ok: {reasons}"))
     return cases
 
 

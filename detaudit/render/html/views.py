@@ -99,7 +99,7 @@ def diff_page(report: DiffReport, runs: list[MetricsRun], *, title: str = "detau
 _RECORD_VERDICTS = {
     RecordStatus.WRITTEN: "RECORDED", RecordStatus.AGREED: "AGREE", RecordStatus.DISAGREE: "RUNS DISAGREE",
     RecordStatus.EMPTY: "NOTHING TO COMPARE", RecordStatus.RUN_FAILED: "RUN FAILED",
-    RecordStatus.RUNNER_MISMATCH: "RUNNER MISMATCH",
+    RecordStatus.RUNNER_MISMATCH: "RUNNER MISMATCH", RecordStatus.TRACE_NOT_OK: "TRACE NOT OK",
 }
 
 
@@ -117,6 +117,8 @@ def record_page(result: RecordResult, card: str, runs_requested: int, *, finding
         RecordStatus.EMPTY: "no metric series left to compare: nothing written",
         RecordStatus.RUN_FAILED: "a run did not finish: nothing written",
         RecordStatus.RUNNER_MISMATCH: "runs landed on another runner class than the probe's: nothing written",
+        RecordStatus.TRACE_NOT_OK: (f"{len(report.identical) if report else 0} series identical, but the trace is not "
+                                    f"ok ({', '.join(result.trace_failures)}): nothing written"),
     }[status]
     page = Page(f"detaudit record {card}", _RECORD_VERDICTS[status], result.ok, headline)
     page.facts = [("card", card), ("runner class", class_text(result.runner_class)), ("runs", str(runs_requested))]
