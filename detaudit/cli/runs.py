@@ -105,8 +105,9 @@ def _elapsed(states: list[Any]) -> list[float]:
 @click.option("--no-doctor", is_flag=True, help="Skip the determinism preflight (detaudit doctor --no-ray) that runs first.")
 @json_option("the outcome (the runs' diff, the trace report)")
 @trace_option("Fail closed: runs whose metrics agree make no standard (exit 1) when their traces differ or are "
-              "incomplete, or run 1's shows a draw from a generator its process never seeded, a seed collision or "
-              "seeds repeated within a step (with --allow-partial dropping series, the trace only reports).")
+              "incomplete, or run 1's shows a draw from a generator its process never seeded or seeds repeated "
+              "within a step (seed collisions between replicas are warned; with --allow-partial dropping series, "
+              "the trace only reports).")
 @perturb_option("run k: schedule k; runs 1 and 2 mirrored, and so on; the standard says so")
 @html_options(scan=True)
 @handle_errors
