@@ -105,6 +105,26 @@ def test_a_float_token_too_small_for_a_float_is_refused_not_read_as_zero(tmp_pat
     assert error.startswith(f"detaudit: error: {std}: ") and "too small for a 64-bit float" in error, error
 
 
+@pytest.mark.parametrize("clip", ["0.0", "0.5"])  # a float 0.0 on every line (one pass over the bytes), or on one
+def test_a_too_small_token_deep_in_a_long_file_is_named_by_its_line(tmp_path: Path, clip: str) -> None:
+    """Past the reader's checkpoints (every 8,192 lines), blank lines included, the line number is exact."""
+    rows = []
+    for step in range(30000):
+        rows.append('{"step": %d, "loss": %s, "clip": %s, "lr": 1e-05}\n' % (step, 1.5 + step, clip))
+        if step % 1000 == 7:
+            rows.append("\n")
+    bad_at = 25000 + 25000 // 1000 + 1  # the line of step 25000 (1-based), after the blank lines before it
+    assert rows[bad_at - 1].startswith('{"step": 25000,')
+    rows[bad_at - 1] = '{"step": 25000, "loss": 1e-400, "clip": %s, "lr": 1e-05}\n' % clip
+    run = tmp_path / "run.jsonl"
+    run.write_text("".join(rows))
+    error = one_line_error(run_cli("diff", str(run), str(run)))
+    assert error.startswith(f"detaudit: error: {run}:{bad_at}: number 1e-400 is too small"), error
+    rows[bad_at - 1] = '{"step": 25000, "loss": 0.0, "clip": %s, "lr": 1e-05}\n' % clip
+    run.write_text("".join(rows))
+    assert read_metrics(run).series["loss"].values.count(0.0) == 1
+
+
 def test_an_integer_past_pythons_digit_limit_is_refused_in_detaudits_words(tmp_path: Path) -> None:
     digits = "9" * 5000
     run = tmp_path / "run.jsonl"

@@ -238,6 +238,8 @@ def read_metrics(
     step_fields: dict[str, None] = {}
     detected: dict[str, None] = {}
     big_steps: list[tuple[int, str]] = []  # (line index, step field) of float steps of at least 2**63
+    zero_steps: list[int] = []  # line indices of float steps read as 0.0 (a token too small for a float, maybe)
+    checkpoints: list[tuple[int, int, int]] = []  # (next line index, byte offset, line number) every flush
     torn = False
     try:
         fh = open(path, "rb")
@@ -304,12 +306,15 @@ def read_metrics(
                             raise _step_error(path, index + blanks + 1, step_field, step, shape.detected)
                         if not -edge < step < edge:
                             big_steps.append((index, step_field))
+                        elif step == 0:  # 0.0, or a token too small for a float (number_tokens)
+                            zero_steps.append(index)
                     add_step(step)
                 add_line(index)
                 add_row(obj)
                 index += 1
                 if index >= next_flush:
                     next_flush += flush_every
+                    checkpoints.append((index, total, index + blanks + 1))  # where the next line starts
                     for each in named_shapes.values():
                         each.flush()
         except _BadValue as bad:
@@ -321,7 +326,7 @@ def read_metrics(
     except _BadValue as bad:
         raise InputError(path, bad.message, line_number(line_offsets, bad.line_index)) from None
     exact_integers(path, series, line_steps, big_steps, line_offsets, MAX_LINE_BYTES)
-    refuse_underflow(path, series, line_steps, line_offsets, MAX_LINE_BYTES)
+    refuse_underflow(path, series, zero_steps, checkpoints, MAX_LINE_BYTES)
     return MetricsRun(
         path=str(path),
         series=series,

@@ -13,10 +13,12 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
+from array import array
+from bisect import bisect_right
 from pathlib import Path
-from typing import Any
 
-from detaudit.data.metrics_run import Series, line_number
+from detaudit.data.metrics_run import Series
 from detaudit.errors import InputError
 
 
@@ -46,68 +48,135 @@ def number_error(exc: Exception) -> str:
 
 
 # A nonzero number reads as 0.0 only below ~2.5e-324: its exponent has 3 digits or more, or its
-# fraction 200 leading zeros or more. A line with neither cannot hold one.
+# fraction 200 leading zeros or more. Text with neither cannot hold one.
 _ZERO_RUN = b"0" * 200
+# A float64 0.0 and -0.0 as stored in an ``array('d')``.
+_ZERO = bytes(8)
+_NEGATIVE_ZERO = bytes(7) + b"\x80" if sys.byteorder == "little" else b"\x80" + bytes(7)
+
+
+# Where such a token may start: an exponent of 3 digits or more (a literal prefix: the regex
+# engine searches for it fast), or a run of 200 zeros (bytes.find).
+_LONG_EXPONENTS = (re.compile(rb"e-0*[0-9]{3}"), re.compile(rb"E-0*[0-9]{3}"))
+
+
+def _candidates(text: bytes, end: int | None = None) -> list[int]:
+    """Offsets in ``text`` (up to ``end``) of float tokens that may be too small for a float64."""
+    end = len(text) if end is None else end
+    found = [m.start() for pattern in _LONG_EXPONENTS for m in pattern.finditer(text, 0, end)]
+    at = text.find(_ZERO_RUN, 0, end)
+    if at >= 0:
+        found.append(at)
+    return sorted(found)
 
 
 def may_underflow(raw: bytes) -> bool:
-    """Whether a JSON line may hold a float token too small for a float64 (a cheap test on bytes)."""
-    if _ZERO_RUN in raw:
-        return True
-    for marker in (b"e-", b"E-"):
-        at = raw.find(marker)
-        while at >= 0:
-            end = at + 2
-            while end < len(raw) and raw[end] == 0x30:  # leading zeros of the exponent
-                end += 1
-            digits = end
-            while digits < len(raw) and 0x30 <= raw[digits] <= 0x39:
-                digits += 1
-            if digits - end >= 3:
-                return True
-            at = raw.find(marker, digits)
-    return False
+    """Whether a JSON line may hold a float token too small for a float64."""
+    return bool(_candidates(raw))
 
 
-def _zero_lines(series: dict[str, Series], line_steps: list[Any]) -> set[int]:
-    """Line indices where a value or the step read as 0 (a zero token, or a too-small one)."""
-    found: set[int] = set()
+def _float_zero_lines(series: dict[str, Series], zero_steps: list[int]) -> list[int] | None:
+    """Sorted line indices where a value or (``zero_steps``) the step was read as a float 0.0: a
+    zero token, or a too-small one; None past ``_DENSE`` of them. Float columns are searched as
+    bytes (no Python object per value)."""
+    found = set(zero_steps)
     for data in series.values():
-        values = data.values
-        if not values.count(0.0):  # one C pass; 0 == 0.0, so integer zeros come along (harmless)
-            continue
-        at = values.index(0.0)
-        while True:
-            found.add(data.lines[at])
-            try:
-                at = values.index(0.0, at + 1)
-            except ValueError:
-                break
-    if line_steps.count(0.0):
-        found.update(i for i, step in enumerate(line_steps) if step == 0)
-    return found
+        if len(found) > _DENSE:
+            return None
+        values, lines = data.values, data.lines
+        if type(values) is array:
+            raw = values.tobytes()
+            for pattern in (_ZERO, _NEGATIVE_ZERO):
+                at = raw.find(pattern)
+                while at >= 0 and len(found) <= _DENSE:
+                    if at % 8 == 0:
+                        found.add(lines[at >> 3])
+                        at += 8
+                    else:
+                        at += 1
+                    at = raw.find(pattern, at)
+        elif values.count(0.0):
+            found.update(lines[i] for i, v in enumerate(values) if type(v) is float and v == 0)
+    return sorted(found) if len(found) <= _DENSE else None
 
 
-def refuse_underflow(path: Path, series: dict[str, Series], line_steps: list[Any],
-                     line_offsets: list[tuple[int, int]], max_line_bytes: int) -> None:
+def refuse_underflow(path: Path, series: dict[str, Series], zero_steps: list[int],
+                     checkpoints: list[tuple[int, int, int]], max_line_bytes: int) -> None:
     """``InputError`` naming the first line that holds a float token too small for a float64. Only
-    lines where a 0 came out are read again, and of those only the ones ``may_underflow`` flags
-    are parsed again."""
-    zeros = _zero_lines(series, line_steps)
-    if not zeros:
+    the lines where a float 0.0 came out are read again (from the nearest of ``checkpoints``: line
+    index, byte offset and line number where the reader's pass stood), and of those only the ones
+    ``may_underflow`` flags are parsed again."""
+    wanted = _float_zero_lines(series, zero_steps)
+    if wanted is None:  # zeros on many lines (a column of 0.0): one pass over the bytes costs less
+        _scan_blocks(path)
         return
-    wanted = sorted(line_number(line_offsets, index) for index in zeros)
-    position = 0
+    if not wanted:
+        return
+    marks = [index for index, _, _ in checkpoints]
     with open(path, "rb") as fh:
-        for lineno, raw in enumerate(iter(lambda: fh.readline(max_line_bytes + 1), b""), 1):
-            if lineno != wanted[position]:
-                continue
+        index, lineno = -1, 0  # where the file stands: the next line read has this index + 1 (when not blank)
+        for target in wanted:
+            mark = bisect_right(marks, target) - 1
+            if mark >= 0 and marks[mark] > index + 1:  # a checkpoint after where the file stands: jump there
+                next_index, offset, lineno = checkpoints[mark]
+                fh.seek(offset)
+                index, lineno = next_index - 1, lineno - 1
+            while True:
+                raw = fh.readline(max_line_bytes + 1)
+                lineno += 1
+                if not raw:
+                    return
+                if raw.strip():
+                    index += 1
+                    if index == target:
+                        break
             if may_underflow(raw):
                 try:
                     json.loads(raw, parse_float=exact_float)
+                except json.JSONDecodeError:
+                    continue  # a cut-off last line, dropped by the reader with its warning
                 except ValueError as exc:
                     raise InputError(path, str(exc), lineno) from None
-            position += 1
-            if position == len(wanted):
-                return
 
+
+_DENSE = 256  # more lines with a float 0.0 than this: search the whole file in blocks
+_BLOCK = 1 << 23
+
+
+def _scan_blocks(path: Path) -> None:
+    """``refuse_underflow`` by one pass over the file in large blocks (whole lines each): the
+    candidates' lines alone are parsed again; a refused one is numbered by counting newlines."""
+    with open(path, "rb") as fh:
+        offset, carry = 0, b""  # the file offset where ``carry`` (an unfinished line) begins
+        while True:
+            block = fh.read(_BLOCK)
+            data = carry + block if carry else block
+            if not data:
+                return
+            cut = data.rfind(b"\n") + 1 if block else len(data)
+            for at in _candidates(data, cut):
+                start = data.rfind(b"\n", 0, at) + 1
+                end = data.find(b"\n", at, cut)
+                try:
+                    json.loads(data[start:end + 1 if end >= 0 else cut], parse_float=exact_float)
+                except json.JSONDecodeError:
+                    continue  # a cut-off last line, dropped by the reader with its warning
+                except ValueError as exc:
+                    raise InputError(path, str(exc), _line_at(path, offset + start)) from None
+            if not block:
+                return
+            offset += cut
+            carry = data[cut:]
+
+
+def _line_at(path: Path, offset: int) -> int:
+    """The 1-based line number of the line that starts at byte ``offset``."""
+    lines = 1
+    with open(path, "rb") as fh:
+        while offset > 0:
+            block = fh.read(min(_BLOCK, offset))
+            if not block:
+                break
+            lines += block.count(b"\n")
+            offset -= len(block)
+    return lines
