@@ -1,7 +1,9 @@
-"""Number tokens detaudit refuses rather than misread. Float tokens a 64-bit float cannot hold: JSON readers make ``1e400``
-and ``2e400`` the same infinity, and ``1e-400`` and ``2e-400`` the same 0.0, so two different
-numbers would compare identical (a wrong green). No float64 writer prints such a token: a
-float's ``repr`` always reads back as itself.
+"""Number tokens detaudit refuses rather than misread.
+
+Float tokens a 64-bit float cannot hold: JSON readers make ``1e400`` and ``2e400`` the same
+infinity, and ``1e-400`` and ``2e-400`` the same 0.0, so two different numbers would compare
+identical (a wrong green). No float64 writer prints such a token: a float's ``repr`` always
+reads back as itself.
 
 ``exact_float`` is the ``parse_float`` of every JSON read of numbers (standards, the metrics
 lines orjson refuses); ``refuse_underflow`` looks again at the few metrics lines where orjson
