@@ -30,7 +30,7 @@ from detaudit.run.card_runs import place, run_card
 from detaudit.run.executor import runner_mismatch
 from detaudit.run.local import interrupts_as_exceptions
 from detaudit.run.plan import EnvHook, RunPlan, finish, read_run_metrics
-from detaudit.run.spec import RunState
+from detaudit.run.spec import RunSpec, RunState
 from detaudit.runner_class import RunnerClass
 from detaudit.standards import compile_cache
 from detaudit.standards.diff import diff_standards
@@ -252,9 +252,9 @@ def _same_content(old: Standard, new: Standard) -> bool:
     return all(change.status == "identical" for change in review.series)
 
 
-def _require_traces(plan: RunPlan, *, written_word: str) -> None:
+def _require_traces(specs: Sequence[RunSpec], *, written_word: str) -> None:
     """``InputError`` naming the first traced run that left no trace folder (nothing is written)."""
-    for spec in plan.specs:
+    for spec in specs:
         if not run_trace_dir(spec.workdir).is_dir():
             raise InputError(run_trace_dir(spec.workdir),
                              f"run {spec.index + 1} was traced but left no trace here; {written_word}")
@@ -294,7 +294,7 @@ def _judge(plan: RunPlan, path: Path | None, old: Standard | None, *, update: bo
     # Fail closed: equal metrics from runs whose draws differ, or that the trace cannot prove alike, make
     # no standard. --allow-partial with dropped series already accepts runs that differ: the trace only reports.
     if result.trace is not None and (report.ok or not allow_partial):
-        _require_traces(plan, written_word="no standard written" if path is not None else "nothing written")
+        _require_traces(plan.specs, written_word="no standard written" if path is not None else "nothing written")
         result.trace_failures = runs_trace_failures(result.trace)
         if result.trace_failures:
             result.status = RecordStatus.TRACE_NOT_OK
@@ -348,9 +348,8 @@ def _stage_trace(plan: RunPlan, path: Path, destination: Path) -> Path:
     """Run 1's trace, saved (``meta.json`` and ``trace/``) in a hidden folder beside ``destination``;
     ``InputError`` when run 1 left no trace (nothing written then)."""
     spec = plan.specs[0]
+    _require_traces(plan.specs[:1], written_word="no standard written")  # --allow-partial comes here unchecked
     trace_dir = run_trace_dir(spec.workdir)
-    if not trace_dir.is_dir():
-        raise InputError(trace_dir, "run 1 was traced but left no trace here; no standard written")
     environment = plan.environment if isinstance(plan.environment, dict) else {}
     meta = trace_meta(plan.card.name, spec.overlay.get(MODE_ENV, "rng"), spec.argv,
                       packages=environment.get("packages"), standard=path.name)
