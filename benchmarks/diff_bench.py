@@ -42,12 +42,14 @@ TRAIN = [f"train/metric_{i:02d}" for i in range(20)]
 # Runs `detaudit diff --json` as a child and reports its exit code, its CPU seconds and the peak
 # RSS of the largest of its processes (the CLI, or a parallel parse worker).
 MEASURE = """
-import json, resource, subprocess, sys
+import json, os, resource, subprocess, sys
+import detaudit
 proc = subprocess.run([sys.executable, "-m", "detaudit", "diff", "--json", *sys.argv[1:]], capture_output=True, text=True)
 report = json.loads(proc.stdout)
 usage = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({"code": proc.returncode, "peak_mb": usage.ru_maxrss / 1024, "cpu": usage.ru_utime + usage.ru_stime,
-                  "compared": report["compared"], "mismatched": len(report["mismatched"])}))
+                  "compared": report["compared"], "mismatched": len(report["mismatched"]),
+                  "loaded_from": os.path.dirname(detaudit.__file__)}))
 """
 
 
@@ -87,10 +89,15 @@ def measure(code: Path | None, a: Path, b: Path, env: dict[str, str]) -> dict:
     else:
         full["PYTHONPATH"] = os.pathsep.join([str(REPO), full.get("PYTHONPATH", "")])
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", MEASURE, str(a), str(b)], capture_output=True, text=True, env=full)
+    # cwd outside the checkout: `python -c` / `-m` put the working folder first on sys.path, which
+    # from the repository root would load this checkout's detaudit/ in place of the reference's.
+    proc = subprocess.run([sys.executable, "-c", MEASURE, str(a), str(b)], capture_output=True, text=True, env=full,
+                          cwd=a.parent)
     wall = time.perf_counter() - started
+    assert proc.returncode == 0 and proc.stdout, proc.stderr
     out = json.loads(proc.stdout)
     assert out["code"] == 1, proc.stderr
+    assert out["loaded_from"] == str((code or REPO) / "detaudit"), out["loaded_from"]
     return {**out, "wall": wall}
 
 
