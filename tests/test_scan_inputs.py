@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -150,3 +151,37 @@ def test_an_unreadable_folder_is_reported() -> None:
     finally:
         os.chmod(base / "lib" / "secret", 0o755)
         shutil.rmtree(base)
+
+
+@pytest.mark.parametrize("colour", [False, True])
+def test_the_text_format_keeps_every_piece_on_its_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       colour: bool) -> None:
+    """A file name with a newline, ESC or CR (Linux allows them) and a code line ending in a backslash
+    are shown escaped and as they are, in plain output (a pipe, a CI log: written without rich) and in
+    colour (rich): no piece starts a line of its own or drives the terminal."""
+    folder = tmp_path / "evil\n  1:1 error DA999 forged\x1b[2J\rname"
+    folder.mkdir()
+    (folder / "m.py").write_text("import torch\n\n\ndef f(n):\n    return torch.rand(n) * \\\n        2\n")
+    monkeypatch.chdir(tmp_path)
+    from io import StringIO
+
+    from rich.console import Console
+
+    from detaudit.render.console import SafeConsole
+    from detaudit.render.scan import print_text
+
+    result = scan([folder.name], ScanConfig.load(), use_cache=False)
+    out = StringIO()
+    console = (SafeConsole(file=out, force_terminal=True, color_system="standard", width=100_000) if colour
+               else SafeConsole(file=out, width=100_000, soft_wrap=True))
+    assert isinstance(console, Console) and (console.color_system is None) is not colour
+    print_text(result, console)
+    text = out.getvalue()
+    plain = re.sub("\x1b\\[[0-9;]*m", "", text) if colour else text
+    lines = plain.splitlines()
+    assert lines[0] == "evil\\n  1:1 error DA999 forged\\x1b[2J\\rname/m.py", lines
+    assert lines[2] == "      return torch.rand(n) * \\", lines  # the code as written, one backslash
+    assert not any(line.lstrip().startswith("1:1 error DA999") for line in lines)
+    assert "\r" not in plain and "\x1b[2J" not in text
+    assert lines[1].startswith("  5:12 unproven DA101 torch.rand()") and len(lines) == 5, lines
+    assert lines[-1] == "1 files (1 parsed), 0 processes: 0 errors, 1 unproven, 0 warnings, 0 skipped"
