@@ -113,6 +113,7 @@ def test_the_python_a_command_starts(tmp_path: Path) -> None:
     assert command_python(wrapped, env) == str(tmp_path / "venv" / "bin" / "python")
 
 
+@pytest.mark.slow  # over ~3 s on 2 cores (docs/testing.md, the fast set)
 def test_the_probe_runs_in_a_venv_the_card_names(tmp_path: Path) -> None:
     """A card naming a venv's interpreter, by its ``python`` key or by path in the command's first
     word ("{card_dir}/..."), is probed in that venv: a distribution only the venv holds is seen."""

@@ -279,6 +279,7 @@ def test_a_standard_from_step_metrics_has_no_step_series_and_no_line_steps(tmp_p
     assert '"step_key": "step"' in text and LINE_INDEX not in text
 
 
+@pytest.mark.slow  # over ~3 s on 2 cores (docs/testing.md, the fast set)
 def test_the_pytest_plugin_stores_steps_and_integers(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("CI", "GITHUB_ACTIONS", "GITLAB_CI", "BUILDKITE", "JENKINS_URL", "BUMP"):
         monkeypatch.delenv(name, raising=False)  # this suite may run in CI, where updates are refused

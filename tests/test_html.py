@@ -379,6 +379,7 @@ main()
 """
 
 
+@pytest.mark.slow  # over ~3 s on 2 cores (docs/testing.md, the fast set)
 def test_the_html_path_imports_no_numpy_and_no_matplotlib(tmp_path: Path) -> None:
     """diff --html and verify --metrics --html with numpy and matplotlib made unimportable: the page is
     written, the verdict is the command's own (exit 1, the runs differ), nothing on stderr but the page's line."""

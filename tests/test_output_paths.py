@@ -174,6 +174,7 @@ def test_no_report_over_a_standard_of_the_card_of_any_runner_class(tmp_path: Pat
     assert run_cli("record", str(card), "--runs", "2", "--no-doctor", "--update").code == 0, standard
 
 
+@pytest.mark.slow  # over ~3 s on 2 cores (docs/testing.md, the fast set)
 def test_scan_reports_are_never_written_over_what_the_scan_reads(tmp_path: Path) -> None:
     """scan-rng's --junit-xml and --write-baseline: not a file it scans (named, or a Python or config
     file below a named folder), not each other, not a device or a FIFO; a baseline an earlier scan
@@ -255,6 +256,7 @@ def test_health_never_plots_over_its_metrics_a_device_or_a_fifo(tmp_path: Path) 
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
 
 
+@pytest.mark.slow  # over ~3 s on 2 cores (docs/testing.md, the fast set)
 def test_no_report_over_a_file_the_cards_command_names(tmp_path: Path) -> None:
     """The card's script and a config its command names are inputs of every run: record, verify
     and verify --suite refuse a report over them before anything runs."""
@@ -275,6 +277,7 @@ def test_no_report_over_a_file_the_cards_command_names(tmp_path: Path) -> None:
     assert not (tmp_path / "standards").exists()
 
 
+@pytest.mark.slow  # over ~3 s on 2 cores (docs/testing.md, the fast set)
 def test_a_dangling_link_is_an_existing_name_before_any_run(tmp_path: Path) -> None:
     """A symbolic link to a missing file: the standard's write would find the name taken (after
     every run); refused before the first run unless the flag that replaces it is given."""

@@ -47,6 +47,7 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.mark.slow  # over ~3 s on 2 cores (docs/testing.md, the fast set)
 def test_init_writes_a_card_beside_the_script_and_never_replaces_one(tmp_path: Path) -> None:
     root = project(tmp_path)
     made = run_cli("init", "--", "python", "train.py", "--steps", "5", cwd=root / "train")
@@ -93,6 +94,7 @@ def test_own_job_init_record_verify_and_a_one_ulp_change(tmp_path: Path) -> None
     assert '<failure' in (root / "r.xml").read_text() and 'name="loss"' in (root / "r.xml").read_text()
 
 
+@pytest.mark.slow  # over ~3 s on 2 cores (docs/testing.md, the fast set)
 def test_runs_start_in_the_cards_folder_or_the_one_it_names(tmp_path: Path) -> None:
     root = project(tmp_path)
     card = root / "train" / "c.toml"
@@ -120,6 +122,7 @@ def bare_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return venv / "bin" / "python"
 
 
+@pytest.mark.slow  # over ~3 s on 2 cores (docs/testing.md, the fast set)
 def test_the_probe_runs_in_the_python_the_command_starts(tmp_path: Path, bare_python: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(TRAIN)
@@ -186,6 +189,7 @@ def test_record_from_metrics_files_writes_only_when_they_agree(tmp_path: Path) -
     assert unclassed.code == 0 and "no --runner-class" in unclassed.err
 
 
+@pytest.mark.slow  # over ~3 s on 2 cores (docs/testing.md, the fast set)
 def test_verify_metrics_says_when_the_runner_class_was_not_checked(tmp_path: Path) -> None:
     a, b = night(tmp_path, "a"), night(tmp_path, "b")
     std = tmp_path / "s.json"

@@ -62,6 +62,7 @@ def run_xdist(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     return pytester.runpytest_subprocess(*PLUGIN, "-p", "xdist", "-n", "2", *args)
 
 
+@pytest.mark.slow  # over ~3 s on 2 cores (docs/testing.md, the fast set)
 def test_standards_live_beside_the_test_file_whatever_the_current_directory(
         pytester: pytest.Pytester, project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     missing = run(pytester, TRAINING)
@@ -76,6 +77,7 @@ def test_standards_live_beside_the_test_file_whatever_the_current_directory(
         "golden_values_dev.json", "test_loss.json", "test_loss_scaled.json"]
 
 
+@pytest.mark.slow  # over ~3 s on 2 cores (docs/testing.md, the fast set)
 def test_the_standards_folder_is_configurable(pytester: pytest.Pytester, project: Path) -> None:
     update(pytester, TRAINING, "-o", "detaudit_standards_dir=golden/det").assert_outcomes(passed=2)
     assert (project / "tests/golden/det/check_training/test_loss.json").is_file()
@@ -138,6 +140,7 @@ def test_two_tests_on_one_standard_under_update_is_an_error_naming_both(pytester
     run(pytester, "tests/check_shared.py").assert_outcomes(passed=1, failed=1)
 
 
+@pytest.mark.slow  # over ~3 s on 2 cores (docs/testing.md, the fast set)
 def test_malformed_metrics_is_a_one_line_test_failure(pytester: pytest.Pytester, project: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     update(pytester, TRAINING).assert_outcomes(passed=2)
@@ -157,6 +160,7 @@ def test_malformed_metrics_is_a_one_line_test_failure(pytester: pytest.Pytester,
     assert "Traceback" not in bad_standard.stdout.str()
 
 
+@pytest.mark.slow  # over ~3 s on 2 cores (docs/testing.md, the fast set)
 @pytest.mark.parametrize("variable", CI_VARIABLES)
 def test_every_ci_variable_refuses_updates_unless_forced(pytester: pytest.Pytester, project: Path,
                                                         monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
@@ -266,6 +270,7 @@ def test_a_standard_comes_from_n_agreeing_runs_of_the_test(pytester: pytest.Pyte
     assert (project / LOSS).read_bytes() == before
 
 
+@pytest.mark.slow  # over ~3 s on 2 cores (docs/testing.md, the fast set)
 def test_a_standard_is_checked_against_its_runner_class(pytester: pytest.Pytester, project: Path) -> None:
     update(pytester, TRAINING).assert_outcomes(passed=2)
     doc = json.loads((project / LOSS).read_text())
@@ -276,6 +281,7 @@ def test_a_standard_is_checked_against_its_runner_class(pytester: pytest.Pyteste
     other.stdout.fnmatch_lines([f"*NOT VERIFIED against {LOSS}: no standard for runner class cpu-*"])
 
 
+@pytest.mark.slow  # over ~3 s on 2 cores (docs/testing.md, the fast set)
 def test_unused_standards_are_reported_and_removed_only_when_asked(pytester: pytest.Pytester, project: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     update(pytester, TRAINING).assert_outcomes(passed=2)
@@ -307,6 +313,7 @@ def test_unused_standards_are_reported_and_removed_only_when_asked(pytester: pyt
     assert "unused standard" not in run(pytester, TRAINING).stdout.str()
 
 
+@pytest.mark.slow  # over ~3 s on 2 cores (docs/testing.md, the fast set)
 def test_a_failed_check_leaves_what_it_obtained_beside_the_standard(pytester: pytest.Pytester, project: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     update(pytester, TRAINING).assert_outcomes(passed=2)
@@ -322,6 +329,7 @@ def test_a_failed_check_leaves_what_it_obtained_beside_the_standard(pytester: py
     assert json.loads((project / LOSS).read_text())["series"]["train/loss"]["points"][0][1] == 1 / 3  # untouched
 
 
+@pytest.mark.slow  # over ~3 s on 2 cores (docs/testing.md, the fast set)
 def test_what_a_failed_check_leaves_is_never_written_over_a_fifo_or_a_folder(
         pytester: pytest.Pytester, project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The obtained files go through the same output check as every command's reports."""
@@ -337,6 +345,7 @@ def test_what_a_failed_check_leaves_is_never_written_over_a_fifo_or_a_folder(
     assert stat.S_ISFIFO(os.stat(fifo).st_mode) and folder.is_dir() and not any(folder.iterdir())
 
 
+@pytest.mark.slow  # over ~3 s on 2 cores (docs/testing.md, the fast set)
 def test_the_marker_checks_every_argument_it_takes_and_refuses_others(pytester: pytest.Pytester,
                                                                        project: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
@@ -390,6 +399,7 @@ def test_file_against_card():
     assert (pytester.path / "standards" / "toy.cpu-test.obtained.jsonl").is_file()
 
 
+@pytest.mark.slow  # over ~3 s on 2 cores (docs/testing.md, the fast set)
 def test_long_test_names_are_cut_and_end_with_a_hash(pytester: pytest.Pytester, project: Path) -> None:
     long_names = "tests/check_long_names.py"
     update(pytester, long_names).assert_outcomes(passed=2)

@@ -117,6 +117,7 @@ def test_cache_reuses_facts_and_no_cache_bypasses(corpus: Path) -> None:
     assert ("pkg/helpers.py", 8) not in {(f.path, f.line) for f in third.findings}
 
 
+@pytest.mark.slow  # over ~3 s on 2 cores (docs/testing.md, the fast set)
 def test_cli_formats_and_exit_codes(corpus: Path) -> None:
     text = run_cli("scan-rng", "pkg", cwd=corpus)
     assert text.code == 1 and "runs in: RolloutManager (Ray actor) UNSEEDED" in text.out

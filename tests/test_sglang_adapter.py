@@ -108,6 +108,7 @@ def test_rollout_request_is_sglangs_with_no_guidance_and_a_cpu_generator():
     assert (sde["rollout_sde_type"], sde["rollout_log_prob_no_const"]) == ("sde", False)
 
 
+@pytest.mark.slow  # over ~3 s on 2 cores (docs/testing.md, the fast set)
 def test_a_lora_push_is_the_same_bytes_for_the_same_state():
     state = lora_state()
     first, again = lora_push_request(state, 64, 32), lora_push_request(dict(reversed(state.items())), 64, 32)

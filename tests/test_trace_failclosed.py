@@ -159,6 +159,7 @@ def test_a_process_that_kills_itself_ends_its_ledger_first(tmp_path: Path) -> No
     assert child.ended and child.signals == [(child.pid, int(signal.SIGKILL))] and run.problems == []
 
 
+@pytest.mark.slow  # over ~3 s on 2 cores (docs/testing.md, the fast set)
 def test_a_compile_worker_pool_ended_at_exit_keeps_every_draw_and_is_ended_by_its_parent(tmp_path: Path) -> None:
     """Inductor's compile workers on a GPU card: a sidecar subprocess and its fork-pool worker
     are ended (by the pool, and by the run's clean-up) before their ledgers close. Written
