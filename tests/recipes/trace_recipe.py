@@ -75,9 +75,26 @@ class Sleeper:
     def draw_then_wait(self, flag: str) -> None:
         torch.manual_seed(13)
         torch.rand(2)
-        with open(flag, "w"):
-            pass
+        with open(flag + ".tmp", "w") as fh:
+            fh.write(str(os.getpid()))
+        os.replace(flag + ".tmp", flag)
         time.sleep(600)  # killed here
+
+
+def gone(pid: int, within: float = 180.0) -> None:
+    """Wait until ``pid`` has died: ``ray.kill`` returns before the worker is dead, and on a busy
+    machine it could still be alive when this process exits; its ledger would then read as one
+    the run's clean-up ended, not as killed by something the tracer did not see."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return
+        except (OSError, IndexError):
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"the killed Sleeper (pid {pid}) is still alive after {within:.0f} s")
 
 
 def numpy_task() -> float:
@@ -125,6 +142,7 @@ def main() -> None:
             while not os.path.exists(flag):
                 time.sleep(0.1)
             ray.kill(sleeper)
+            gone(int(open(flag).read()))
         ray.shutdown()
     if args.mp:
         ctx = multiprocessing.get_context(args.mp)
