@@ -15,7 +15,7 @@ import detaudit.scan.processes
 import detaudit.scan.scanner
 from detaudit.scan import ScanConfig, scan
 from detaudit.scan.cache import ResultCache
-from detaudit.scan.facts import FileFacts
+from detaudit.scan.facts import FileFacts, file_facts
 from detaudit.scan.facts_base import _Ctx
 from detaudit.scan.schema import MODULE_BODY
 
@@ -105,6 +105,41 @@ def test_expression_walk_finds_what_ast_walk_finds_in_its_order() -> None:
     assert [call for call, _, _ in whole.calls] == [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
     assert len(whole.calls) == 12
     assert whole.strings == {"pkg.mod.fn"} and [ast.unparse(h) for h in whole.hooks] == ["hook"]
+
+
+def test_a_statements_expressions_are_walked_one_after_another() -> None:
+    """Several expressions of one statement (an assert's test and message, a with's items, a call in
+    a subscript target and the value) are each walked whole, in field order, before the next: not
+    one breadth-first walk over them all, which would interleave their calls."""
+    source = (
+        "import lib\n"
+        "def f(x):\n"
+        "    assert lib.a(lib.b()), lib.c()\n"
+        "    with lib.d(lib.e()) as h, lib.g():\n"
+        "        lib.k()\n"
+        "    x[lib.m(lib.n())] = lib.p(lib.q(), lib.r(lib.s()))\n"
+    )
+    walker = FileFacts("m", source).run(ast.parse(source))
+    called = [ast.unparse(call.func) for call, _, _ in walker.calls]
+    assert called == ["lib.a", "lib.b", "lib.c", "lib.d", "lib.e", "lib.g", "lib.k",
+                      "lib.m", "lib.n", "lib.p", "lib.q", "lib.r", "lib.s"]
+
+
+def test_each_lookup_call_is_still_read_by_the_lookup_layer() -> None:
+    """Only calls named in ``_LOOKUP_NAMES`` / ``_LOOKUP_CALLEES`` reach ``_lookups_of`` (a check per
+    call instead of a method call): each kind it reads still counts."""
+    source = (
+        "import importlib, operator\n"
+        "def f(obj, cfg):\n"
+        "    importlib.import_module('pkg.plugins')\n"
+        "    operator.methodcaller(cfg.method)(obj)\n"
+        "    getattr(obj, f'run_{cfg.kind}')()\n"
+        "    return globals()[cfg.name]\n"
+    )
+    facts = file_facts("m", source)
+    assert "pkg.plugins" in facts["imported"]
+    assert facts["lookups"] == [""]
+    assert facts["dynamic"] == [["", "run_.*"], ["m", ".*"]]
 
 
 @pytest.mark.parametrize("collecting", [True, False])

@@ -75,10 +75,6 @@ def _owners(scope: ast.AST) -> Owners:
     return owners
 
 
-def _names(node: ast.AST, owners: Owners) -> set[Variable]:
-    return {(owners.get(n, 0), n.id) for n in ast.walk(node) if isinstance(n, ast.Name)}
-
-
 def _bound(target: ast.AST, owners: Owners) -> set[Variable]:
     """The variables an assignment target binds (``a, b``, ``x[k]``: ``x``, ``o.attr``: ``o``)."""
     while isinstance(target, (ast.Subscript, ast.Attribute, ast.Starred)):
@@ -105,10 +101,24 @@ def _first_completed(call: ast.Call) -> bool:
     return isinstance(text, str) and text in FIRST
 
 
-def _flows(scope: ast.AST, owners: Owners) -> list[tuple[set[Variable], ast.AST]]:
-    """(names bound, what they are bound from) for every binding in ``scope``."""
+def _walk(node: ast.AST) -> list[ast.AST]:
+    """Every node under ``node`` (itself included), in ``ast.walk``'s breadth-first order, as one list:
+    the matcher reads a scope's nodes several times, and a list is walked far faster than the generator."""
+    todo: list[ast.AST] = [node]
+    for sub in todo:  # the list grows while it is read: that is the queue
+        for field in sub._fields:
+            child = getattr(sub, field, None)
+            if type(child) is list:
+                todo.extend(item for item in child if isinstance(item, ast.AST))
+            elif isinstance(child, ast.AST):
+                todo.append(child)
+    return todo
+
+
+def _flows(nodes: list[ast.AST], owners: Owners) -> list[tuple[set[Variable], ast.AST]]:
+    """(names bound, what they are bound from) for every binding among ``nodes`` (a scope's, in walk order)."""
     out: list[tuple[set[Variable], ast.AST]] = []
-    for node in ast.walk(scope):
+    for node in nodes:
         if isinstance(node, ast.Assign):
             out += [(_bound(t, owners), node.value) for t in node.targets]
         elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and node.value is not None:
@@ -122,29 +132,40 @@ def _flows(scope: ast.AST, owners: Owners) -> list[tuple[set[Variable], ast.AST]
     return out
 
 
+def _reads(value: ast.AST, owners: Owners, call: ast.Call) -> tuple[set[Variable], bool]:
+    """The variables ``value`` reads, and whether it holds ``call`` itself (one walk for both)."""
+    nodes = _walk(value)
+    return {(owners.get(n, 0), n.id) for n in nodes if isinstance(n, ast.Name)}, any(n is call for n in nodes)
+
+
 def batch_reached(call: ast.Call, callee: str, scope: ast.AST | None) -> tuple[str, int] | None:
     """(the batching call's text, its line) that ``call``'s results reach in ``scope``, or None."""
     if scope is None or callee not in CALLEES or (callee in WAITS and not _first_completed(call)):
         return None
-    owners = _owners(scope)
-    flows = _flows(scope, owners)
+    nodes = _walk(scope)
+    # Names owned by a function nested in the scope: none when it nests none (the common case).
+    nested = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) for n in nodes[1:])
+    owners = _owners(scope) if nested else {}
+    # What each binding reads, found once: the rounds below only intersect sets.
+    flows = [(names, *_reads(value, owners, call)) for names, value in _flows(nodes, owners)]
     tainted: set[Variable] = set()
-    for names, value in flows:
-        if any(node is call for node in ast.walk(value)):
+    for names, _, holds_call in flows:
+        if holds_call:
             tainted |= names
     for _ in range(MAX_ROUNDS):
         grown = set(tainted)
-        for names, value in flows:
-            if not names <= grown and _names(value, owners) & grown:
+        for names, read, _ in flows:
+            if not names <= grown and read & grown:
                 grown |= names
         if grown == tainted:
             break
         tainted = grown
 
     def reaches(arg: ast.AST) -> bool:  # a tainted name, or the gather itself: torch.stack([... for f in as_completed(fs)])
-        return bool(_names(arg, owners) & tainted) or any(node is call for node in ast.walk(arg))
+        read, holds_call = _reads(arg, owners, call)
+        return bool(read & tainted) or holds_call
 
-    sinks = [node for node in ast.walk(scope) if isinstance(node, ast.Call) and _last(node.func) in BATCHERS
+    sinks = [node for node in nodes if isinstance(node, ast.Call) and _last(node.func) in BATCHERS
              and any(reaches(arg) for arg in [*node.args, *(k.value for k in node.keywords)])]
     if not sinks:
         return None

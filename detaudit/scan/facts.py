@@ -24,13 +24,24 @@ from detaudit.scan import entries as E
 from detaudit.scan.facts_base import MAIN_BLOCK, MODULE_BODY, _Ctx, _dotted_string, dotted
 from detaudit.scan.facts_calls import _call_site
 from detaudit.scan.facts_walk import FactsWalk
-from detaudit.scan.rules import BUILTIN_LOADERS, CALLING_LOADERS, RULES_BY_OBJECT, CallSite, seed_families
+from detaudit.scan.rules import (
+    BUILTIN_LOADERS,
+    CALLING_LOADERS,
+    RULES_BY_CALLEE,
+    RULES_BY_METHOD,
+    RULES_BY_OBJECT,
+    CallSite,
+    seed_families,
+)
 from detaudit.scan.schema import FACTS_VERSION, DrawFacts, Facts, FunctionFacts
 from detaudit.scan.seeds import SEED_CALLS, SEED_FLAGS, seed_like
 
 __all__ = ["FileFacts", "file_facts"]
 
 _SUPPRESS = re.compile(r"#\s*detaudit:\s*ignore(?:\[([A-Za-z0-9_,\s]+)\])?")
+# What _lookups_of acts on: the names as written, the callees as resolved (checked first, per call).
+_LOOKUP_NAMES = frozenset({"getattr", "globals"})
+_LOOKUP_CALLEES = frozenset({"operator.methodcaller", "operator.attrgetter", "importlib.import_module"})
 
 
 class FileFacts(FactsWalk):
@@ -102,9 +113,10 @@ class FileFacts(FactsWalk):
         for call, ctx, stmt in self.calls:
             name, resolved = self.call_name(call, ctx)
             function = self.functions[ctx.function]
-            resolved = self._lookups_of(call, ctx, name, resolved, loads, dynamic)
+            if name in _LOOKUP_NAMES or resolved in _LOOKUP_CALLEES:  # the few calls _lookups_of acts on
+                resolved = self._lookups_of(call, ctx, name, resolved, loads, dynamic)
             func = call.func
-            attr = func.attr if isinstance(func, ast.Attribute) else None
+            attr = func.attr if type(func) is ast.Attribute else None
             site: CallSite | None = None
             if (resolved is None or "@" in resolved) and isinstance(func, (ast.Name, ast.Subscript, ast.Call)):
                 # fn = REGISTRY[name]; fn(x) / REGISTRY[name](x) / REGISTRY.get(name)(x): each function of the table
@@ -121,7 +133,11 @@ class FileFacts(FactsWalk):
                 # a seed the scan may not follow (a library's, an unknown object's): see Program.unresolved_seeding
                 function.setdefault("maybe_seed", []).append(
                     [name, len(function["calls"]) - 1 if resolved is not None else -1, call.lineno])
-            rules = self._rules(resolved, attr)
+            # the rules that may find this call (inlined: this runs for every call of the file)
+            rules = RULES_BY_CALLEE.get(resolved, ()) if resolved is not None else ()
+            by_method = RULES_BY_METHOD.get(attr, ()) if attr is not None else ()
+            if by_method:
+                rules = rules + tuple(r for r in by_method if r not in rules)
             if self._objects and (type(func) is ast.Name or type(func) is ast.Attribute):  # pipe(prompt): an object
                 kind = self._object_kind(func, ctx)
                 if kind:

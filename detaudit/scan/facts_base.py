@@ -59,6 +59,8 @@ class _Ctx(NamedTuple):
 
 def dotted(node: ast.expr) -> str | None:
     """'a.b.c' for Name/Attribute chains, else None."""
+    if type(node) is ast.Name:  # the commonest case, without the list
+        return node.id
     parts = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)

@@ -273,7 +273,11 @@ def _call_site(call: ast.Call, none_params: dict[str, int]) -> tuple[int, int, t
 
     A ``generator=None`` guard needs these to tell call sites that pass a generator from those that don't.
     """
-    starred = any(isinstance(a, ast.Starred) for a in call.args)
+    starred = False
+    for a in call.args:  # a loop, not any() over a generator: this runs for every resolved call
+        if type(a) is ast.Starred:
+            starred = True
+            break
     passed = []
     for k in call.keywords:
         if k.arg is None:

@@ -11,7 +11,7 @@ from detaudit.scan import entries as E
 from detaudit.scan.facts_base import MODULE_BODY, _Ctx, dotted
 from detaudit.scan.facts_seeding import FactsSeeding
 from detaudit.scan.impact import Scope, impact
-from detaudit.scan.rules import RULES_BY_CALLEE, RULES_BY_METHOD, CallSite, Rule
+from detaudit.scan.rules import CallSite, Rule
 from detaudit.scan.schema import DrawFacts, EntryFacts, FunctionFacts
 
 # Decorators that leave a function callable only through its own name (they wrap it, or mark it):
@@ -31,13 +31,6 @@ PLAIN_DECORATOR_NAMES = frozenset({"setter", "getter", "deleter"})  # @x.setter 
 
 class FactsDraws(FactsSeeding):
     """The draw layer of a file's walk (see the module doc)."""
-
-    def _rules(self, resolved: str | None, attr: str | None) -> tuple[Rule, ...]:
-        by_callee = RULES_BY_CALLEE.get(resolved, ()) if resolved is not None else ()
-        by_method = RULES_BY_METHOD.get(attr, ()) if attr is not None else ()
-        if not by_method:
-            return by_callee
-        return by_callee + tuple(r for r in by_method if r not in by_callee)
 
     def _site(self, call: ast.Call, resolved: str | None, attr: str | None, ctx: _Ctx,
               function: FunctionFacts) -> CallSite:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Self
 
 from detaudit.scan import entries as E
@@ -59,6 +59,9 @@ def _template(node: ast.JoinedStr) -> str | None:
 # A longer string naming a .py file or holding "-m" is data; a docstring's "Usage: python -m pkg.train"
 # is a launch like a README's.
 MAX_SCRIPT_STRING = 64 * 1024
+
+# The commonest expression nodes, as module globals (one lookup less per node than ``ast.X``).
+_NAME, _ATTRIBUTE, _CALL, _CONSTANT, _KEYWORD = ast.Name, ast.Attribute, ast.Call, ast.Constant, ast.keyword
 
 _CONSOLE_SCRIPT = re.compile(r"\s*[A-Za-z0-9_.-]+\s*=\s*([A-Za-z_][A-Za-z0-9_.]*)\s*:\s*[A-Za-z_][A-Za-z0-9_.]*\s*(?:\[.*\])?\s*")
 
@@ -116,17 +119,23 @@ class FactsWalk(FactsDraws):
     def _children(self, node: ast.AST, ctx: _Ctx) -> None:
         """Walk a statement's expressions, and its bodies in ``ctx`` (a ``with`` body always runs)."""
         kind = type(node)
+        roots: list[ast.AST] = []  # expressions, walked in one exprs_all call (each root on its own, in order)
         for name in _CHILD_FIELDS.get(kind) or _child_fields(kind):
             value = getattr(node, name, None)
             if type(value) is list:
                 if value and isinstance(value[0], ast.stmt):
+                    if roots:
+                        self.exprs_all(roots, ctx)
+                        roots = []
                     self.body(value, ctx)
                 else:
                     for item in value:
                         if isinstance(item, ast.AST):
-                            self.exprs(item, ctx)
+                            roots.append(item)
             elif isinstance(value, ast.AST):
-                self.exprs(value, ctx)
+                roots.append(value)
+        if roots:
+            self.exprs_all(roots, ctx)
 
     def _assign(self, node: ast.Assign, ctx: _Ctx) -> None:
         for target in node.targets:
@@ -347,94 +356,112 @@ class FactsWalk(FactsDraws):
         self.body(node.body, _Ctx(qual, qual, (), ctx.locals))
 
     def exprs(self, node: ast.AST, ctx: _Ctx) -> None:
-        # Breadth-first, in ast.walk's order (call order decides which dispatch path a finding
+        self.exprs_all((node,), ctx)
+
+    def exprs_all(self, roots: Sequence[ast.AST], ctx: _Ctx) -> None:
+        """Walk each of ``roots`` in turn (a statement's expressions, in field order)."""
+        # Each breadth-first, in ast.walk's order (call order decides which dispatch path a finding
         # names), but without its generators and without visiting leaves: ~3x faster.
-        todo: list[Any] = [node]  # Any: each node's type is told by `kind is X`, not by isinstance (~5 % of the walk)
         stmt = self._stmt
         names, own, every, strings = self.names, self.top_level, self.star_import, self.string_names
         uses, scripts = self.local_uses, self.script_strings
         if self._no_names:  # test code: what it names never counts (what it launches does: an e2e test's run)
             names, own, every, strings = set(), set(), False, set()
-        for sub in todo:  # the list grows while it is read: that is the queue
-            kind = type(sub)
-            if kind is ast.Name:
-                if every:  # a star import: every bare name may be one of another module's defs
-                    names.add(sub.id)
-                elif sub.id in own:  # a use of one of its own top-level defs
-                    known = uses.get(sub.id)
-                    if known is None:
-                        uses[sub.id] = {ctx.function}
-                    else:
-                        known.add(ctx.function)
-                continue
-            if kind is ast.Attribute:
-                names.add(sub.attr)
-                if sub.attr == "__dict__":
-                    self.reflecting.add(ctx.function)
-                    self._listed.append((sub.value, ctx))  # x.__dict__[name]: any attribute of x
-            elif kind is ast.Call:
-                self.calls.append((sub, ctx, stmt))
-                # an identifier string passed to a call: the callee may look it up (getattr(actor, "m"),
-                # group.run_all("m"), group.run_all(method="m"))
-                flagged = False  # a "-m" among the arguments: session.run("python", "-m", "train")
-                for arg in sub.args:
-                    if type(arg) is ast.Constant and type(arg.value) is str:
-                        if arg.value.isidentifier():
-                            names.add(arg.value)
-                        elif arg.value in _MODULE_FLAGS:
-                            flagged = True
-                if flagged:
-                    scripts.update(_module_flags(sub.args))
-                elif sub.args and isinstance(sub.func, ast.Attribute) and sub.func.attr == "run_module":
-                    scripts.update(_module_flags([ast.Constant("-m"), sub.args[0]]))  # runpy.run_module("train")
-                for keyword in sub.keywords:
-                    given = keyword.value
-                    if type(given) is ast.Constant and isinstance(given, ast.Constant):
-                        if type(given.value) is str and given.value.isidentifier():
-                            names.add(given.value)
-                        if keyword.arg:
-                            text = _dotted_string(given.value)
+        # The commonest nodes' children are pushed directly (in their _fields order, as the generic
+        # loop at the end would): this loop sees every expression node of the file.
+        calls = self.calls
+        for root in roots:
+            todo: list[Any] = [root]  # Any: each node's type is told by `kind is X`, not by isinstance (~5 % of the walk)
+            for sub in todo:  # the list grows while it is read: that is the queue
+                kind = type(sub)
+                if kind is _NAME:
+                    if every:  # a star import: every bare name may be one of another module's defs
+                        names.add(sub.id)
+                    elif sub.id in own:  # a use of one of its own top-level defs
+                        known = uses.get(sub.id)
+                        if known is None:
+                            uses[sub.id] = {ctx.function}
+                        else:
+                            known.add(ctx.function)
+                    continue
+                if kind is _CONSTANT:
+                    value = sub.value
+                    if type(value) is str:
+                        if value.isidentifier():
+                            strings.add(value)  # see string_names
+                        else:
+                            text = _dotted_string(value)
                             if text is not None:
-                                self.string_attrs.setdefault(text, set()).add(_option_attr(sub, keyword.arg))
-            elif kind is ast.Constant:
-                value = sub.value
-                if type(value) is str:
-                    if value.isidentifier():
-                        strings.add(value)  # see string_names
-                    else:
-                        text = _dotted_string(value)
-                        if text is not None:
-                            self.strings.add(text)
-                            names.add(text.replace(":", ".").rpartition(".")[2])  # "pkg.mod.fn"
-                        elif (".py" in value or "-m" in value) and len(value) <= MAX_SCRIPT_STRING:
-                            scripts.add(value)  # "python pkg/train.py", "torchrun -m pkg.train": a launch (outside.py)
-                        elif "=" in value and ":" in value:
-                            script = _CONSOLE_SCRIPT.fullmatch(value)  # "x-train = pkg.train:main"
-                            if script:
-                                scripts.add(f"-m {script.group(1)}")
-                continue
-            elif (kind is ast.List or kind is ast.Tuple):
-                scripts.update(_module_flags(sub.elts))  # ["python", "-m", "train"]
-            elif kind is ast.JoinedStr:
-                template = _template(sub)  # f"python -m pkg.{algo}": a launch of each module the pattern matches
-                if template is not None:
-                    scripts.add(template)
-            elif kind is ast.Dict:
-                for key, entry in zip(sub.keys, sub.values, strict=False):
-                    if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                        if key.value == "worker_process_setup_hook":
-                            self.hooks.append(entry)
-                        elif isinstance(entry, ast.Constant):
-                            text = _dotted_string(entry.value)
-                            if text is not None:
-                                self.string_attrs.setdefault(text, set()).add(key.value)
-            fields = _CHILD_FIELDS.get(kind)
-            for name in fields if fields is not None else _child_fields(kind):
-                child = getattr(sub, name, None)
-                if type(child) is list:
-                    todo.extend(child)  # expressions, or None: visited as a node without fields
-                elif child is not None:
-                    todo.append(child)
+                                self.strings.add(text)
+                                names.add(text.replace(":", ".").rpartition(".")[2])  # "pkg.mod.fn"
+                            elif (".py" in value or "-m" in value) and len(value) <= MAX_SCRIPT_STRING:
+                                scripts.add(value)  # "python pkg/train.py", "torchrun -m pkg.train": a launch (outside.py)
+                            elif "=" in value and ":" in value:
+                                script = _CONSOLE_SCRIPT.fullmatch(value)  # "x-train = pkg.train:main"
+                                if script:
+                                    scripts.add(f"-m {script.group(1)}")
+                    continue
+                if kind is _ATTRIBUTE:
+                    names.add(sub.attr)
+                    if sub.attr == "__dict__":
+                        self.reflecting.add(ctx.function)
+                        self._listed.append((sub.value, ctx))  # x.__dict__[name]: any attribute of x
+                    todo.append(sub.value)
+                    continue
+                if kind is _CALL:
+                    calls.append((sub, ctx, stmt))
+                    # an identifier string passed to a call: the callee may look it up (getattr(actor, "m"),
+                    # group.run_all("m"), group.run_all(method="m"))
+                    flagged = False  # a "-m" among the arguments: session.run("python", "-m", "train")
+                    args = sub.args
+                    for arg in args:
+                        if type(arg) is _CONSTANT and type(arg.value) is str:
+                            if arg.value.isidentifier():
+                                names.add(arg.value)
+                            elif arg.value in _MODULE_FLAGS:
+                                flagged = True
+                    if flagged:
+                        scripts.update(_module_flags(args))
+                    elif args and type(sub.func) is _ATTRIBUTE and sub.func.attr == "run_module":
+                        scripts.update(_module_flags([ast.Constant("-m"), args[0]]))  # runpy.run_module("train")
+                    for kw in sub.keywords:
+                        given = kw.value
+                        if type(given) is _CONSTANT:
+                            if type(given.value) is str and given.value.isidentifier():
+                                names.add(given.value)
+                            if kw.arg:
+                                text = _dotted_string(given.value)
+                                if text is not None:
+                                    self.string_attrs.setdefault(text, set()).add(_option_attr(sub, kw.arg))
+                    todo.append(sub.func)
+                    todo.extend(args)
+                    todo.extend(sub.keywords)
+                    continue
+                if kind is _KEYWORD:
+                    todo.append(sub.value)
+                    continue
+                if kind is ast.List or kind is ast.Tuple:
+                    scripts.update(_module_flags(sub.elts))  # ["python", "-m", "train"]
+                elif kind is ast.JoinedStr:
+                    template = _template(sub)  # f"python -m pkg.{algo}": a launch of each module the pattern matches
+                    if template is not None:
+                        scripts.add(template)
+                elif kind is ast.Dict:
+                    for key, entry in zip(sub.keys, sub.values, strict=False):
+                        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                            if key.value == "worker_process_setup_hook":
+                                self.hooks.append(entry)
+                            elif isinstance(entry, ast.Constant):
+                                text = _dotted_string(entry.value)
+                                if text is not None:
+                                    self.string_attrs.setdefault(text, set()).add(key.value)
+                fields = _CHILD_FIELDS.get(kind)
+                for name in fields if fields is not None else _child_fields(kind):
+                    child = getattr(sub, name, None)
+                    if type(child) is list:
+                        todo.extend(child)  # expressions, or None: visited as a node without fields
+                    elif child is not None:
+                        todo.append(child)
 
 
 def _is_main_test(test: ast.expr) -> bool:
