@@ -7,20 +7,25 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from detaudit.data.compare import DiffReport, diff_runs
-from detaudit.data.exclusion import DEFAULT_EXCLUDE, Exclusion
-from detaudit.data.metrics import MetricsRun, read_metrics
-from detaudit.errors import InputError
+from typing import TYPE_CHECKING
 
+from detaudit.lazy import lazy_attributes
 
-def __getattr__(name: str) -> object:
-    # `from detaudit import determinism`: the seeding API pipelines call in their own processes
-    # (it lives in detaudit.env; imported on first use, so `import detaudit` stays light).
-    if name == "determinism":
-        from detaudit.env import determinism
+if TYPE_CHECKING:
+    from detaudit.data.compare import DiffReport, diff_runs
+    from detaudit.data.exclusion import DEFAULT_EXCLUDE, Exclusion
+    from detaudit.data.metrics import MetricsRun, read_metrics
+    from detaudit.env import determinism
+    from detaudit.errors import InputError
 
-        return determinism
-    raise AttributeError(f"module 'detaudit' has no attribute {name!r}")
+# Imported on first use, so that `import detaudit` (every command's start) stays light;
+# `from detaudit import determinism` is the seeding API pipelines call in their own processes.
+__getattr__ = lazy_attributes(__name__, {
+    "DiffReport": "detaudit.data.compare", "diff_runs": "detaudit.data.compare",
+    "DEFAULT_EXCLUDE": "detaudit.data.exclusion", "Exclusion": "detaudit.data.exclusion",
+    "MetricsRun": "detaudit.data.metrics", "read_metrics": "detaudit.data.metrics",
+    "InputError": "detaudit.errors", "determinism": "detaudit.env",
+})
 
 
 __all__ = [

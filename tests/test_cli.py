@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -43,6 +44,29 @@ def commands(group: click.Group = main, path: tuple[str, ...] = ()) -> Iterator[
 def long_options(command: click.Command) -> list[str]:
     return sorted({opt for p in command.params if isinstance(p, click.Option) and not p.hidden
                    for opt in p.opts + p.secondary_opts if opt.startswith("--") and opt != "--help"})
+
+
+SCAN_START = """
+import sys
+from detaudit.cli import main
+try:
+    main(["scan-rng", sys.argv[1]])
+except SystemExit:
+    pass
+print(sorted(m for m in sys.modules if m.startswith(("detaudit.cli.", "detaudit.render.ci.", "detaudit.flows", "xml"))))
+"""
+
+
+def test_a_scan_imports_only_its_own_command_and_no_report_it_does_not_write(tmp_path: Path) -> None:
+    """Start-up is much of a cold scan of a small tree (issue #37): each command's module is imported
+    when it runs, the CI renderers only when a report is asked for."""
+    out = subprocess.run([sys.executable, "-c", SCAN_START, str(tmp_path)], capture_output=True, text=True,
+                         check=True, env={k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}).stdout
+    loaded = ast.literal_eval(out.strip().splitlines()[-1])
+    assert loaded == ["detaudit.cli.base", "detaudit.cli.options", "detaudit.cli.scan", "detaudit.render.ci.summary"], loaded
+    assert sorted(main.commands) == ["diff", "doctor", "env", "health", "init", "plan", "record", "scan-rng",
+                                     "standard", "trace", "verify"]
+    assert all(main.commands[name].name == name for name in main.commands)  # type: ignore[union-attr]
 
 
 def test_tool_imports_no_heavy_dependency() -> None:

@@ -13,17 +13,26 @@ from __future__ import annotations
 import click
 
 from detaudit import __version__
-from detaudit.cli.base import OneLineErrors
-from detaudit.cli.diff import diff
-from detaudit.cli.env import doctor, env_command, plan
-from detaudit.cli.health import health
-from detaudit.cli.init import init
-from detaudit.cli.runs import record, trace, verify
-from detaudit.cli.scan import scan_rng
-from detaudit.cli.standards import standard_group
+from detaudit.cli.base import LazyCommands, OneLineErrors
+
+# Each command's module is imported when that command runs (or a help lists it).
+COMMANDS = {
+    "init": "detaudit.cli.init:init",
+    "diff": "detaudit.cli.diff:diff",
+    "record": "detaudit.cli.runs:record",
+    "verify": "detaudit.cli.runs:verify",
+    "trace": "detaudit.cli.runs:trace",
+    "plan": "detaudit.cli.env:plan",
+    "doctor": "detaudit.cli.env:doctor",
+    "env": "detaudit.cli.env:env_command",
+    "health": "detaudit.cli.health:health",
+    "scan-rng": "detaudit.cli.scan:scan_rng",
+    "standard": "detaudit.cli.standards:standard_group",
+}
 
 
-@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=OneLineErrors, commands=LazyCommands(COMMANDS),
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="detaudit")
 def main() -> None:
     """Audit ML training runs for bitwise determinism, and record and verify e2e standards.
@@ -36,8 +45,5 @@ def main() -> None:
       detaudit COMMAND --help                        # each command's options and examples
     """
 
-
-for command in (init, diff, record, verify, plan, doctor, standard_group, env_command, health, scan_rng, trace):
-    main.add_command(command)
 
 __all__ = ["main"]

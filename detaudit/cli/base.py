@@ -3,9 +3,10 @@ CI reports of a command that ended without a verdict (bad input, interrupted).""
 
 from __future__ import annotations
 
+import importlib
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, MutableMapping
 from functools import wraps
 from pathlib import Path
 from typing import Any, NoReturn
@@ -89,6 +90,36 @@ def _tolerant_streams() -> None:
                 reconfigure(errors="backslashreplace")
             except (ValueError, OSError):  # a stream that cannot change now keeps its own
                 pass
+
+
+class LazyCommands(MutableMapping[str, click.Command]):
+    """A group's commands by name, each imported from its module the first time it is asked for:
+    ``detaudit scan-rng`` does not import what ``record`` renders (start-up is much of a cold
+    scan of a small tree). ``where`` maps each name to ``"module:attribute"``."""
+
+    def __init__(self, where: dict[str, str]) -> None:
+        self._where = dict(where)
+        self._loaded: dict[str, click.Command] = {}
+
+    def __getitem__(self, name: str) -> click.Command:
+        if name not in self._loaded:
+            module, _, attribute = self._where[name].partition(":")  # KeyError: no such command
+            self._loaded[name] = getattr(importlib.import_module(module), attribute)
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, command: click.Command) -> None:
+        self._loaded[name] = command
+        self._where.setdefault(name, "")
+
+    def __delitem__(self, name: str) -> None:
+        del self._where[name]
+        self._loaded.pop(name, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._where))
+
+    def __len__(self) -> int:
+        return len(self._where)
 
 
 class OneLineErrors(click.Group):

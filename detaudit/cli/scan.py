@@ -115,13 +115,14 @@ def scan_rng(paths: tuple[Path, ...], fmt: str, fail_on: str, baseline: Path | N
         output.print_text(result, console())
         if dropped:
             click.echo(f"({dropped} findings in the baseline not shown; every finding shown is new)")
-    verdict = "FAILED" if failing else "PASSED"
-    from detaudit.render.ci import write_ci_reports
+    if junit_xml is not None or summary is not None:  # no report asked for: no case builders imported
+        from detaudit.render.ci import write_ci_reports
 
-    detail = output.counts_text(result.findings) + (f"; {dropped} in the baseline" if dropped else "")
-    for text in write_ci_reports(junit_xml, ci_title(click.get_current_context()), _cases(result.findings, failing),
-                                 verdict, detail, summary):
-        warn(text)
+        verdict = "FAILED" if failing else "PASSED"
+        detail = output.counts_text(result.findings) + (f"; {dropped} in the baseline" if dropped else "")
+        for text in write_ci_reports(junit_xml, ci_title(click.get_current_context()), _cases(result.findings, failing),
+                                     verdict, detail, summary):
+            warn(text)
     sys.exit(EXIT_FAIL if failing else EXIT_OK)
 
 

@@ -9,13 +9,17 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from detaudit.errors import InputError
 from detaudit.fileio import OutputPaths, OutputRefused
-from detaudit.render.ci.cases import Case, ci_report, error_case
-from detaudit.render.ci.junit import write_junit
 from detaudit.render.ci.summary import SUMMARY_VARIABLE, append_step_summary, step_summary_path, summary_markdown
+
+if TYPE_CHECKING:
+    from detaudit.render.ci.cases import Case
+
+# The case builders and the XML writer are imported where a report is written: a command that
+# only claims its report paths (a scan with none asked for) does not import them.
 
 
 def claim_ci_paths(paths: OutputPaths, junit_xml: Path | None, summary: Path | None) -> None:
@@ -29,6 +33,8 @@ def emit_ci(result: Any, reports: Any) -> list[str]:
     summary, for the commands that write them."""
     if not reports.ci:
         return []
+    from detaudit.render.ci.cases import ci_report
+
     cases, verdict, detail = ci_report(result, reports.subject)
     return write_ci_reports(reports.junit_xml, reports.title, cases, verdict, detail, reports.summary)
 
@@ -37,6 +43,8 @@ def write_ci_reports(junit_xml: Path | None, title: str, cases: list[Case], verd
                      summary: Path | None = None) -> list[str]:
     """Write both reports; returns warnings to show (a name XML cannot carry, a summary that
     cannot be written). An unwritable ``--junit-xml`` raises ``InputError``: it was asked for."""
+    from detaudit.render.ci.junit import write_junit
+
     warnings = write_junit(junit_xml, title, cases) if junit_xml is not None else []
     summary_warning = append_step_summary(summary_markdown(title, cases, verdict, detail), summary)
     return warnings + ([summary_warning] if summary_warning else [])
@@ -79,6 +87,8 @@ def write_error_reports(junit_xml: Path | None, title: str, classname: str, name
             usable.append(None)
             continue
         usable.append(path)
+    from detaudit.render.ci.cases import error_case
+
     try:
         return warnings + write_ci_reports(usable[0], title, [error_case(classname, name, message)], verdict, message,
                                            usable[1])

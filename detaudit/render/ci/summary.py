@@ -17,9 +17,12 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from detaudit.render.ci.cases import Case
 from detaudit.render.escapes import one_line
+
+if TYPE_CHECKING:  # the rows are built elsewhere; a command that writes no summary need not import them
+    from detaudit.render.ci.cases import Case
 
 STATUS = {"passed": "✅ passed", "failed": "❌ failed", "error": "❌ error", "skipped": "⏭️ skipped"}
 APPROXIMATE = "✅ passed (approximate)"

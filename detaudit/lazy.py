@@ -1,0 +1,23 @@
+"""Package attributes imported on first use (PEP 562): a package's public names stay where users
+import them from, and a command that needs none of them does not pay for their imports (much of
+a cold ``scan-rng`` of a small tree is start-up)."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def lazy_attributes(package: str, where: Mapping[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for ``package``: each name of ``where`` is imported from the module
+    it maps to the first time it is read, then kept in the package's namespace."""
+    def attribute(name: str) -> Any:
+        module = where.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        setattr(importlib.import_module(package), name, value)
+        return value
+
+    return attribute
