@@ -21,10 +21,11 @@ if TYPE_CHECKING:
 # Imported on first use, so that `import detaudit` (every command's start) stays light;
 # `from detaudit import determinism` is the seeding API pipelines call in their own processes.
 __getattr__ = lazy_attributes(__name__, {
-    "DiffReport": "detaudit.data.compare", "diff_runs": "detaudit.data.compare",
-    "DEFAULT_EXCLUDE": "detaudit.data.exclusion", "Exclusion": "detaudit.data.exclusion",
-    "MetricsRun": "detaudit.data.metrics", "read_metrics": "detaudit.data.metrics",
-    "InputError": "detaudit.errors", "determinism": "detaudit.env",
+    "detaudit.data.compare": ("DiffReport", "diff_runs"),
+    "detaudit.data.exclusion": ("DEFAULT_EXCLUDE", "Exclusion"),
+    "detaudit.data.metrics": ("MetricsRun", "read_metrics"),
+    "detaudit.errors": ("InputError",),
+    "detaudit.env": ("determinism",),
 })
 
 

@@ -9,9 +9,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 
-def lazy_attributes(package: str, where: Mapping[str, str]) -> Callable[[str], Any]:
-    """A module ``__getattr__`` for ``package``: each name of ``where`` is imported from the module
-    it maps to the first time it is read, then kept in the package's namespace."""
+def lazy_attributes(package: str, names_of: Mapping[str, tuple[str, ...]]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for ``package``: each name in ``names_of[module]`` is imported from
+    that module the first time it is read, then kept in the package's namespace."""
+    where = {name: module for module, names in names_of.items() for name in names}
+
     def attribute(name: str) -> Any:
         module = where.get(name)
         if module is None:

@@ -25,11 +25,12 @@ if TYPE_CHECKING:
 
 # Imported on first use: a command that writes no CI report does not import the renderers.
 __getattr__ = lazy_attributes(__name__, {
-    "Case": "detaudit.render.ci.cases", "cases_from_record": "detaudit.render.ci.cases", "cases_from_suite": "detaudit.render.ci.cases", "cases_from_verify": "detaudit.render.ci.cases", "ci_report": "detaudit.render.ci.cases", "error_case": "detaudit.render.ci.cases",
-    "CI_VARIABLES": "detaudit.render.ci.environment", "ci_variable": "detaudit.render.ci.environment",
-    "junit_xml": "detaudit.render.ci.junit", "write_junit": "detaudit.render.ci.junit", "xml_text": "detaudit.render.ci.junit",
-    "claim_ci_paths": "detaudit.render.ci.reports", "emit_ci": "detaudit.render.ci.reports", "write_ci_reports": "detaudit.render.ci.reports", "write_error_reports": "detaudit.render.ci.reports",
-    "append_step_summary": "detaudit.render.ci.summary", "md_code": "detaudit.render.ci.summary", "step_summary_path": "detaudit.render.ci.summary", "summary_markdown": "detaudit.render.ci.summary",
+    "detaudit.render.ci.cases": ("Case", "cases_from_record", "cases_from_suite", "cases_from_verify", "ci_report",
+                                 "error_case"),
+    "detaudit.render.ci.environment": ("CI_VARIABLES", "ci_variable"),
+    "detaudit.render.ci.junit": ("junit_xml", "write_junit", "xml_text"),
+    "detaudit.render.ci.reports": ("claim_ci_paths", "emit_ci", "write_ci_reports", "write_error_reports"),
+    "detaudit.render.ci.summary": ("append_step_summary", "md_code", "step_summary_path", "summary_markdown"),
 })
 
 __all__ = [
