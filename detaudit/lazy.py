@@ -18,7 +18,9 @@ def lazy_attributes(package: str, names_of: Mapping[str, tuple[str, ...]]) -> Ca
         module = where.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
+        parent = importlib.import_module(module)
+        # a submodule (`detaudit.env`'s `determinism`) is an attribute only once it is imported
+        value = getattr(parent, name) if hasattr(parent, name) else importlib.import_module(f"{module}.{name}")
         setattr(importlib.import_module(package), name, value)
         return value
 

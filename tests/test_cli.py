@@ -69,6 +69,16 @@ def test_a_scan_imports_only_its_own_command_and_no_report_it_does_not_write(tmp
     assert all(main.commands[name].name == name for name in main.commands)  # type: ignore[union-attr]
 
 
+def test_the_package_names_are_there_when_read_and_not_imported_before() -> None:
+    """`import detaudit` imports none of its public names' modules; each is there when read, a
+    submodule (`determinism`, the seeding API pipelines call) included."""
+    code = ("import sys, detaudit; before = 'detaudit.data.compare' in sys.modules or 'detaudit.env.determinism' in "
+            "sys.modules; from detaudit import determinism, diff_runs; print(before, determinism.__name__, "
+            "diff_runs.__module__, sorted(n for n in detaudit.__all__ if not hasattr(detaudit, n)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "detaudit.env.determinism", "detaudit.data.compare", "[]"], out
+
+
 def test_tool_imports_no_heavy_dependency() -> None:
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
