@@ -36,6 +36,13 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO = Path(__file__).resolve().parents[1]
+# One environment-probe cache for the session (detaudit/env/probes/probe_cache.py), made by the
+# process that loads this file first (xdist's workers and every subprocess inherit it): the
+# probe's torch import is then paid once per environment, not once per CLI call, and nothing is
+# read from or written to the user's own cache. A value already set (e.g. "off") is kept.
+_PROBE_CACHE_MADE_HERE = "DETAUDIT_PROBE_CACHE" not in os.environ
+if _PROBE_CACHE_MADE_HERE:
+    os.environ["DETAUDIT_PROBE_CACHE"] = tempfile.mkdtemp(prefix="detaudit-probe-cache-")
 TOY = REPO / "tests" / "recipes" / "toy_recipe.py"
 TRACE_RECIPE = REPO / "tests" / "recipes" / "trace_recipe.py"
 RAY = Path(sys.executable).parent / "ray"
@@ -396,3 +403,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         else:
             print(message, file=sys.stderr)
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _PROBE_CACHE_MADE_HERE:
+        shutil.rmtree(os.environ["DETAUDIT_PROBE_CACHE"], ignore_errors=True)

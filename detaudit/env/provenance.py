@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import re
 import subprocess
 import sys
@@ -24,6 +25,8 @@ from detaudit.errors import InputError
 from detaudit.runner_class import RunnerClass
 
 PROBE_SCRIPT = Path(__file__).parent / "probes" / "envprobe.py"
+# Where the probe keeps what importing torch told it (probes/probe_cache.py); "off" keeps nothing.
+PROBE_CACHE_ENV = "DETAUDIT_PROBE_CACHE"
 
 # What a standard's ``runner`` section keeps of the probe, in this order of importance.
 RUNNER_KEYS = (
@@ -33,16 +36,30 @@ RUNNER_KEYS = (
 _VENDORS = {"GenuineIntel": "intel", "AuthenticAMD": "amd", "HygonGenuine": "hygon", "CentaurHauls": "centaur"}
 
 
+def probe_cache_dir() -> Path | None:
+    """``$DETAUDIT_PROBE_CACHE``, else ``$XDG_CACHE_HOME/detaudit/envprobe`` (``~/.cache`` when
+    unset); None when the variable says ``off`` (or is empty)."""
+    chosen = os.environ.get(PROBE_CACHE_ENV)
+    if chosen is not None:
+        return None if chosen.strip().lower() in ("", "off", "0", "no") else Path(chosen).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "detaudit" / "envprobe"
+
+
 def detect_environment(python: str | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Versions and hardware as the recipe's interpreter sees them, in the run's environment.
 
+    What importing a CPU build of torch tells is cached per torch build, machine and environment
+    (:func:`probe_cache_dir`; probes/probe_cache.py says what the key holds).
     Fails closed: when the probe cannot run, nothing can be said about the runner class, so
     this raises ``InputError`` with the probe's last error line instead of guessing.
     """
     python = python or sys.executable
+    cache = probe_cache_dir()
     try:
         proc = subprocess.run(
-            [python, str(PROBE_SCRIPT)], capture_output=True, text=True, timeout=180, env=env,
+            [python, str(PROBE_SCRIPT), *(["--cache", str(cache)] if cache else [])],
+            capture_output=True, text=True, timeout=180, env=env,
         )
     except (OSError, subprocess.SubprocessError) as exc:
         raise InputError(python, f"cannot probe the run's environment: {exc}") from None

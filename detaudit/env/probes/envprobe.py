@@ -118,8 +118,9 @@ def _nvidia_driver() -> str | None:
     return out[0].strip() if out else None
 
 
-def probe() -> dict:
-    info: dict = {
+def cheap_probe() -> dict:
+    """What the probe learns without importing torch."""
+    return {
         "python": platform.python_version(),
         "machine": platform.machine(),
         "platform": {"system": platform.system(), "release": platform.release(), "libc": "-".join(platform.libc_ver())},
@@ -127,31 +128,77 @@ def probe() -> dict:
         "threads": {k: os.environ[k] for k in DISPATCH_ENV if k in os.environ},
         "packages": _packages(),
     }
+
+
+def torch_probe() -> dict:
+    """What importing torch tells (empty when torch is not importable); the thread counts under
+    ``torch_threads``, merged into ``threads`` by :func:`merge`."""
     try:
         import torch
     except Exception:
+        return {}
+    part: dict = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "torch_config": _torch_config(torch),
+        "torch_threads": {"torch_intra_op": torch.get_num_threads(), "torch_inter_op": torch.get_num_interop_threads()},
+    }
+    try:
+        part["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    except Exception:
         pass
-    else:
-        info["torch"] = torch.__version__
-        info["cuda"] = torch.version.cuda
-        info["torch_config"] = _torch_config(torch)
-        info["threads"]["torch_intra_op"] = torch.get_num_threads()
-        info["threads"]["torch_inter_op"] = torch.get_num_interop_threads()
+    if torch.cuda.is_available():
+        count = torch.cuda.device_count()  # what this run sees: CUDA_VISIBLE_DEVICES applies
+        part["gpu"] = {"name": torch.cuda.get_device_name(0), "count": count}
+        part["cudnn"] = torch.backends.cudnn.version()
         try:
-            info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+            part["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
         except Exception:
             pass
-        if torch.cuda.is_available():
-            count = torch.cuda.device_count()  # what this run sees: CUDA_VISIBLE_DEVICES applies
-            info["gpu"] = {"name": torch.cuda.get_device_name(0), "count": count}
-            info["cudnn"] = torch.backends.cudnn.version()
-            try:
-                info["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
-            except Exception:
-                pass
-            info["driver"] = _nvidia_driver()
+        part["driver"] = _nvidia_driver()
+    return part
+
+
+def merge(cheap: dict, torch_part: dict) -> dict:
+    info = {**cheap, "threads": dict(cheap["threads"])}
+    for key, value in torch_part.items():
+        if key == "torch_threads":
+            info["threads"].update(value)
+        else:
+            info[key] = value
     return info
 
 
+def probe() -> dict:
+    """The whole probe, torch imported here (no cache)."""
+    return merge(cheap_probe(), torch_probe())
+
+
+def torch_dir() -> str | None:
+    """The folder torch would be imported from, found without importing it."""
+    from importlib.util import find_spec
+
+    try:
+        spec = find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return locations[0] if locations else None
+
+
+def main(argv: list[str]) -> None:
+    """``envprobe.py [--cache DIR]``: the probe as one JSON line on stdout; with a cache folder,
+    where the torch part came from on stderr (see probe_cache.py)."""
+    if argv[:1] != ["--cache"]:
+        sys.stdout.write(json.dumps(probe(), sort_keys=True) + "\n")
+        return
+    import probe_cache  # type: ignore[import-not-found]  # this script's neighbour: its folder is sys.path[0]
+
+    cheap = cheap_probe()
+    part, source = probe_cache.torch_part_of(cheap, torch_dir(), argv[1], torch_probe)
+    sys.stdout.write(json.dumps(merge(cheap, part), sort_keys=True) + "\n")
+    sys.stderr.write(f"envprobe: torch part {source}\n")
+
+
 if __name__ == "__main__":
-    sys.stdout.write(json.dumps(probe(), sort_keys=True) + "\n")
+    main(sys.argv[1:])
