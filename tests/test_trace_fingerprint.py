@@ -106,8 +106,9 @@ def test_blocks_compiled_in_place_are_fingerprinted_at_their_boundary_without_a_
     block's call is recorded from the eager code that calls it."""
     from conftest import REPO, run_traced
 
-    trace_dir, out = run_traced(tmp_path, COMPILED, mode="modules", pythonpath=[REPO],
-                                extra_env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})
+    # Inductor's own cache dir, shared with the suite's other compiles of these blocks: the claim is
+    # about Dynamo's graph and the hooks, which a warm Inductor cache does not change (only codegen).
+    trace_dir, out = run_traced(tmp_path, COMPILED, mode="modules", pythonpath=[REPO])
     facts = json.loads(out.strip().splitlines()[-1])
     assert facts == {"breaks": 0, "graphs": 2}
     main = next(p for p in read_trace(trace_dir).processes if p.kind == "main")
