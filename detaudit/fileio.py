@@ -336,3 +336,8 @@ def _os_reason(out: _Output, exc: OSError) -> str:
 
 def _refused(out: _Output, why: str) -> OutputRefused:
     return OutputRefused(why, out.path)
+
+
+def user_cache_dir() -> Path:
+    """detaudit's folder in the user's cache: ``$XDG_CACHE_HOME/detaudit`` (``~/.cache`` when unset)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "detaudit"

@@ -22,6 +22,7 @@ from typing import Any
 
 from detaudit.data.card import Card
 from detaudit.errors import InputError
+from detaudit.fileio import user_cache_dir
 from detaudit.runner_class import RunnerClass
 
 PROBE_SCRIPT = Path(__file__).parent / "probes" / "envprobe.py"
@@ -42,8 +43,7 @@ def probe_cache_dir() -> Path | None:
     chosen = os.environ.get(PROBE_CACHE_ENV)
     if chosen is not None:
         return None if chosen.strip().lower() in ("", "off", "0", "no") else Path(chosen).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "detaudit" / "envprobe"
+    return user_cache_dir() / "envprobe"
 
 
 def detect_environment(python: str | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:

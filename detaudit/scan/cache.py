@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from detaudit.fileio import user_cache_dir
 from detaudit.scan.schema import FACT_KINDS, FACTS_VERSION
 
 OUTCOME_KINDS = ("facts", "light", "skip")
@@ -59,8 +60,7 @@ class FactsCache:
     """
 
     def __init__(self, enabled: bool) -> None:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        self.path = base / "detaudit" / f"scan-rng-v{FACTS_VERSION}-{scanner_digest()}.pickle"
+        self.path = user_cache_dir() / f"scan-rng-v{FACTS_VERSION}-{scanner_digest()}.pickle"
         self.enabled = enabled
         self.stats: dict[str, tuple[int, int, str]] = {}
         self.blobs: dict[str, bytes] = {}  # digest -> the pickled outcome
@@ -134,8 +134,7 @@ class ResultCache:
     ``MAX_RESULTS`` most recent are kept). Like the facts cache, a file that cannot be read is ignored."""
 
     def __init__(self, enabled: bool) -> None:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        self.folder = base / "detaudit" / f"scan-rng-results-v{RESULT_VERSION}-{FACTS_VERSION}"
+        self.folder = user_cache_dir() / f"scan-rng-results-v{RESULT_VERSION}-{FACTS_VERSION}"
         self.enabled = enabled
 
     def lookup(self, key: str) -> Any:

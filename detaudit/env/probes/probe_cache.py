@@ -136,14 +136,12 @@ def _write(path: str, torch_part: dict) -> None:
         pass  # a cache that cannot be written only costs the next call a probe
 
 
-def torch_part_of(cheap: dict, torch_dir: str | None, cache_dir: str | None,
+def torch_part_of(cheap: dict, torch_dir: str | None, cache_dir: str,
                   probe_torch: Callable[[], dict]) -> tuple[dict, str]:
     """The torch part of the probe and where it came from ("probed", "cached" or "not cached: WHY")."""
-    if torch_dir is None:
+    if torch_dir is None:  # no torch to import: nothing to keep
         return probe_torch(), "probed"
     build = torch_build(torch_dir)
-    if cache_dir is None:
-        return probe_torch(), "probed"
     if build is None or any(build.get(name) for name in DEVICE_BUILDS):
         return probe_torch(), "not cached: a device build of torch (or its version.py unreadable)"
     path = os.path.join(cache_dir, cache_key(cheap, torch_dir) + ".json")
@@ -151,6 +149,6 @@ def torch_part_of(cheap: dict, torch_dir: str | None, cache_dir: str | None,
     if found is not None:
         return found, "cached"
     part = probe_torch()
-    if isinstance(part.get("torch"), str) and "gpu" not in part:
+    if isinstance(part.get("torch"), str):  # torch imported (a failed import is probed again)
         _write(path, part)
     return part, "probed"
