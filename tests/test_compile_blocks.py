@@ -159,12 +159,14 @@ sys.path.insert(0, "tests")
 from test_train_actor import rollout_batch
 from recipes.diffusion_nft.actors.trainer import TrainActor
 from recipes.diffusion_nft.config import parse_args
-from recipes.diffusion_nft.ports import free_port
+import tempfile
+from recipes.diffusion_nft.ports import file_rendezvous
+RENDEZVOUS = tempfile.TemporaryDirectory()  # removed at exit
 
 def one_update(compile_blocks):
     flags = ["--preset", "tiny", "--device", "cpu", "--precision", "fp32", "--micro-batch", "8", "--sample-batch", "8"]
     args = parse_args(flags + (["--compile-blocks"] if compile_blocks else []))
-    actor = TrainActor(args, 0, 1, free_port())
+    actor = TrainActor(args, 0, 1, file_rendezvous(tempfile.mkdtemp(dir=RENDEZVOUS.name)))
     try:
         compiled = lambda: all(getattr(b, "_compiled_call_impl", None) is not None for b in actor.model.transformer_blocks)
         at_init = compiled()

@@ -39,11 +39,13 @@ sys.path.insert(0, "tests")
 from test_train_actor import rollout_batch
 from recipes.diffusion_nft.actors.trainer import TrainActor
 from recipes.diffusion_nft.config import parse_args
-from recipes.diffusion_nft.ports import free_port
+import tempfile
+from recipes.diffusion_nft.ports import file_rendezvous
+RENDEZVOUS = tempfile.TemporaryDirectory()  # removed at exit
 
 def actor(flags, fsdp=False):
     config = parse_args(["--preset", "tiny", "--device", "cpu", *flags])
-    return TrainActor(config.replace("training", fsdp_single_rank=fsdp), 0, 1, free_port())
+    return TrainActor(config.replace("training", fsdp_single_rank=fsdp), 0, 1, file_rendezvous(tempfile.mkdtemp(dir=RENDEZVOUS.name)))
 
 def two_updates(fsdp, precision):
     trainer = actor(["--precision", precision, "--micro-batch", "4", "--sample-batch", "8"], fsdp)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -47,15 +48,17 @@ def run(argv: list[str] | None = None) -> int:
         else "Ray: a local instance of this run's own")
     driver["ray_init"] = time.time()
     try:
-        return train(config, ray, session, metrics, started, driver)
+        # On the driver's node, like every train rank (start_actors); removed with the run.
+        with tempfile.TemporaryDirectory(prefix="nft-rendezvous-", ignore_cleanup_errors=True) as rendezvous_dir:
+            return train(config, ray, session, metrics, started, driver, rendezvous_dir)
     finally:
         metrics.close()
         ray.shutdown()
 
 
 def train(config: JobConfig, ray: Any, session: RaySession, metrics: MetricsLog, started: float,
-          driver: dict[str, float]) -> int:
-    actors = start_actors(config, session)
+          driver: dict[str, float], rendezvous_dir: str) -> int:
+    actors = start_actors(config, session, rendezvous_dir)
     driver["actors_created"] = time.time()
     if config.determinism.enabled:  # while the actors start
         determinism.enable(config.job.seed, attention=config.attention_backend,

@@ -10,7 +10,7 @@ from typing import Any
 
 from detaudit.env import determinism
 from recipes.diffusion_nft.config import JobConfig
-from recipes.diffusion_nft.ports import free_port
+from recipes.diffusion_nft.ports import file_rendezvous
 
 RECIPE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds `recipes/`
 # Ray's job supervisor sets this in the environment of a job's entrypoint (the driver), and so in
@@ -115,8 +115,9 @@ class Actors:
                 **{f"engine{i}": e for i, e in enumerate(self.engines)}, "reward": self.reward, "manager": self.manager}
 
 
-def start_actors(config: JobConfig, session: RaySession) -> Actors:
+def start_actors(config: JobConfig, session: RaySession, rendezvous_dir: str) -> Actors:
     """Create the actors with their GPU shares; the manager gets the engines and the reward.
+    The train ranks meet in a file store in RENDEZVOUS_DIR (new for this run, on this node).
 
     On a joined cluster the driver is a job whose entrypoint already holds the run's GPUs.
     Asking Ray for them again would need twice the GPUs, so the actors ask for none, run on the
@@ -145,9 +146,9 @@ def start_actors(config: JobConfig, session: RaySession) -> Actors:
         # Reproduce the real bug: this actor's worker hook leaves its RNGs unseeded.
         manager_env = {"env_vars": {determinism.SKIP_SEED_ENV: "1"}}
     Manager = ray.remote(num_cpus=0, runtime_env=manager_env, **place)(manager.RolloutManager)
-    port = free_port()
     world = config.placement.train_actors
-    trainers = [Train.remote(config, rank, world, port) for rank in range(world)]
+    rendezvous = file_rendezvous(rendezvous_dir)
+    trainers = [Train.remote(config, rank, world, rendezvous) for rank in range(world)]
     engines = [Engine.remote(config, i) for i in range(config.placement.rollout_engines)]
     reward_actor = Reward.remote(config)
     return Actors(trainers, engines, reward_actor, Manager.remote(config, engines, reward_actor))

@@ -27,7 +27,7 @@ class TrainActor:
     ``old_policy()`` with the old policy's, within ``reference()`` with the frozen base.
     """
 
-    def __init__(self, config: JobConfig, rank: int, world_size: int, master_port: int) -> None:
+    def __init__(self, config: JobConfig, rank: int, world_size: int, rendezvous: str) -> None:
         import torch.distributed as dist
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -40,7 +40,7 @@ class TrainActor:
         backend = "nccl" if self.device.type == "cuda" else "gloo"
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{master_port}", rank=rank,
+        dist.init_process_group(backend, init_method=rendezvous, rank=rank,
                                 world_size=world_size)
         self.startup.mark("process_group")
         training = config.training
