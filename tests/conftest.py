@@ -371,18 +371,6 @@ def _no_ray_in_the_test_process(request: pytest.FixtureRequest) -> Iterator[None
                                     f"(threads left: {', '.join(sorted(set(threads)))})")
 
 
-# Workers per usable core beyond one each (`-n auto`, pyproject.toml). A test spends part of its time
-# waiting, not computing: a Ray head, a job server or a run's actors starting, a subprocess's timeout
-# running out. One worker more than the cores fills those waits (docs/testing.md, "Running it").
-EXTRA_WORKERS = 1
-
-
-@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto`: the usable cores (the process's affinity, not the host's count) plus EXTRA_WORKERS."""
-    return len(os.sched_getaffinity(0)) + EXTRA_WORKERS
-
-
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook
 def pytest_testnodedown(node, error) -> None:  # node: xdist's WorkerController
     """Under pytest-xdist, in the controller: what a worker's own check found (see pytest_sessionfinish)."""

@@ -229,20 +229,18 @@ def test_runs_on_different_runner_classes_write_no_standard(cluster: str, tmp_pa
 @pytest.mark.recipe
 def test_tiny_recipe_on_cluster_matches_a_local_run(cluster: str, tmp_path: Path,
                                                     nft_traced_recording: Recording) -> None:
-    std = tmp_path / "tiny.json"
     card = REPO / "recipes" / "sd3_pickscore_nft.toml"
-    result = run_cli("record", str(card), "--runs", "2", "--no-doctor", "--cluster", cluster, "--out", str(std),
-                     "--workdir", str(tmp_path / "runs"), timeout=900)
-    assert result.code == 0, result.text
-    standard = load_standard(std)
-    assert len(standard.series) == 20
-    # One local run, outside Ray's jobs, gives the same bits: run 1 of the session's local recording of this
-    # card (`record --runs 3 --trace`; the tracer moves no bit: tests/test_pipeline.py).
+    # The local runs, outside Ray's jobs: the session's recording of this card (`record --runs 3 --trace`,
+    # three agreeing runs; the tracer moves no bit: tests/test_pipeline.py). A run as a Ray job on the
+    # cluster must give their bits. (That a cluster `record` writes a standard: the toy card's test above.)
     assert nft_traced_recording.result.code == 0, nft_traced_recording.result.text
-    local = run_cli("verify", str(card), "--metrics", str(nft_traced_recording.workdir / "run1" / "metrics.jsonl"),
-                    "--standard", str(std))
-    assert local.code == 0, local.text
-    assert "PASSED: 20 metric series match" in local.out
+    assert len(load_standard(nft_traced_recording.standard).series) == 20
+    on_cluster = run_cli("verify", str(card), "--cluster", cluster, "--standard", str(nft_traced_recording.standard),
+                         "--workdir", str(tmp_path / "runs"), timeout=900)
+    assert on_cluster.code == 0, on_cluster.text
+    assert "PASSED: 20 metric series match" in on_cluster.out
+    (job_log,) = (tmp_path / "runs").rglob("run.log")
+    assert "Ray: joined the cluster" in job_log.read_text()
 
 
 def test_portable_text_names_this_machines_paths_and_only_whole_ones() -> None:

@@ -30,6 +30,7 @@ ROLLOUT_KEYS = {f"rollout/reward/raw_{k}" for k in ("mean", "median", "std", "mi
 # threads never live in the pytest process); what it saw goes back through torch.save.
 ONE_UPDATE = r"""
 import sys
+import tempfile
 import ray
 import torch
 from detaudit.env import determinism
@@ -40,8 +41,9 @@ from recipes.diffusion_nft.pipeline import sync_weights
 config = parse_args(["--preset", "tiny", "--deterministic-mode", "--device", "cpu"])
 ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024**2,
          runtime_env=determinism.ray_runtime_env(config.job.seed, env_vars={"PYTHONPATH": RECIPE_ROOT}))
+rendezvous = tempfile.TemporaryDirectory()  # the train rank's file store
 try:
-    actors = start_actors(config, RaySession(gpus=0, joined=False))
+    actors = start_actors(config, RaySession(gpus=0, joined=False), rendezvous.name)
     ray.get([a.ready.remote() for a in actors.named().values()])
     weights_dtype = ray.get(actors.engines[0].weights_dtype.remote())
     engine_init = ray.get(actors.engines[0].lora_state.remote())

@@ -181,25 +181,3 @@ def test_the_tests_of_one_file_run_on_one_worker(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     workers = (tmp_path / "workers.txt").read_text().split()
     assert len(workers) == 6 and len(set(workers)) == 1 and workers[0].startswith("gw"), workers
-
-
-WORKER_COUNT = """
-import os
-
-def test_count():
-    with open("count.txt", "w") as out:
-        out.write(os.environ["PYTEST_XDIST_WORKER_COUNT"])
-"""
-
-
-@pytest.mark.slow  # a pytest session of xdist workers
-def test_auto_starts_one_worker_more_than_the_usable_cores(tmp_path: Path) -> None:
-    """`-n auto` (pyproject's addopts) asks the suite's conftest: the cores this process may use, plus
-    conftest.EXTRA_WORKERS to fill the time tests wait."""
-    from conftest import EXTRA_WORKERS
-
-    shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
-    (tmp_path / "test_count.py").write_text(WORKER_COUNT)
-    done = run_pytest(tmp_path, "-n", "auto", "test_count.py")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert int((tmp_path / "count.txt").read_text()) == len(os.sched_getaffinity(0)) + EXTRA_WORKERS >= 2
