@@ -18,7 +18,7 @@ from detaudit.trace import PERTURB_ENV, trace_env
 from detaudit.trace.compare import compare_traces
 from detaudit.trace.files import read_trace
 from detaudit.trace.frames import call_text
-from detaudit.trace.perturb import delay, fraction
+from detaudit.trace.perturb import arrival_order, delay, fraction
 
 GATHER = REPO / "tests" / "recipes" / "gather_recipe.py"
 
@@ -90,6 +90,52 @@ def test_perturbation_delays_are_mirrored_between_runs_1_and_2_and_bounded() -> 
     assert fraction(1, call) + fraction(2, call) == pytest.approx(1.0)
     assert fraction(3, call) != pytest.approx(fraction(1, call))  # the next pair draws anew
     assert delay(1, call, 100.0) <= 2.0 and delay(1, call, 0.0) <= 0.25
+
+
+def test_ray_wait_hands_results_over_mirrored_in_runs_1_and_2_and_rotated_in_the_next_pair() -> None:
+    # a gather of two: opposite orders in runs 1 and 2, whatever hashes its calls' delays get
+    assert arrival_order(1, 2) == [0, 1] and arrival_order(2, 2) == [1, 0]
+    assert arrival_order(1, 3) == [0, 1, 2] and arrival_order(2, 3) == [2, 1, 0]
+    assert arrival_order(3, 3) == [1, 2, 0] and arrival_order(4, 3) == [0, 2, 1]
+    assert arrival_order(1, 1) == [0] == arrival_order(2, 1) and arrival_order(5, 0) == []
+
+
+RAY_GATHER = """
+import time, ray
+ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+
+@ray.remote
+def work(i, seconds):
+    time.sleep(seconds)
+    return i
+
+def gather():
+    # 1 finishes a second before 0 (its held-back share is 0.25 s at most): left alone, 1 arrives first
+    pending, arrived = [work.remote(0, 1.0), work.remote(1, 0.0)], []
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        arrived += ray.get(ready)
+    return arrived
+
+print(gather(), gather())
+ray.shutdown()
+"""
+
+
+@pytest.mark.slow
+def test_perturbed_ray_wait_hands_results_over_in_the_runs_order_not_the_order_they_finished(tmp_path: Path) -> None:
+    """Runs 1 and 2 of --perturb-schedule: the program's order, then its reverse, though the
+    results finish in the reverse order each time (a gather the hashed delays alone could not turn)."""
+    orders = []
+    for schedule in (1, 2):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DETAUDIT_", "RAY_ADDRESS"))}
+        env.update({PERTURB_ENV: str(schedule), "RAY_USAGE_STATS_ENABLED": "0",
+                    "PYTHONPATH": str(REPO / "detaudit" / "trace" / "site")})
+        proc = subprocess.run([sys.executable, "-c", RAY_GATHER], env=env, capture_output=True, text=True,
+                              timeout=300, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        orders.append(proc.stdout.strip().splitlines()[-1])
+    assert orders == ["[0, 1] [0, 1]", "[1, 0] [1, 0]"]
 
 
 @pytest.mark.slow

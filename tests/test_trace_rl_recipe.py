@@ -21,7 +21,7 @@ def line_of(path: Path, text: str) -> int:
 
 
 def test_rollouts_collected_in_completion_order_are_named_under_a_perturbed_schedule(tmp_path: Path) -> None:
-    engines = ("--rollout-engines", "2", "--rollouts", "2")
+    engines = ("--rollout-engines", "2", "--rollouts", "1")
     bug = run_cli("record", str(NFT), "--runs", "2", "--no-write", "--no-doctor", "--trace", "--perturb-schedule",
                   "--workdir", str(tmp_path / "bug"), "--", *engines, "--collect-in-completion-order", cwd=REPO)
     assert bug.code == 1 and "runs disagree" in bug.out, bug.text

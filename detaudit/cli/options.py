@@ -63,7 +63,8 @@ def perturb_option(first_run: str) -> Callable[[F], F]:
         help="Hold back each result of concurrent work (Ray tasks and actor methods, pool futures, asyncio tasks) by "
              "a share, drawn by detaudit per run and call, of half the work's own time plus 0.25 s (at most 2 s) "
              f"({first_run}), so that results gathered in completion order arrive in another order than in another "
-             "run.")
+             "run; a ray.wait of the program's hands over the results ready within 4 s in the program's order in run 1, "
+             "reversed in run 2.")
 
 
 def cluster_option(what: str) -> Callable[[F], F]:

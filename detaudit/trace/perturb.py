@@ -21,6 +21,16 @@ orders in runs 1 and 2 whenever their delays differ by more than the machine's o
 bound scales with the work, so that it outweighs the jitter of work of any length: half the
 call's own duration plus 0.25 s, at most ``MAX_DELAY_S``. What a run pays is the sum of the
 delays on its critical path (``benchmarks/rl_trace_bench.py`` measures it).
+
+Delays alone leave a race to the hash: two calls whose fractions happen to lie close together
+finish in the same order in both runs. So ``ray.wait`` called by the program itself (not by a
+library) is perturbed where it gathers too: once one result is ready it waits up to
+``GATHER_WINDOW_S`` more for the rest of its list, then hands over those ready in an order the run
+fixes (``arrival_order``): the program's order in run 1, the reverse in run 2, rotated by one more
+position in each later pair. Every gather of two or more results that complete within the window
+arrives in opposite orders in runs 1 and 2, whatever the hashes and the machine's jitter. A gather
+whose results cannot complete before it hands one over (each waits on the last) costs the window
+once and keeps its order.
 """
 
 from __future__ import annotations
@@ -28,8 +38,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import sys
 import time
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from detaudit.trace import PERTURB_ENV
@@ -39,6 +51,11 @@ from detaudit.trace.imports import PostImportFinder
 MAX_DELAY_S = 2.0      # the longest a result is held
 BASE_DELAY_S = 0.25    # the bound of a call that takes no time
 SHARE_OF_DURATION = 0.5
+GATHER_WINDOW_S = 2 * MAX_DELAY_S  # how long a gather waits for the rest once a result is ready
+_TRACER = os.path.dirname(os.path.realpath(__file__)) + os.sep
+# frames between the program and the function it called: the tracer's wrappers, and the ones Ray
+# puts around its public API (``ray.wait`` starts Ray first, or goes to a Ray Client)
+_WRAPPERS = (os.path.join("ray", "_private", "auto_init_hook.py"), os.path.join("ray", "_private", "client_mode_hook.py"))
 
 
 def schedule_number() -> int | None:
@@ -58,6 +75,15 @@ def fraction(run: int, call: str) -> float:
 def delay(run: int, call: str, duration: float) -> float:
     """Seconds to hold the result of ``call`` (which took ``duration`` seconds) in run ``run``."""
     return fraction(run, call) * min(MAX_DELAY_S, BASE_DELAY_S + SHARE_OF_DURATION * max(0.0, duration))
+
+
+def arrival_order(run: int, count: int) -> list[int]:
+    """The order in which run ``run`` hands over the ready results of a gather of ``count``
+    (positions in the program's list): runs ``2k - 1`` and ``2k`` mirrored, each pair rotated
+    by one position more than the pair before."""
+    shift = ((run + 1) // 2 - 1) % max(count, 1)
+    order = list(range(shift, count)) + list(range(shift))
+    return order if run % 2 else order[::-1]
 
 
 def _name(fn: Any) -> str:
@@ -153,6 +179,44 @@ async def _held(coro: Any, run: int, call: str) -> Any:
     return result
 
 
+def _called_by_program(is_library: Callable[[str], bool]) -> bool:
+    """Whether the first caller outside the wrappers (``_WRAPPERS``, the tracer) is the program,
+    not a library."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None and (frame.f_code.co_filename.endswith(_WRAPPERS)
+                                 or os.path.realpath(frame.f_code.co_filename).startswith(_TRACER)):
+        frame = frame.f_back
+    return frame is not None and not is_library(frame.f_code.co_filename)
+
+
+def install_ray_wait(run: int, worker: Any, is_library: Callable[[str], bool]) -> None:
+    """``ray.wait`` (``ray._private.worker.wait``, before ``ray`` takes its name) hands over
+    results in ``arrival_order`` (see the module doc)."""
+
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def wait(ray_waitables: Any, *args: Any, **kwargs: Any) -> Any:
+            if args or not isinstance(ray_waitables, list) or not _called_by_program(is_library):
+                return original(ray_waitables, *args, **kwargs)
+            started = time.monotonic()
+            ready, _ = original(ray_waitables, **kwargs)
+            timeout = kwargs.get("timeout")
+            window = GATHER_WINDOW_S if timeout is None else min(GATHER_WINDOW_S, timeout - (time.monotonic() - started))
+            if ready and len(ready) < len(ray_waitables) and window > 0:
+                more = {**kwargs, "num_returns": len(ray_waitables), "timeout": window}
+                ready, _ = original(ray_waitables, **more)
+            ready_now = set(ready)
+            chosen = [i for i in arrival_order(run, len(ray_waitables))
+                      if ray_waitables[i] in ready_now][:kwargs.get("num_returns", 1)]
+            rest = sorted(set(range(len(ray_waitables))) - set(chosen))
+            return [ray_waitables[i] for i in chosen], [ray_waitables[i] for i in rest]
+
+        wait.__detaudit_perturbed__ = True  # type: ignore[attr-defined]
+        return wait
+
+    _replace(worker, "wait", wrap)
+
+
 def install(run: int, finder: PostImportFinder, is_library: Callable[[str], bool]) -> None:
     """Delay completions in this process: pools now, asyncio and Ray when they are imported."""
     finder.when_imported("concurrent.futures.thread",
@@ -165,3 +229,5 @@ def install(run: int, finder: PostImportFinder, is_library: Callable[[str], bool
 
     finder.when_imported("multiprocessing.pool", pools)
     finder.when_imported("asyncio.base_events", lambda module: install_asyncio(run, module, is_library))
+    # before ``ray`` binds ``ray.wait``: the tracer's ``arrival`` hook wraps this one and sees what the program got
+    finder.when_imported("ray._private.worker", lambda module: install_ray_wait(run, module, is_library))
