@@ -145,6 +145,52 @@ def test_slow_recipe_and_ray_tests_run_first_and_fast_ones_last(tmp_path: Path) 
     assert order == ["test_recipe", "test_ray", "test_slow", "test_fast", "test_fast_recipe_helper"], result.stdout
 
 
+MANY_FAST = """
+import os, time
+import pytest
+
+
+@pytest.mark.parametrize("i", range(8))
+def test_fast(i):
+    with open("started.txt", "a") as fh:
+        fh.write(os.environ["PYTEST_XDIST_WORKER"] + " " + __name__ + "\\n")
+    time.sleep(0.1)
+"""
+
+ONE_RECIPE = """
+import os
+import pytest
+
+
+@pytest.mark.slow
+@pytest.mark.recipe
+def test_recipe():
+    with open("started.txt", "a") as fh:
+        fh.write(os.environ["PYTEST_XDIST_WORKER"] + " " + __name__ + "\\n")
+"""
+
+
+@pytest.mark.slow  # a pytest session of two xdist workers
+def test_under_the_suites_xdist_options_the_file_of_a_recipe_test_starts_first(tmp_path: Path) -> None:
+    """conftest puts the recipe and Ray tests first; the suite's xdist options must keep that order
+    of files. (pytest-xdist's default --loadscope-reorder sends the files with the most tests first:
+    the suite's few-test recipe files then started last, and one worker idled for minutes.)"""
+    import shlex
+    import tomllib
+
+    shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow\n    ray\n    recipe\n")
+    for name in ("test_a_many", "test_b_many"):
+        (tmp_path / f"{name}.py").write_text(MANY_FAST)
+    (tmp_path / "test_z_recipe.py").write_text(ONE_RECIPE)
+    addopts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
+    xdist = [a for a in shlex.split(addopts) if a not in ("-ra",) and not a.startswith("--durations")]
+    done = run_pytest(tmp_path, *xdist)
+    assert done.returncode == 0, done.stdout + done.stderr
+    started = [line.split()[1] for line in (tmp_path / "started.txt").read_text().splitlines()]
+    assert len(started) == 17 and "test_z_recipe" in started[:2], started
+
+
 def test_given_toy_standard_refuses_a_card_that_is_not_the_default_toy_card(tmp_path: Path) -> None:
     other = write_card(tmp_path / "toy.toml", args=["--steps", "4"])  # other series than the shared standard's
     with pytest.raises(AssertionError, match="not the default toy card"):
