@@ -193,13 +193,17 @@ def install_ray_wait(run: int, worker: Any, is_library: Callable[[str], bool]) -
     """``ray.wait`` (``ray._private.worker.wait``, before ``ray`` takes its name) hands over
     results in ``arrival_order`` (see the module doc)."""
 
+    object_ref = getattr(worker, "ObjectRef", None)
+
     def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
         def wait(ray_waitables: Any, *args: Any, **kwargs: Any) -> Any:
-            if args or not isinstance(ray_waitables, list) or not _called_by_program(is_library):
+            # plain object refs only: a streaming generator's readiness is not its own identity
+            if args or object_ref is None or not isinstance(ray_waitables, list) \
+                    or not all(isinstance(w, object_ref) for w in ray_waitables) or not _called_by_program(is_library):
                 return original(ray_waitables, *args, **kwargs)
             started = time.monotonic()
-            ready, _ = original(ray_waitables, **kwargs)
+            first = ready, _ = original(ray_waitables, **kwargs)
             timeout = kwargs.get("timeout")
             window = GATHER_WINDOW_S if timeout is None else min(GATHER_WINDOW_S, timeout - (time.monotonic() - started))
             if ready and len(ready) < len(ray_waitables) and window > 0:
@@ -208,6 +212,8 @@ def install_ray_wait(run: int, worker: Any, is_library: Callable[[str], bool]) -
             ready_now = set(ready)
             chosen = [i for i in arrival_order(run, len(ray_waitables))
                       if ray_waitables[i] in ready_now][:kwargs.get("num_returns", 1)]
+            if len(chosen) < len(first[0]):  # never hand over less than Ray did (the program would wait on)
+                return first
             rest = sorted(set(range(len(ray_waitables))) - set(chosen))
             return [ray_waitables[i] for i in chosen], [ray_waitables[i] for i in rest]
 
