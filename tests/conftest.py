@@ -240,6 +240,68 @@ def nft_traced_recording(request: pytest.FixtureRequest) -> Recording:
                      folder / "runs")
 
 
+@contextmanager
+def foreign_ray_head() -> Iterator[tuple[str, Path]]:
+    """Someone else's Ray on this machine: a `ray start --head` of its own port and temp dir.
+    Yields (its address, its temp dir); stopped after by ending only the processes it started."""
+    temp = Path(tempfile.mkdtemp(prefix="rayf", dir="/tmp"))  # short: Ray's socket paths are bounded
+    address = f"127.0.0.1:{free_port()}"
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
+    argv = [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
+            "--port", address.split(":")[1], "--num-cpus", "1", "--num-gpus", "0", "--include-dashboard", "false",
+            "--temp-dir", str(temp), "--disable-usage-stats"]
+    with open(temp / "head.log", "wb") as head_log:
+        head = subprocess.Popen(argv, env=env, stdout=head_log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 180
+        while "Ray runtime started" not in (temp / "head.log").read_text(errors="replace"):
+            if head.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"the Ray head did not start: {(temp / 'head.log').read_text()[-3000:]}")
+            time.sleep(1)
+        yield address, temp
+    finally:
+        stop_ray_head(head, temp)
+
+
+def drivers_of(head_temp: Path) -> list[str]:
+    """The drivers that joined the Ray head of temp dir HEAD_TEMP (their core-worker logs)."""
+    return sorted(p.name for p in head_temp.glob("session_*/logs/python-core-driver-*"))
+
+
+@dataclass(frozen=True)
+class SuiteVerification:
+    """`detaudit verify --suite cpu` made once for the session (read only)."""
+
+    result: Result  # what the command returned and printed
+    runs: Path  # its --workdir: each card's run in runs/<card file stem>/run1
+    head_drivers: list[str]  # drivers that joined the foreign Ray head it ran beside (none, if it is right)
+
+    def row(self, card: str) -> str:
+        """The suite table's row of CARD (a file stem), in one line."""
+        (line,) = [line for line in self.result.out.splitlines() if f" {card} " in line]
+        return " ".join(line.split())
+
+
+@pytest.fixture(scope="session")
+def cpu_suite_verification(request: pytest.FixtureRequest) -> SuiteVerification:
+    """`detaudit verify --suite cpu --workdir W` with someone else's Ray head up on this machine and
+    RAY_ADDRESS naming it (issue #25: each card's run must start a Ray of its own): one run of each CPU
+    card, once for the session. tests/test_flow_grpo.py checks the suite; tests/test_pipeline.py takes
+    the NFT card's run as the verify of its committed standard, and the unseeded-manager test the
+    Flow-GRPO card's run as the seeded one."""
+    def verify(folder: Path) -> None:
+        with foreign_ray_head() as (address, head_temp):
+            result = run_cli("verify", "--suite", "cpu", "--workdir", str(folder / "runs"), cwd=REPO,
+                             env={"RAY_ADDRESS": address})
+            drivers = drivers_of(head_temp)
+        (folder / "result.json").write_text(json.dumps({**result.__dict__, "head_drivers": drivers}))
+
+    folder = made_once(request, "cpu-suite-verification", verify)
+    saved = json.loads((folder / "result.json").read_text())
+    drivers = saved.pop("head_drivers")
+    return SuiteVerification(Result(**saved), folder / "runs", drivers)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, run_cli
+from conftest import REPO, SuiteVerification, run_cli
 
 from recipes.diffusion_nft.algorithms import flow_grpo
 
@@ -195,7 +195,8 @@ def test_gpu_card_mirrors_the_nft_gpu_card() -> None:
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_unseeded_rollout_manager_leaves_every_flow_grpo_series_bit_identical(tmp_path: Path) -> None:
+def test_unseeded_rollout_manager_leaves_every_flow_grpo_series_bit_identical(
+        tmp_path: Path, cpu_suite_verification: SuiteVerification) -> None:
     """The proof of issue 14, on the CPU card's standard, never a silent skip.
 
     The card run with every actor seeded (through `detaudit verify`) and with the RolloutManager's
@@ -204,6 +205,8 @@ def test_unseeded_rollout_manager_leaves_every_flow_grpo_series_bit_identical(tm
     tests/test_pipeline.py) one recorded here from 3 agreeing runs, after checking that `verify`
     does not pass against another class's standard. The NFT counterpart, where the same flag
     breaks the standard, is tests/test_pipeline.py::test_standard_holds_on_this_machine_and_unseeded_manager_refuses.
+    Where the standard is committed, the seeded run is the Flow-GRPO card's run of the session's
+    `verify --suite cpu` (conftest.cpu_suite_verification).
     """
     env = run_cli("env", "--json", str(CARD), cwd=REPO)
     assert env.code == 0, env.text
@@ -215,7 +218,10 @@ def test_unseeded_rollout_manager_leaves_every_flow_grpo_series_bit_identical(tm
     try:
         if committed.exists():
             standard = committed
-            verify = run_cli("verify", str(CARD), "--workdir", str(tmp_path / "verify"), cwd=REPO)
+            suite = cpu_suite_verification
+            row = suite.row(CARD.stem)
+            assert "PASSED" in row and "20 series match" in row, suite.result.text
+            verify_dir = suite.runs / CARD.stem
         else:
             standard = tmp_path / "standard.json"
             record = run_cli("record", str(CARD), "--runs", "3", "--no-doctor", "--parallel", "2", "--out", str(standard),
@@ -223,14 +229,15 @@ def test_unseeded_rollout_manager_leaves_every_flow_grpo_series_bit_identical(tm
             assert record.code == 0, record.text
             verify = run_cli("verify", str(CARD), "--standard", str(standard), "--workdir", str(tmp_path / "verify"),
                              cwd=REPO)
+            assert verify.code == 0 and "PASSED: 20 metric series match" in verify.out, verify.text
+            verify_dir = tmp_path / "verify"
     finally:
         err = proc.communicate(timeout=1200)[1]
     assert proc.returncode == 0, err[-3000:]
     if not committed.exists():
         refused = run_cli("verify", str(CARD), "--metrics", str(unseeded), cwd=REPO)
         assert refused.code != 0, refused.text  # nothing passes against another class's standard, or none
-    assert verify.code == 0 and "PASSED: 20 metric series match" in verify.out, verify.text
-    (seeded,) = sorted((tmp_path / "verify").rglob("metrics.jsonl"))
+    (seeded,) = sorted(verify_dir.rglob("metrics.jsonl"))
     lines = [json.loads(line) for line in seeded.read_text().splitlines()]
     train = [line for line in lines if line["step_key"] == "train/step"]
     assert len(train) == 6 and all(math.isfinite(line["train/grad_norm"]) for line in train)
@@ -268,11 +275,12 @@ def test_only_nft_draws_when_converting_a_rollout() -> None:
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_verify_suite_cpu_passes_on_both_recipes() -> None:
+def test_verify_suite_cpu_passes_on_both_recipes(cpu_suite_verification: SuiteVerification) -> None:
     """`detaudit verify --suite cpu` (issue 14): the NFT and the Flow-GRPO card both pass their standards.
 
     On a runner class with no committed standard for a card, that card is NOT VERIFIED and the suite
-    fails (exit 1): checked here too, so this test never passes by skipping.
+    fails (exit 1): checked here too, so this test never passes by skipping. The suite ran beside
+    someone else's Ray head with RAY_ADDRESS naming it (conftest.cpu_suite_verification): no run joined it.
     """
     env = run_cli("env", "--json", str(CARD), cwd=REPO)
     assert env.code == 0, env.text
@@ -280,7 +288,8 @@ def test_verify_suite_cpu_passes_on_both_recipes() -> None:
     cards = sorted(path.stem for path in (REPO / "recipes").glob("*.toml")
                    if tomllib.loads(path.read_text()).get("suite") == "cpu")
     assert cards == ["sd3_compress_flow_grpo", "sd3_pickscore_nft"]
-    result = run_cli("verify", "--suite", "cpu", cwd=REPO)
+    result = cpu_suite_verification.result
+    assert cpu_suite_verification.head_drivers == []
     missing = [card for card in cards if not (REPO / "standards" / f"{card}.{here}.json").exists()]
     if missing:
         assert result.code == 1 and "NOT VERIFIED" in result.text, result.text
@@ -289,3 +298,5 @@ def test_verify_suite_cpu_passes_on_both_recipes() -> None:
         assert result.code == 0, result.text
         assert "suite cpu: 2 of 2 cards passed" in result.out, result.text
         assert result.out.count("20 series match") == 2, result.out
+        # --workdir: each card's run kept under its file's stem
+        assert sorted(p.parent.parent.name for p in cpu_suite_verification.runs.glob("*/run1/metrics.jsonl")) == cards

@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import tempfile
-import time
 import warnings
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import torch
-from conftest import REPO, Recording, Result, made_once, run_cli, stop_ray_head
+from conftest import REPO, Recording, Result, SuiteVerification, drivers_of, foreign_ray_head, made_once, run_cli
 
-from recipes.diffusion_nft.ports import free_port
 from recipes.diffusion_nft.prompts import rollout_prompts
 
 pytestmark = pytest.mark.recipe
@@ -105,29 +100,6 @@ def test_prompts_per_rollout_are_a_pure_function() -> None:
     assert rollout_prompts(prompts, 3, 4, 42) != rollout_prompts(prompts, 4, 4, 42)
 
 
-@pytest.fixture
-def foreign_ray_head() -> Iterator[tuple[str, Path]]:
-    """Someone else's Ray on this machine: a `ray start --head` of its own port and temp dir.
-    Yields (its address, its temp dir); stopped after by ending only the processes it started."""
-    temp = Path(tempfile.mkdtemp(prefix="rayf", dir="/tmp"))  # short: Ray's socket paths are bounded
-    address = f"127.0.0.1:{free_port()}"
-    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
-    argv = [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
-            "--port", address.split(":")[1], "--num-cpus", "1", "--num-gpus", "0", "--include-dashboard", "false",
-            "--temp-dir", str(temp), "--disable-usage-stats"]
-    with open(temp / "head.log", "wb") as head_log:
-        head = subprocess.Popen(argv, env=env, stdout=head_log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.time() + 180
-        while "Ray runtime started" not in (temp / "head.log").read_text(errors="replace"):
-            if head.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"the Ray head did not start: {(temp / 'head.log').read_text()[-3000:]}")
-            time.sleep(1)
-        yield address, temp
-    finally:
-        stop_ray_head(head, temp)
-
-
 def _runner_class_here() -> list[str]:
     result = run_cli("env", "--json", str(CARD), cwd=REPO)
     assert result.code == 0, result.text
@@ -137,7 +109,7 @@ def _runner_class_here() -> list[str]:
 @pytest.mark.slow
 @pytest.mark.ray
 def test_standard_holds_on_this_machine_and_unseeded_manager_refuses(
-        tmp_path: Path, foreign_ray_head: tuple[str, Path], nft_traced_recording: Recording) -> None:
+        tmp_path: Path, nft_traced_recording: Recording, cpu_suite_verification: SuiteVerification) -> None:
     """The CI gate on whatever CPU CI runs on, never a silent skip.
 
     Bits of the tiny recipe differ between CPU models (docs/standards-across-machines.md), so
@@ -149,9 +121,9 @@ def test_standard_holds_on_this_machine_and_unseeded_manager_refuses(
 
     The verifying run has another Ray cluster on this machine to ignore (issue #25): a `ray
     start` head up and RAY_ADDRESS naming it. It must start a Ray of its own and pass, and the
-    head must have had no driver.
+    head must have had no driver. Where the standard is committed, that run is the NFT card's run of
+    the session's `verify --suite cpu` (conftest.cpu_suite_verification), made beside such a head.
     """
-    head_address, head_temp = foreign_ray_head
     here = _runner_class_here()
     # Traced (issue #12): the tracer must not move a bit, and it finds no unseeded draw in any process.
     # (`record CARD --runs 3 --parallel 2 --trace`, made once for the session: conftest.nft_traced_recording.)
@@ -176,26 +148,30 @@ def test_standard_holds_on_this_machine_and_unseeded_manager_refuses(
     engine_build = [at[f"engine0/{m}"] for m in ("setup", "clip_l", "clip_g", "t5", "vae", "transformer", "cast", "ready")]
     assert engine_build == sorted(engine_build)
     committed = REPO / "standards" / f"sd3_pickscore_nft.{'-'.join(here)}.json"
-    elsewhere = {"RAY_ADDRESS": head_address}
     if committed.exists():
         assert json.loads(committed.read_text())["series"] == doc["series"]
-        verified = run_cli("verify", str(CARD), "--workdir", str(tmp_path / "verify"), cwd=REPO, env=elsewhere)
-        compared = f"committed standard {committed.name}"
+        # `verify --suite cpu` beside a foreign head, made once for the session: its NFT run
+        suite = cpu_suite_verification
+        row, verify_dir, head_drivers = suite.row(CARD.stem), suite.runs / CARD.stem, suite.head_drivers
+        assert "PASSED" in row and "20 series match" in row, suite.result.text
     else:
         others = sorted(p.name for p in (REPO / "standards").glob("sd3_pickscore_nft.cpu-*.json"))
         assert others, "no committed CPU standard at all"
         refused = run_cli("verify", str(CARD), "--metrics", str(tmp_path / "none.jsonl"), cwd=REPO)
         assert refused.code != 0  # nothing here may pass against another class's standard
-        verified = run_cli("verify", str(CARD), "--standard", str(out), "--workdir", str(tmp_path / "verify"),
-                           cwd=REPO, env=elsewhere)
+        verify_dir = tmp_path / "verify"
+        with foreign_ray_head() as (head_address, head_temp):
+            verified = run_cli("verify", str(CARD), "--standard", str(out), "--workdir", str(verify_dir),
+                               cwd=REPO, env={"RAY_ADDRESS": head_address})
+            head_drivers = drivers_of(head_temp)
         compared = (f"3 runs recorded on this machine (runner class {'-'.join(here)}; committed standards "
                     f"are for other classes: {', '.join(others)})")
         warnings.warn(f"sd3_pickscore_nft verified against {compared}", stacklevel=1)
-    assert verified.code == 0, verified.text
-    assert "PASSED: 20 metric series match" in verified.out, compared
-    (verify_log,) = (tmp_path / "verify").rglob("run.log")
+        assert verified.code == 0, verified.text
+        assert "PASSED: 20 metric series match" in verified.out, compared
+    (verify_log,) = verify_dir.rglob("run.log")
     assert "Ray: a local instance of this run's own" in verify_log.read_text()
-    assert not list(head_temp.glob("session_*/logs/python-core-driver-*")), "the run used the foreign Ray head"
+    assert not head_drivers, f"the run used the foreign Ray head: {head_drivers}"
     bad = run_cli("record", str(CARD), "--runs", "2", "--no-doctor", "--parallel", "2", "--out", str(tmp_path / "bad.json"),
                   "--trace", "--workdir", str(tmp_path / "bad"), "--", "--no-seed-rollout-manager", cwd=REPO)
     assert bad.code == 1 and not (tmp_path / "bad.json").exists()

@@ -70,9 +70,12 @@ def test_verify_suite_one_table_one_exit_code_junit_and_summary(tmp_path: Path) 
     summary = tmp_path / "summary.md"
     summary.write_text("earlier step\n")
     result = run_cli("verify", "--suite", "toy", "--cards", str(folder), "--junit-xml", str(junit),
-                     env={"GITHUB_STEP_SUMMARY": str(summary)})
+                     "--workdir", str(tmp_path / "runs"), env={"GITHUB_STEP_SUMMARY": str(summary)})
     assert result.code == 1, result.text
     assert "PASSED" in result.out and "FAILED" in result.out and "1 of 2 cards passed" in result.out
+    # --workdir: each card's run under its file's stem, kept whether it passed (a) or failed (b)
+    assert sorted(p.relative_to(tmp_path / "runs").as_posix() for p in (tmp_path / "runs").glob("*/run1/metrics.jsonl")) \
+        == ["a/run1/metrics.jsonl", "b/run1/metrics.jsonl"]
     assert "a: the run took" in result.err and "over the card's est_time" in result.err  # est_time 0.001 s
     assert "b: the run took" not in result.err
     root = valid_junit(junit)

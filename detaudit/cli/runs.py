@@ -229,7 +229,8 @@ def _record_metrics(files: tuple[Path, ...], *, out: Path | None, update: bool, 
 @click.option("--exclude", multiple=True, metavar="GLOB",
               help="Leave the standard's series matching GLOB out of the comparison (repeatable; the report lists them).")
 @click.option("--include", multiple=True, metavar="GLOB", help="Compare series matching GLOB even if --exclude names them.")
-@workdir_option("Where the run dir goes; it must be empty (default: a new temp dir, removed when the run passed).")
+@workdir_option("Where the run dir goes; it must be empty (default: a new temp dir, removed when the run passed). "
+                "With --suite: each card's under WORKDIR/<card file stem>, kept.")
 @cluster_option("the run")
 @click.option("--suite", metavar="NAME", help="Verify every card of suite NAME (cards in --cards): one table, one exit code.")
 @click.option("--cards", type=click.Path(file_okay=False, path_type=Path), default=Path("recipes"), show_default=True,
@@ -266,12 +267,12 @@ def verify(card: Path | None, extra_args: tuple[str, ...], metrics: Path | None,
     if strict_runner and allow_other_runner:
         raise click.UsageError("--strict-runner and --allow-other-runner contradict each other")
     if suite is not None:
-        if card is not None or metrics is not None or standard is not None or extra_args or workdir is not None or cluster \
+        if card is not None or metrics is not None or standard is not None or extra_args or cluster \
                 or trace or as_json or exclude or include or runner_class is not None or perturb_schedule:
-            raise click.UsageError("--suite verifies the suite's cards: it takes no CARD, --metrics, --standard, --workdir, "
+            raise click.UsageError("--suite verifies the suite's cards: it takes no CARD, --metrics, --standard, "
                                    "--cluster, --trace, --perturb-schedule, --json, --exclude, --include or extra args "
                                    "(--junit-xml gives one report)")
-        _verify_suite(suite, cards, allow_other_runner, junit_xml, html, overwrite_html, scan_report)
+        _verify_suite(suite, cards, allow_other_runner, junit_xml, html, overwrite_html, scan_report, workdir)
     if perturb_schedule and metrics is not None:
         raise click.UsageError("--perturb-schedule perturbs a run: give a CARD, not --metrics")
     loaded = card_or_demo(card) if card is not None or metrics is None else None
@@ -313,7 +314,7 @@ def _command_files(card: Card) -> list[tuple[Path | None, str]]:
 
 
 def _verify_suite(suite: str, cards_dir: Path, allow_other_runner: bool, junit_xml: Path | None, html: Path | None = None,
-                  overwrite_html: bool = False, scan_report: Path | None = None) -> None:
+                  overwrite_html: bool = False, scan_report: Path | None = None, workdir: Path | None = None) -> None:
     from detaudit.flows.suite import find_cards, over_estimate, verify_suite
     from detaudit.render.runs import print_est_time_warning
 
@@ -336,7 +337,7 @@ def _verify_suite(suite: str, cards_dir: Path, allow_other_runner: bool, junit_x
     try:
         with display:
             result = verify_suite(found, suite=suite, allow_other_runner=allow_other_runner, on_card=on_card,
-                                  on_update=display.update)
+                                  on_update=display.update, workdir=workdir)
     except KeyboardInterrupt as exc:
         _interrupted(err_console, exc, "not verified")
     for o in result.outcomes:

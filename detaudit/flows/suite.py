@@ -58,15 +58,20 @@ def verify_suite(
     allow_other_runner: bool = False,
     on_card: Callable[[Card], None] | None = None,
     on_update: Callable[[list[Any]], None] | None = None,
+    workdir: str | Path | None = None,
 ) -> SuiteResult:
-    """Verify each card in turn, keeping going after a failure so the table covers the suite."""
+    """Verify each card in turn, keeping going after a failure so the table covers the suite.
+
+    ``workdir``: each card's run dir goes under ``WORKDIR/<card file stem>`` and is kept (default:
+    a new temp dir per card, removed when its run passed)."""
     result = SuiteResult(suite)
     for card in cards:
         if on_card:
             on_card(card)
         started = time.monotonic()
         try:
-            outcome = verify(card, allow_other_runner=allow_other_runner, on_update=on_update)  # parsed once
+            outcome = verify(card, allow_other_runner=allow_other_runner, on_update=on_update,  # parsed once
+                             workdir=Path(workdir) / card.path.stem if workdir is not None else None)
         except InputError as exc:
             result.outcomes.append(CardOutcome(card, VerifyStatus.ERROR, error=str(exc), elapsed=time.monotonic() - started))
             continue
