@@ -243,7 +243,8 @@ def nft_traced_recording(request: pytest.FixtureRequest) -> Recording:
 @contextmanager
 def foreign_ray_head() -> Iterator[tuple[str, Path]]:
     """Someone else's Ray on this machine: a `ray start --head` of its own port and temp dir.
-    Yields (its address, its temp dir); stopped after by ending only the processes it started."""
+    Yields (its address, its temp dir); stopped after by ending only the processes it started.
+    Not ``ray_head``: no dashboard or job server (nothing submits to it), so it is up in seconds."""
     temp = Path(tempfile.mkdtemp(prefix="rayf", dir="/tmp"))  # short: Ray's socket paths are bounded
     address = f"127.0.0.1:{free_port()}"
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")

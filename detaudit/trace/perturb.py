@@ -203,7 +203,8 @@ def install_ray_wait(run: int, worker: Any, is_library: Callable[[str], bool]) -
                     or not all(isinstance(w, object_ref) for w in ray_waitables) or not _called_by_program(is_library):
                 return original(ray_waitables, *args, **kwargs)
             started = time.monotonic()
-            first = ready, _ = original(ray_waitables, **kwargs)
+            as_ray_handed = original(ray_waitables, **kwargs)
+            ready = as_ray_handed[0]
             timeout = kwargs.get("timeout")
             window = GATHER_WINDOW_S if timeout is None else min(GATHER_WINDOW_S, timeout - (time.monotonic() - started))
             if ready and len(ready) < len(ray_waitables) and window > 0:
@@ -212,8 +213,8 @@ def install_ray_wait(run: int, worker: Any, is_library: Callable[[str], bool]) -
             ready_now = set(ready)
             chosen = [i for i in arrival_order(run, len(ray_waitables))
                       if ray_waitables[i] in ready_now][:kwargs.get("num_returns", 1)]
-            if len(chosen) < len(first[0]):  # never hand over less than Ray did (the program would wait on)
-                return first
+            if len(chosen) < len(as_ray_handed[0]):  # never hand over less than Ray did (the program would wait on)
+                return as_ray_handed
             rest = sorted(set(range(len(ray_waitables))) - set(chosen))
             return [ray_waitables[i] for i in chosen], [ray_waitables[i] for i in rest]
 
