@@ -147,6 +147,8 @@ def test_standard_holds_on_this_machine_and_unseeded_manager_refuses(
         assert at[f"{who}/setup"] <= at[f"{who}/ready"] <= at["driver/actors_ready"]
     engine_build = [at[f"engine0/{m}"] for m in ("setup", "clip_l", "clip_g", "t5", "vae", "transformer", "cast", "ready")]
     assert engine_build == sorted(engine_build)
+    # One Python worker per actor: none prestarted for tasks, which the recipe never runs.
+    assert first["perf/ray_python_workers"] == 4
     committed = REPO / "standards" / f"sd3_pickscore_nft.{'-'.join(here)}.json"
     if committed.exists():
         assert json.loads(committed.read_text())["series"] == doc["series"]

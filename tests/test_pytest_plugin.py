@@ -160,18 +160,37 @@ def test_malformed_metrics_is_a_one_line_test_failure(pytester: pytest.Pytester,
     assert "Traceback" not in bad_standard.stdout.str()
 
 
-@pytest.mark.slow  # over ~3 s on 2 cores (docs/testing.md, the fast set)
+def ci_value(variable: str) -> str:
+    return "https://ci.example" if variable == "JENKINS_URL" else "true"
+
+
 @pytest.mark.parametrize("variable", CI_VARIABLES)
 def test_every_ci_variable_refuses_updates_unless_forced(pytester: pytest.Pytester, project: Path,
                                                         monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
-    monkeypatch.setenv(variable, "https://ci.example" if variable == "JENKINS_URL" else "true")
+    monkeypatch.setenv(variable, ci_value(variable))
     refused = run(pytester, TRAINING, "--detaudit-update")
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     refused.stderr.fnmatch_lines([f"*refusing to update standards on a CI system ({variable} is set)*"
                                   "--detaudit-force-update*"])
     assert not (project / LOSS).exists()
-    update(pytester, TRAINING, "--detaudit-force-update").assert_outcomes(passed=2)
+    # The decision is taken before any test runs: a session that selects none shows it without the
+    # runs an update makes (the forced update itself: the next test).
+    nothing = ("-k", "no_test_has_this_name")
+    forced = run(pytester, TRAINING, "--detaudit-update", "--detaudit-force-update", *nothing)
     monkeypatch.setenv(variable, "false")  # set, but off: not CI
+    off = run(pytester, TRAINING, "--detaudit-update-all", *nothing)
+    for allowed in (forced, off):
+        assert allowed.ret == pytest.ExitCode.NO_TESTS_COLLECTED, allowed.stderr.str()
+        assert "refusing" not in allowed.stderr.str()
+
+
+@pytest.mark.slow  # over ~3 s on 2 cores (docs/testing.md, the fast set)
+def test_a_forced_update_on_ci_writes_the_standards(pytester: pytest.Pytester, project: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    update(pytester, TRAINING, "--detaudit-force-update").assert_outcomes(passed=2)
+    assert (project / LOSS).is_file()
+    monkeypatch.setenv("GITHUB_ACTIONS", "false")  # set, but off: not CI
     update(pytester, TRAINING, option="--detaudit-update-all").assert_outcomes(passed=2)
 
 

@@ -78,6 +78,16 @@ def memory_metrics(peaks: dict[str, dict[str, float]]) -> dict[str, float]:
             for kind, value in peak.items()}
 
 
+def python_workers_started(ray: Any) -> int | None:
+    """How many Python worker processes this run's own Ray has started (one core-worker log each),
+    or None where Ray does not say (its node object is Ray's private API)."""
+    try:
+        logs = Path(ray._private.worker._global_node.get_logs_dir_path())
+    except (AttributeError, TypeError):
+        return None
+    return sum(1 for _ in logs.glob("python-core-worker-*.log"))
+
+
 def startup_timeline(driver: dict[str, float], actor_marks: dict[str, dict[str, float]]) -> dict[str, float]:
     """``perf/startup/<process>/<mark>``: seconds from the driver's start to each start-up mark
     (the driver's and every actor's), for the first rollout's metrics line."""

@@ -15,7 +15,7 @@ from typing import Any
 from detaudit.env import determinism
 from recipes.diffusion_nft.config import JobConfig, parse_args
 from recipes.diffusion_nft.metrics_log import MetricsLog, metrics_paths
-from recipes.diffusion_nft.perf import memory_metrics, startup_timeline
+from recipes.diffusion_nft.perf import memory_metrics, python_workers_started, startup_timeline
 from recipes.diffusion_nft.placement import Actors, RaySession, start_actors, start_ray
 
 
@@ -91,6 +91,9 @@ def train(config: JobConfig, ray: Any, session: RaySession, metrics: MetricsLog,
             rollout_metrics["perf/model_load_time"] = max(load_times)
             rollout_metrics["perf/ray_init_time"] = driver["ray_init"] - driver["start"]
             rollout_metrics.update(startup_timeline(driver, marks))
+            workers = None if session.joined else python_workers_started(ray)  # a cluster's logs hold other jobs'
+            if workers is not None:
+                rollout_metrics["perf/ray_python_workers"] = workers
         metrics.write("rollout/step", rollout, rollout_metrics)
         t_train = time.perf_counter()
         results = ray.get([t.train.remote(batch_ref, rollout) for t in actors.trainers])[0]
