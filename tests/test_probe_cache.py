@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,10 @@ cuda = types.SimpleNamespace(is_available=lambda: False)
 
 
 def fake_torch(root: Path, version: str = "9.9.0", cuda: str | None = None, threads: int = 3) -> Path:
+    """A torch package that says ``version``; written again over an old one, it is a reinstall, whose
+    compiled files are new too: Python checks a .pyc against its source's size and mtime in whole
+    seconds, and these files keep their size, so an old .pyc would still be imported within the second."""
+    shutil.rmtree(root / "torch" / "__pycache__", ignore_errors=True)
     (root / "torch").mkdir(parents=True, exist_ok=True)
     (root / "torch" / "version.py").write_text(f"__version__ = {version!r}\ncuda = {cuda!r}\nhip = None\n")
     (root / "torch" / "__init__.py").write_text(FAKE_TORCH.format(threads=threads))
