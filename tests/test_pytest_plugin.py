@@ -160,14 +160,10 @@ def test_malformed_metrics_is_a_one_line_test_failure(pytester: pytest.Pytester,
     assert "Traceback" not in bad_standard.stdout.str()
 
 
-def ci_value(variable: str) -> str:
-    return "https://ci.example" if variable == "JENKINS_URL" else "true"
-
-
 @pytest.mark.parametrize("variable", CI_VARIABLES)
 def test_every_ci_variable_refuses_updates_unless_forced(pytester: pytest.Pytester, project: Path,
                                                         monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
-    monkeypatch.setenv(variable, ci_value(variable))
+    monkeypatch.setenv(variable, "https://ci.example" if variable == "JENKINS_URL" else "true")
     refused = run(pytester, TRAINING, "--detaudit-update")
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     refused.stderr.fnmatch_lines([f"*refusing to update standards on a CI system ({variable} is set)*"

@@ -204,7 +204,7 @@ def install_ray_wait(run: int, worker: Any, is_library: Callable[[str], bool]) -
                 return original(ray_waitables, *args, **kwargs)
             started = time.monotonic()
             as_ray_handed = original(ray_waitables, **kwargs)
-            ready = as_ray_handed[0]
+            ready, _ = as_ray_handed
             timeout = kwargs.get("timeout")
             window = GATHER_WINDOW_S if timeout is None else min(GATHER_WINDOW_S, timeout - (time.monotonic() - started))
             if ready and len(ready) < len(ray_waitables) and window > 0:
