@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -36,8 +37,10 @@ with torch.no_grad():
         if "lora_B" in name:
             p.copy_(torch.linspace(-0.05, 0.05, p.numel()).reshape(p.shape))
 gen = torch.Generator().manual_seed(0)
-x = dict(hidden_states=torch.randn(2, 4, 16, 16, generator=gen), encoder_hidden_states=torch.randn(2, 7, 64, generator=gen),
-         pooled_projections=torch.randn(2, 64, generator=gen), timestep=torch.tensor([250.0, 750.0]), return_dict=False)
+# A rollout's shapes on the tiny card (8 samples, 154 text tokens): the graphs the recipe's engines
+# compile, so that a cold Inductor cache builds these kernels once for the suite (docs/testing.md).
+x = dict(hidden_states=torch.randn(8, 4, 16, 16, generator=gen), encoder_hidden_states=torch.randn(8, 154, 64, generator=gen),
+         pooled_projections=torch.randn(8, 64, generator=gen), timestep=torch.linspace(100.0, 900.0, 8), return_dict=False)
 
 def outputs():
     with torch.no_grad():
@@ -113,11 +116,12 @@ import torch._dynamo.utils
 from recipes.diffusion_nft.actors.engine import RolloutEngine, sample_batch_sizes
 from recipes.diffusion_nft.config import parse_args
 
-# 2 prompts x 3 samples in chunks of 4: the transformer runs at batch sizes 4 and 2.
+# 3 prompts x 4 samples in chunks of 8: the transformer runs at batch sizes 8 (a whole rollout of the
+# tiny card, whose graphs the recipe's engines compile too) and 4.
 args = parse_args(["--preset", "tiny", "--device", "cpu", "--compile-blocks", "--deterministic-mode",
-                   "--prompts-per-rollout", "2", "--group-size", "3", "--sample-batch", "4", "--steps", "2"])
+                   "--prompts-per-rollout", "3", "--group-size", "4", "--sample-batch", "8", "--steps", "2"])
 engine = RolloutEngine(args, 0)
-prompts = [(0, "a red cube"), (1, "two cats")]
+prompts = [(0, "a red cube"), (1, "two cats"), (2, "a green hill")]
 graphs = lambda: torch._dynamo.utils.counters["stats"]["unique_graphs"]
 eager = engine.generate(prompts, 7)
 graphs_eager = graphs()
@@ -144,7 +148,7 @@ def test_engine_samples_eagerly_until_compiled_then_never_compiles_again() -> No
                           timeout=900, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert r["batch_sizes"] == [2, 4]
+    assert r["batch_sizes"] == [4, 8]
     assert r["graphs_eager"] == 0
     assert r["graphs_warm"] > 0 and r["compiled"] and r["compile_s"] > 0
     assert r["graphs_after"] == r["graphs_warm"], "generate() compiled a graph the warm-up missed"
@@ -164,13 +168,15 @@ from recipes.diffusion_nft.ports import file_rendezvous
 RENDEZVOUS = tempfile.TemporaryDirectory()  # removed at exit
 
 def one_update(compile_blocks):
-    flags = ["--preset", "tiny", "--device", "cpu", "--precision", "fp32", "--micro-batch", "8", "--sample-batch", "8"]
+    # The trainer as the tiny card runs it (fp16, --deterministic-mode, a whole rollout of 2 prompts x 4
+    # samples per step): the graphs test_pipeline's compiled run compiles, built once in a cold cache.
+    flags = ["--preset", "tiny", "--device", "cpu", "--deterministic-mode"]
     args = parse_args(flags + (["--compile-blocks"] if compile_blocks else []))
     actor = TrainActor(args, 0, 1, file_rendezvous(tempfile.mkdtemp(dir=RENDEZVOUS.name)))
     try:
         compiled = lambda: all(getattr(b, "_compiled_call_impl", None) is not None for b in actor.model.transformer_blocks)
         at_init = compiled()
-        (metrics,) = actor.train(rollout_batch(), 0)
+        (metrics,) = actor.train(rollout_batch(group=4, text_tokens=154), 0)
         return at_init, compiled(), metrics["train/loss"]
     finally:
         dist.destroy_process_group()
@@ -209,3 +215,26 @@ def test_sample_batch_sizes_follow_the_managers_shards() -> None:
     assert sizes(["--rollout-engines", "2"], 1) == [4]
     # more engines than prompts: engine 3 never samples, so it builds nothing
     assert sizes(["--rollout-engines", "4"], 3) == []
+
+
+# In this file, not test_pipeline.py: the unit tests above compile the tiny card's shapes, so with a
+# cold Inductor cache (a fresh clone) the tests of one worker build those kernels once, in order,
+# instead of two workers building them at the same time (docs/testing.md).
+@pytest.mark.slow
+@pytest.mark.ray
+def test_compiled_engines_build_their_kernels_after_rollout_0_and_only_if_another_follows(tmp_path: Path) -> None:
+    """--compile-blocks: rollout 0 samples eagerly, the engines compile during its training, so
+    only a run with a second rollout pays the compile (perf/engine_compile_time on loop 0)."""
+    def loops(rollouts: int) -> list[dict]:
+        metrics = tmp_path / f"r{rollouts}.jsonl"
+        proc = subprocess.run([sys.executable, "-m", "recipes.diffusion_nft", "--preset", "tiny", "--device", "cpu",
+                               "--deterministic-mode", "--compile-blocks", "--rollouts", str(rollouts),
+                               "--metrics-jsonl", str(metrics)], cwd=REPO, capture_output=True, text=True,
+                              timeout=900, check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return [json.loads(line) for line in metrics.read_text().splitlines() if '"perf/step"' in line]
+
+    two = loops(2)
+    assert [("perf/engine_compile_time" in loop) for loop in two] == [True, False]
+    assert two[0]["perf/engine_compile_time"] > 0
+    assert ["perf/engine_compile_time" in loop for loop in loops(1)] == [False]

@@ -8,6 +8,7 @@ never a cluster that RAY_ADDRESS or a `ray start` on the machine names.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -136,3 +137,32 @@ def test_fill_uninitialized_memory_can_be_switched_off() -> None:
 
     assert probe("1") == "[true, true]"  # torch's default under use_deterministic_algorithms
     assert probe("0").startswith("[false, ")  # what the empty tensor holds is then whatever was there
+
+
+# python -c INDUCTOR_PROBE BEFORE: Inductor imported before enable (BEFORE=1) or after it.
+INDUCTOR_PROBE = """
+import json, sys
+import torch
+if sys.argv[1] == "1":
+    import torch._inductor.config
+from detaudit.env import determinism
+determinism.enable(0)
+imported_by_enable = sys.argv[1] == "0" and "torch._inductor.config" in sys.modules
+import torch._inductor.config
+print(json.dumps([torch.are_deterministic_algorithms_enabled(), torch._inductor.config.deterministic, imported_by_enable]))
+"""
+
+
+@pytest.mark.slow
+def test_enable_sets_inductors_deterministic_mode_without_importing_it() -> None:
+    """As torch.use_deterministic_algorithms(True) does, without its ~1.5 s import of Inductor in
+    processes that never compile: Inductor imported before gets the flag, Inductor imported after
+    reads it from TORCHINDUCTOR_DETERMINISTIC, even where the user's environment said "0"."""
+    def probe(inductor_first: str, **env: str) -> list[bool]:
+        proc = subprocess.run([sys.executable, "-c", INDUCTOR_PROBE, inductor_first], capture_output=True, text=True,
+                              check=True, env={**os.environ, **env})
+        return json.loads(proc.stdout)
+
+    assert probe("0") == [True, True, False]
+    assert probe("1") == [True, True, False]
+    assert probe("0", TORCHINDUCTOR_DETERMINISTIC="0") == [True, True, False]

@@ -290,23 +290,3 @@ def test_the_driver_starts_ray_before_it_imports_torch(two_rank_run: tuple[Resul
     assert proc.code == 0, proc.err[-3000:]
     result = json.loads(proc.out.strip().splitlines()[-1])
     assert result == {"code": 0, "ray_up_when_torch_imported": True}
-
-
-@pytest.mark.slow
-@pytest.mark.ray
-def test_compiled_engines_build_their_kernels_after_rollout_0_and_only_if_another_follows(tmp_path: Path) -> None:
-    """--compile-blocks: rollout 0 samples eagerly, the engines compile during its training, so
-    only a run with a second rollout pays the compile (perf/engine_compile_time on loop 0)."""
-    def loops(rollouts: int) -> list[dict]:
-        metrics = tmp_path / f"r{rollouts}.jsonl"
-        proc = subprocess.run([sys.executable, "-m", "recipes.diffusion_nft", "--preset", "tiny", "--device", "cpu",
-                               "--deterministic-mode", "--compile-blocks", "--rollouts", str(rollouts),
-                               "--metrics-jsonl", str(metrics)], cwd=REPO, capture_output=True, text=True,
-                              timeout=900, check=False)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return [json.loads(line) for line in metrics.read_text().splitlines() if '"perf/step"' in line]
-
-    two = loops(2)
-    assert [("perf/engine_compile_time" in loop) for loop in two] == [True, False]
-    assert two[0]["perf/engine_compile_time"] > 0
-    assert ["perf/engine_compile_time" in loop for loop in loops(1)] == [False]

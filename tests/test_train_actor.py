@@ -17,12 +17,14 @@ from conftest import REPO
 pytestmark = pytest.mark.recipe
 
 
-def rollout_batch(n: int = 8, k: int = 9, group: int = 2) -> dict[str, torch.Tensor]:
+def rollout_batch(n: int = 8, k: int = 9, group: int = 2, text_tokens: int = 20) -> dict[str, torch.Tensor]:
+    """A rollout's batch of the tiny preset's shapes; a real rollout has 2 prompts of 4 samples and
+    154 text tokens (CLIP's 77, then T5's 77)."""
     gen = torch.Generator().manual_seed(3)
     adv = torch.randn(n, generator=gen, dtype=torch.float64)
     return {
         "x0": torch.randn(n, 4, 16, 16, generator=gen),
-        "prompt_embeds": torch.randn(n // group, 20, 64, generator=gen),  # one row per prompt
+        "prompt_embeds": torch.randn(n // group, text_tokens, 64, generator=gen),  # one row per prompt
         "pooled": torch.randn(n // group, 64, generator=gen),
         "prompt_row": torch.arange(n // group).repeat_interleave(group),
         "adv": adv,

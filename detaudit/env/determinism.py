@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 from typing import Any
 
 SEED_ENV = "DETAUDIT_SEED"
@@ -97,9 +98,31 @@ def set_deterministic_flags(attention: str = "math", fill_uninitialized_memory: 
     # standard recorded in fp32 means fp32 (``detaudit doctor`` checks it).
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    torch.use_deterministic_algorithms(True, warn_only=False)
+    use_deterministic_algorithms()
     torch.utils.deterministic.fill_uninitialized_memory = fill_uninitialized_memory  # type: ignore[attr-defined]
     set_attention_backends(attention)
+
+
+def use_deterministic_algorithms() -> None:
+    """``torch.use_deterministic_algorithms(True)`` without importing Inductor.
+
+    torch's function also sets Inductor's ``deterministic`` and imports Inductor to do it: ~1.5 s
+    of CPU in every process that never compiles (a driver, a rollout manager, each seeded Ray
+    worker). Inductor reads ``TORCHINDUCTOR_DETERMINISTIC`` when it is first imported, so this
+    sets that variable, sets the flag where Inductor is already imported, and switches torch's
+    own kernels as torch does.
+    """
+    import torch
+
+    set_switch = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if set_switch is None:  # not in this torch: its public function, import included
+        torch.use_deterministic_algorithms(True, warn_only=False)
+        return
+    os.environ["TORCHINDUCTOR_DETERMINISTIC"] = "1"
+    inductor_config = sys.modules.get("torch._inductor.config")
+    if inductor_config is not None:
+        inductor_config.deterministic = True  # type: ignore[attr-defined]
+    set_switch(True, warn_only=False)
 
 
 def set_attention_backends(attention: str) -> None:
