@@ -460,6 +460,22 @@ def _no_ray_in_the_test_process(request: pytest.FixtureRequest) -> Iterator[None
                                     f"(threads left: {', '.join(sorted(set(threads)))})")
 
 
+# DETAUDIT_SUITE_TIMELINE=FILE: every test's xdist worker, start and end (seconds since the epoch) and
+# node id, one tab-separated line each, appended to FILE: which worker waited or idled when, under the
+# suite's own xdist options (docs/testing.md). benchmarks/suite_census.py measures CPU instead.
+_TIMELINE = os.environ.get("DETAUDIT_SUITE_TIMELINE")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    started = time.time()
+    yield
+    if _TIMELINE:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "-")
+        with open(_TIMELINE, "a", encoding="utf-8") as timeline:
+            timeline.write(f"{worker}\t{started:.3f}\t{time.time():.3f}\t{item.nodeid}\n")
+
+
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook
 def pytest_testnodedown(node, error) -> None:  # node: xdist's WorkerController
     """Under pytest-xdist, in the controller: what a worker's own check found (see pytest_sessionfinish)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,3 +30,18 @@ def test_each_test_is_one_row_and_each_file_sums_its_rows(tmp_path: Path) -> Non
     a_sum = rows["test_a.py::test_one"][0] + rows["test_a.py::test_two"][0]
     assert abs(per_file["test_a.py"] - a_sum) < 0.15 and abs(per_file["test_b.py"] - rows["test_b.py::test_three"][0]) < 0.15
     assert "3 tests:" in proc.stdout
+
+
+@pytest.mark.slow  # a pytest session of its own under the suite's xdist options
+def test_the_timeline_names_each_tests_worker_start_and_end(tmp_path: Path) -> None:
+    timeline = tmp_path / "timeline.tsv"
+    files = ["tests/test_formats.py", "tests/test_verify_selection.py"]
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow", *files],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+                          env={**os.environ, "DETAUDIT_SUITE_TIMELINE": str(timeline)})
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    rows = [line.split("\t") for line in timeline.read_text().splitlines()]
+    ran = int(proc.stdout.split(" passed")[0].split()[-1])
+    assert len(rows) == ran > 0 and {row[0] for row in rows} <= {"gw0", "gw1"}
+    assert all(float(start) <= float(end) for _, start, end, _ in rows)
+    assert {row[3].split("::")[0] for row in rows} == set(files)
