@@ -169,7 +169,7 @@ RENDEZVOUS = tempfile.TemporaryDirectory()  # removed at exit
 
 def one_update(compile_blocks):
     # The trainer as the tiny card runs it (fp16, --deterministic-mode, a whole rollout of 2 prompts x 4
-    # samples per step): the graphs test_pipeline's compiled run compiles, built once in a cold cache.
+    # samples per step): the graphs the compiled-engine run at the end of this file compiles, built once.
     flags = ["--preset", "tiny", "--device", "cpu", "--deterministic-mode"]
     args = parse_args(flags + (["--compile-blocks"] if compile_blocks else []))
     actor = TrainActor(args, 0, 1, file_rendezvous(tempfile.mkdtemp(dir=RENDEZVOUS.name)))
