@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import stat
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from detaudit.errors import InputError, UsageError
+
+# tempfile (with random) and shutil (~4 ms) are imported where a file is written: every command
+# imports this module, and the ones that only read (diff, verify --metrics, standard show) write nothing.
 
 
 def umask() -> int:
@@ -87,6 +88,8 @@ def write_atomic(path: str | Path, text: str | bytes, *, overwrite: bool, replac
 def _temporary_beside(path: Path, created: list[Path]) -> tuple[int, str]:
     """A temporary file in ``path``'s folder. A concurrent writer that failed may have removed
     the (then empty) folder between our ``make_parents`` and here: make it again, a few times."""
+    import tempfile
+
     for _ in range(3):  # then once more, letting the error through
         try:
             return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -128,6 +131,9 @@ def replace_folder(staged: Path | None, destination: Path) -> None:
     """Put the complete folder ``staged`` at ``destination`` (with None: only remove what is there),
     retiring the old folder first. Renames only, so ``destination`` is never half old and half new;
     ``staged`` must be on the same file system (made beside ``destination``)."""
+    import shutil
+    import tempfile
+
     retired = Path(tempfile.mkdtemp(prefix=f".{destination.name}.old.", dir=destination.parent))
     try:
         if destination.exists():

@@ -69,6 +69,41 @@ def test_a_scan_imports_only_its_own_command_and_no_report_it_does_not_write(tmp
     assert all(main.commands[name].name == name for name in main.commands)  # type: ignore[union-attr]
 
 
+COMMAND_START = """
+import sys
+from detaudit.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print(sorted(m for m in sys.modules if m in ("detaudit.data.card", "detaudit.run.spec", "detaudit.run.card_runs",
+                                             "detaudit.trace.compare", "detaudit.standards.compile_cache",
+                                             "rich.live", "rich.table", "xml.etree.ElementTree", "tempfile")))
+"""
+
+
+def test_commands_that_read_no_card_import_no_card_runs_traces_or_report_writers(tmp_path: Path) -> None:
+    """Most CLI calls in CI are `verify --metrics`, `diff` and `standard show` (the fast set runs
+    ~330): they import no card parser, run or trace machinery, live table, XML writer or temp-file
+    module (docs/testing.md: ~60 ms of each start-up). The same calls with a card or --junit-xml load them."""
+    standard = tmp_path / "std.json"
+    standard.write_text(json.dumps({"meta": {}, "metrics": {"loss": [[0, 1.0], [1, 2.0]]}}))
+    run = write_jsonl(tmp_path / "run.jsonl", [json.dumps({"step": s, "loss": v}) for s, v in ((0, 1.0), (1, 2.0))])
+    env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
+
+    def loaded(*args: str) -> list[str]:
+        proc = subprocess.run([sys.executable, "-c", COMMAND_START, *args], capture_output=True, text=True,
+                              check=True, env=env, cwd=tmp_path)
+        return ast.literal_eval(proc.stdout.strip().splitlines()[-1])
+
+    assert loaded("verify", "--metrics", str(run), "--standard", str(standard)) == []
+    assert loaded("diff", str(run), str(run)) == []
+    assert loaded("standard", "show", str(standard)) == ["rich.table"]  # the one thing it draws
+    # the control: a JUnit report loads the XML writer, and writing it a temporary file beside it
+    assert loaded("verify", "--metrics", str(run), "--standard", str(standard), "--junit-xml",
+                  str(tmp_path / "j.xml")) == ["tempfile", "xml.etree.ElementTree"]
+
+
 def test_the_package_names_are_there_when_read_and_not_imported_before() -> None:
     """`import detaudit` imports none of its public names' modules; each is there when read, a
     submodule (`determinism`, the seeding API pipelines call) included."""

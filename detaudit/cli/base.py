@@ -9,13 +9,18 @@ import warnings
 from collections.abc import Callable, Iterator, MutableMapping
 from functools import wraps
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from detaudit.data.card import Card, load_card
 from detaudit.errors import InputError, UsageError
 from detaudit.render.escapes import one_line
+
+if TYPE_CHECKING:
+    from detaudit.data.card import Card
+
+# The card parser (tomllib, shutil, the portable profiles: ~15 ms) is imported by the commands that
+# read a card (``card_or_demo``), not at every start-up: diff, scan-rng, standard and verify --metrics read none.
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
 JUNIT_PARAM = "junit_xml"  # commands with --junit-xml write CI reports on every outcome
@@ -177,6 +182,8 @@ def bundled_demo() -> Path:
 
 def card_or_demo(card: Path | None) -> Card:
     """The command's card, parsed once; without one, the bundled demo's (said on stderr), never by surprise."""
+    from detaudit.data.card import load_card
+
     if card is not None:
         return load_card(card)
     demo = bundled_demo()

@@ -18,12 +18,14 @@ import subprocess
 import sys
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from detaudit.data.card import Card
 from detaudit.errors import InputError
 from detaudit.fileio import user_cache_dir
 from detaudit.runner_class import RunnerClass
+
+if TYPE_CHECKING:  # annotations only: `record --metrics` and a failed `verify --metrics` read no card (~10 ms)
+    from detaudit.data.card import Card
 
 PROBE_SCRIPT = Path(__file__).parent / "probes" / "envprobe.py"
 # Where the probe keeps what importing torch told it (probes/probe_cache.py); "off" keeps nothing.

@@ -15,10 +15,9 @@ import tempfile
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from detaudit import __version__
-from detaudit.data.card import Card, as_card
 from detaudit.data.compare import DiffReport, diff_runs
 from detaudit.data.exclusion import exclusion_for
 from detaudit.data.metrics import MetricsRun
@@ -26,13 +25,6 @@ from detaudit.env.provenance import git_state, standard_runner
 from detaudit.errors import InputError, UsageError
 from detaudit.fileio import OutputPaths, replace_folder, write_atomic
 from detaudit.flows.results import RecordResult, RecordStatus, runs_trace_failures
-from detaudit.run.card_runs import place, run_card
-from detaudit.run.executor import runner_mismatch
-from detaudit.run.local import interrupts_as_exceptions
-from detaudit.run.plan import EnvHook, RunPlan, finish, read_run_metrics
-from detaudit.run.spec import RunSpec, RunState
-from detaudit.runner_class import RunnerClass
-from detaudit.standards import compile_cache
 from detaudit.standards.diff import diff_standards
 from detaudit.standards.formats import FORMAT_NAMES, comparison_of, load_any, render_as
 from detaudit.standards.formats import drop_nan_series as drop_nan
@@ -40,8 +32,17 @@ from detaudit.standards.from_metrics import agreeing_runs, compare_metrics, stan
 from detaudit.standards.standard import Standard, standard_lock
 from detaudit.standards.store import standard_path, standards_of_card
 from detaudit.trace import MODE_ENV, MODES, PERTURB_ENV, run_trace_dir
-from detaudit.trace.compare import audit_runs
 from detaudit.trace.saved import carries_trace, check_replaceable, save_trace, standard_trace_dir, trace_meta
+
+if TYPE_CHECKING:
+    from detaudit.data.card import Card
+    from detaudit.run.plan import EnvHook, RunPlan
+    from detaudit.run.spec import RunSpec, RunState
+    from detaudit.runner_class import RunnerClass
+
+# Deferred: what only runs of a card need (the card parser, placement and runs, compile caches, the
+# trace comparison: ~45 ms of imports) is imported by ``record`` and ``_judge``; ``record --metrics``
+# (``record_metrics``) does not pay for it.
 
 
 def record(
@@ -93,6 +94,11 @@ def record(
     _check_format(fmt, drop_nan_series)
     if trace is not None and trace not in MODES:
         raise UsageError(f"unknown trace mode {trace!r} (one of {', '.join(MODES)})")
+    from detaudit.data.card import as_card
+    from detaudit.run.card_runs import place, run_card
+    from detaudit.run.local import interrupts_as_exceptions
+    from detaudit.standards import compile_cache
+
     card = as_card(card_path)
     placement = place(card, cluster=cluster, parallel=parallel)
     if placement.refusal is not None:  # a standard recorded here would carry a promise this machine breaks
@@ -275,6 +281,9 @@ def check_trace_destination(path: Path, *, traced: bool) -> None:
 def _judge(plan: RunPlan, path: Path | None, old: Standard | None, *, update: bool, allow_partial: bool,
            fmt: str, drop_nan_series: bool = False) -> RecordResult:
     """Compare the finished runs; write the standard to ``path`` (None: write nothing) if they agree."""
+    from detaudit.run.executor import runner_mismatch
+    from detaudit.run.plan import finish, read_run_metrics
+
     states = plan.states
     if not all(s.ok for s in states):
         return RecordResult(RecordStatus.RUN_FAILED, path, states, plan.workdir)
@@ -288,6 +297,8 @@ def _judge(plan: RunPlan, path: Path | None, old: Standard | None, *, update: bo
                           metrics=parsed)
     traced = any(MODE_ENV in spec.overlay for spec in plan.specs)
     if traced:
+        from detaudit.trace.compare import audit_runs
+
         result.trace = audit_runs([run_trace_dir(spec.workdir) for spec in plan.specs])
     if not _agreeing(result, report, allow_partial):
         return result
@@ -333,6 +344,8 @@ def _write(result: RecordResult, standard: Standard, path: Path, old: Standard |
     standard.path = path
     result.status = RecordStatus.WRITTEN
     if plan is not None:  # runs made here: run 1's compile artifacts ship beside the standard
+        from detaudit.standards import compile_cache
+
         result.compile_cache = compile_cache.ship(plan.specs[0].workdir, path)
     if staged is not None:
         result.standard_trace = _put_in_place(staged, destination)

@@ -12,13 +12,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from detaudit.data.card import Card
-from detaudit.data.compare import DiffReport, PairDivergence
-from detaudit.data.metrics import MetricsRun
-from detaudit.run.spec import RunState
-from detaudit.runner_class import RunnerClass
-
+# Every module below is named in annotations only (strings here): every command imports this module,
+# and none pays for the card parser, the run spec (subprocess) or the trace comparison through it.
 if TYPE_CHECKING:
+    from detaudit.data.card import Card
+    from detaudit.data.compare import DiffReport, PairDivergence
+    from detaudit.data.metrics import MetricsRun
+    from detaudit.run.spec import RunState
+    from detaudit.runner_class import RunnerClass
     from detaudit.standards.diff import StandardDiff
     from detaudit.standards.standard import Standard
     from detaudit.trace.compare import (

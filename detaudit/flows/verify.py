@@ -9,32 +9,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from detaudit.data.approximate import approximate_rule
-from detaudit.data.card import Card, as_card
-from detaudit.env.imports import card_imports
-from detaudit.env.provenance import (
-    bit_packages,
-    detect_environment,
-    package_differences,
-    provenance_differences,
-)
 from detaudit.errors import InputError, UsageError
-from detaudit.fileio import OutputPaths
 from detaudit.flows.results import VerifyResult, VerifyStatus
-from detaudit.run.card_runs import Placement, place, run_card
-from detaudit.run.executor import runner_mismatch
-from detaudit.run.plan import EnvHook, finish, missing_metrics, no_metrics_error
-from detaudit.run.spec import RunState
-from detaudit.runner_class import RunnerClass
-from detaudit.standards import compile_cache
 from detaudit.standards.check import check_run, compared_series
 from detaudit.standards.formats import load_any
-from detaudit.standards.store import approximate_standard_path, standard_path, standards_of_card
-from detaudit.trace import MODES, run_trace_dir
-from detaudit.trace.compare import audit_runs
-from detaudit.trace.saved import carries_trace, read_saved, standard_trace_dir
+
+if TYPE_CHECKING:
+    from detaudit.data.approximate import ApproximateRule
+    from detaudit.data.card import Card
+    from detaudit.fileio import OutputPaths
+    from detaudit.run.card_runs import Placement
+    from detaudit.run.plan import EnvHook
+    from detaudit.run.spec import RunState
+    from detaudit.runner_class import RunnerClass
+
+# Deferred: what only a run of a card needs (the card parser, placement and runs, the standard
+# store, compile caches, traces) and the environment's provenance (a failure's report) are imported
+# where used, so that `verify --metrics FILE --standard STD` (most calls in CI) does not pay ~40 ms of imports.
 
 
 def verify(
@@ -92,17 +85,27 @@ def verify(
                          "of the CARD, without --metrics)")
     if runner_class is not None and (metrics is None or card_path is not None):
         raise UsageError("--runner-class names where a --metrics run ran; with a CARD the class is detected")
-    if trace is not None and trace not in MODES:
-        raise UsageError(f"unknown trace mode {trace!r} (one of {', '.join(MODES)})")
-    card: Card | None = as_card(card_path) if card_path is not None else None
+    if trace is not None:
+        from detaudit.trace import MODES
+
+        if trace not in MODES:
+            raise UsageError(f"unknown trace mode {trace!r} (one of {', '.join(MODES)})")
+    card: Card | None = None
     info: dict[str, Any] | None = None
     here = runner_class
     placement: Placement | None = None
-    if card is not None:
+    rule: ApproximateRule | None = None
+    if card_path is not None:
+        from detaudit.data.approximate import approximate_rule
+        from detaudit.data.card import as_card
+        from detaudit.run.card_runs import place
+        from detaudit.standards.store import approximate_standard_path, standard_path, standards_of_card
+
+        card = as_card(card_path)
         placement = place(card, cluster=cluster)
         info, here = placement.environment, placement.runner_class
-    # Opt-in, kept apart: this runner class checked approximately against another's standard.
-    rule = approximate_rule(card, here) if card is not None and here is not None else None
+        # Opt-in, kept apart: this runner class checked approximately against another's standard.
+        rule = approximate_rule(card, here) if here is not None else None
     if placement is not None and placement.refusal is not None:  # before any run: nothing could be proven
         assert card is not None and here is not None
         refused = Path(standard) if standard is not None else standard_path(card, here)
@@ -158,6 +161,12 @@ def verify(
     saved_trace = None
     if metrics is None:
         assert card is not None and placement is not None
+        from detaudit.run.card_runs import run_card
+        from detaudit.run.executor import runner_mismatch
+        from detaudit.run.plan import missing_metrics, no_metrics_error
+        from detaudit.standards import compile_cache
+        from detaudit.trace.saved import carries_trace, read_saved, standard_trace_dir
+
         carried = standard_trace_dir(path)
         if carries_trace(path):  # the standard carries its run's trace (a broken one is refused): trace this run too
             saved_meta, saved_trace = read_saved(carried)
@@ -181,6 +190,9 @@ def verify(
         if missing_metrics(plan):
             raise no_metrics_error(plan, plan.specs[0])
         if trace:
+            from detaudit.trace import run_trace_dir
+            from detaudit.trace.compare import audit_runs
+
             result.trace = audit_runs([run_trace_dir(plan.specs[0].workdir)], reference=saved_trace,
                                       reference_labels=("the standard's run", "this run"),
                                       packages=(info or {}).get("packages"))
@@ -195,10 +207,14 @@ def verify(
     result.left_out, result.renamed = check.left_out, check.renamed
     result.run_metrics = check.run
     if info is not None:  # a run of the card here: its packages against the standard's
+        from detaudit.env.provenance import package_differences
+
         result.package_changes = package_differences(std.runner, info)
     if result.failures:
         result.status = VerifyStatus.FAILED
         if std.runner:  # a golden of another framework records no environment: nothing to compare, no probe
+            from detaudit.env.provenance import detect_environment, package_differences, provenance_differences
+
             current = info if info is not None else detect_environment()
             result.package_changes = package_differences(std.runner, current)
             result.provenance = provenance_differences(std.runner, current) + result.package_changes
@@ -207,8 +223,13 @@ def verify(
     elif approximate is not None:
         result.status = VerifyStatus.APPROXIMATE  # never "passed": this class was not held to the exact standard
     if result.package_changes:  # (after the status: which packages can change bits is a note, never a verdict)
+        from detaudit.env.imports import card_imports
+        from detaudit.env.provenance import bit_packages
+
         result.bit_packages = bit_packages(result.package_changes, card_imports(card) if card is not None else set())[0]
     if plan is not None:
+        from detaudit.run.plan import finish
+
         # --trace: keep the trace; a trace taken only because the standard carries one goes on a pass
         result.workdir_removed = finish(plan, passed=result.ok and not explicit_trace)
     return result

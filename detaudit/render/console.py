@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.live import Live
 from rich.markup import escape
-from rich.table import Table
 
 from detaudit.render.escapes import one_line
-from detaudit.run.local import last_log_line
-from detaudit.run.spec import RunState, RunStatus
+
+if TYPE_CHECKING:
+    from rich.live import Live
+
+    from detaudit.run.spec import RunState
+
+# Deferred: the live table (rich.live, rich.table) is drawn on a terminal only, and the run modules
+# (subprocess) are loaded by runs that report progress: ~12 ms of every command's start-up otherwise.
 
 PREFIX = "\\[detaudit]"  # "[detaudit]", escaped for rich markup
 
@@ -50,6 +54,8 @@ class RunDisplay:
 
     def __enter__(self) -> RunDisplay:
         if self.console.is_terminal:
+            from rich.live import Live
+
             self.live = Live(console=self.console, refresh_per_second=4, transient=False)
             self.live.__enter__()
         return self
@@ -59,7 +65,13 @@ class RunDisplay:
             self.live.__exit__(*exc)
 
     def update(self, states: list[RunState]) -> None:
+        from detaudit.run.spec import RunStatus
+
         if self.live is not None:
+            from rich.table import Table
+
+            from detaudit.run.local import last_log_line
+
             table = Table(title=self.label, title_justify="left", header_style="bold")
             for col, width in (("run", 5), ("status", 7), ("elapsed", 8), ("GPUs", 4)):
                 table.add_column(col, min_width=width, no_wrap=True)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from detaudit.data.compare import (
     ABSENT,
@@ -19,6 +18,11 @@ from detaudit.data.compare import (
 from detaudit.data.values import format_value
 from detaudit.render.escapes import one_line
 from detaudit.render.jsonout import dump_json, finite_or_none, json_value
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+# rich.table (~6 ms) is imported by the table's own function: verify and an identical diff draw none.
 
 _v = format_value  # every value that may be absent is shown by this one function
 
@@ -146,6 +150,8 @@ def detected_steps_line(keys: list[str]) -> str:
 
 
 def mismatch_table(mismatched: list[SeriesMismatch], n_runs: int) -> Table:
+    from rich.table import Table
+
     table = Table(show_lines=False, header_style="bold")
     table.add_column("series", overflow="fold")
     table.add_column("kind")

@@ -4,15 +4,19 @@ work dirs, est_time overruns."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 
 from detaudit.render.console import PREFIX
-from detaudit.run.local import log_tail
-from detaudit.run.spec import RunState, RunStatus
 from detaudit.runner_class import RunnerClass, class_text
+
+if TYPE_CHECKING:
+    from detaudit.run.spec import RunState
+
+# The run modules (subprocess, threading: ~7 ms) are imported where runs are printed: a command that
+# ran nothing (verify --metrics, record --metrics) prints its work dir note without them.
 
 
 def interrupted_message(signal_name: str, states: list[Any], repeated: bool, written: str) -> str:
@@ -91,6 +95,9 @@ def runs_document(states: list[Any]) -> list[dict[str, Any]]:
 
 def print_failed_runs(console: Console, states: list[RunState]) -> None:
     """Each failed or timed-out run with the tail of its log; then what was stopped or killed."""
+    from detaudit.run.local import log_tail
+    from detaudit.run.spec import RunStatus
+
     for s in states:
         if s.status in (RunStatus.FAILED, RunStatus.TIMEOUT):
             why = f"exit code {s.returncode}" if s.status == RunStatus.FAILED else f"timed out after {s.spec.timeout_s:g}s"

@@ -6,7 +6,6 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from detaudit.flows.results import CardOutcome, SuitePlan, SuiteResult, VerifyResult, VerifyStatus
 from detaudit.render.console import PREFIX
@@ -14,9 +13,14 @@ from detaudit.render.diff import divergence_line
 from detaudit.render.runs import runner_mismatch_message, seconds_text
 from detaudit.runner_class import class_text
 
+# rich.table (~6 ms) is imported by the two tables' functions: verify's report lines (this module's
+# other functions) draw none.
+
 
 def print_plan(plan: SuitePlan, console: Console) -> None:
     title = f"suite {plan.suite}" if plan.suite else "all cards"
+    from rich.table import Table
+
     table = Table(title=title, title_justify="left", header_style="bold")
     for col, justify in (("card", "left"), ("file", "left"), ("suite", "left"), ("est_time", "right"),
                          ("GPUs", "right"), ("timeout", "right")):
@@ -99,6 +103,8 @@ def outcome_detail(outcome: CardOutcome, limit: int = 3) -> str:
 
 
 def print_suite(result: SuiteResult, console: Console) -> None:
+    from rich.table import Table
+
     table = Table(title=f"detaudit verify --suite {result.suite}", title_justify="left", header_style="bold")
     for col, justify in (("card", "left"), ("status", "left"), ("time", "right"), ("est_time", "right"),
                          ("detail", "left")):

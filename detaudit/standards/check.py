@@ -14,15 +14,21 @@ import glob
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from detaudit.data.approximate import ApproximateRule, compare_within
-from detaudit.data.card import Card
 from detaudit.data.compare import PairDivergence, SeriesData
 from detaudit.data.exclusion import Exclusion, exclusion_for, reasons_summary
 from detaudit.data.metrics import LINE_INDEX, MetricsRun, read_metrics
 from detaudit.errors import InputError, UsageError
 from detaudit.standards.formats.registry import comparison_of
 from detaudit.standards.model import Standard
+
+if TYPE_CHECKING:
+    from detaudit.data.approximate import ApproximateRule
+    from detaudit.data.card import Card
+
+# The card and the approximate comparison (fractions, decimal: ~8 ms) are only named in annotations
+# here, or used for a card with tolerances: a plain verify --metrics does not import them.
 
 
 @dataclass
@@ -130,6 +136,8 @@ def check_run(std: Standard, metrics: Path, *, card: Card | None = None, step_ke
         divergence = rule.compare(expected, std.native_series(name), actual)
         tolerance = approximate.tolerance_for(name) if approximate is not None else None
         if divergence is not None and tolerance is not None and actual is not None:
+            from detaudit.data.approximate import compare_within
+
             divergence = compare_within(expected, actual, tolerance)
             if divergence is None:
                 check.approximate.append((name, tolerance.describe()))

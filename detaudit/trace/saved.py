@@ -13,13 +13,18 @@ import platform
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from detaudit.env.probes.envprobe import cpu_info
 from detaudit.errors import InputError, UsageError
 from detaudit.fileio import read_bounded_text, replace_folder, umask
 from detaudit.trace import MODES
-from detaudit.trace.files import RunTrace, read_trace, regular_file
+
+if TYPE_CHECKING:
+    from detaudit.trace.files import RunTrace
+
+# The trace reader (``trace.files``, with the trace model: ~9 ms) is imported by ``read_saved``: a record
+# or verify of a standard that carries no trace only asks where a trace would be.
 
 SAVED_SCHEMA = "detaudit/trace/1"
 MAX_META_BYTES = 1 << 20
@@ -58,6 +63,8 @@ def read_saved(directory: str | Path) -> tuple[dict[str, Any], RunTrace]:
     """A trace saved with ``--save`` (or the one a standard carries): its meta and its
     processes. The trace carries the card and mode its meta names; a meta that disagrees with
     the ledgers makes the trace incomplete."""
+    from detaudit.trace.files import read_trace, regular_file
+
     directory = Path(directory)
     meta_path = directory / "meta.json"
     if not meta_path.exists() and not meta_path.is_symlink():

@@ -31,7 +31,7 @@ def claim_ci_paths(paths: OutputPaths, junit_xml: Path | None, summary: Path | N
 def emit_ci(result: Any, reports: Any) -> list[str]:
     """The CI reports of a result (``render.emit``'s CI output): ``--junit-xml`` and the step
     summary, for the commands that write them."""
-    if not reports.ci:
+    if not reports.ci or (reports.junit_xml is None and reports.summary is None):  # nothing to write
         return []
     from detaudit.render.ci.cases import ci_report
 
@@ -43,9 +43,11 @@ def write_ci_reports(junit_xml: Path | None, title: str, cases: list[Case], verd
                      summary: Path | None = None) -> list[str]:
     """Write both reports; returns warnings to show (a name XML cannot carry, a summary that
     cannot be written). An unwritable ``--junit-xml`` raises ``InputError``: it was asked for."""
-    from detaudit.render.ci.junit import write_junit
+    warnings: list[str] = []
+    if junit_xml is not None:  # the XML writer (xml.etree: ~10 ms) only where a JUnit file is asked for
+        from detaudit.render.ci.junit import write_junit
 
-    warnings = write_junit(junit_xml, title, cases) if junit_xml is not None else []
+        warnings = write_junit(junit_xml, title, cases)
     summary_warning = append_step_summary(summary_markdown(title, cases, verdict, detail), summary)
     return warnings + ([summary_warning] if summary_warning else [])
 

@@ -22,7 +22,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from detaudit.data.card import check_rename
 from detaudit.data.compare import PairDivergence, SeriesData, compare_series
 from detaudit.data.values import (
     MAX_DEPTH,
@@ -119,6 +118,8 @@ def _check_fields(path: Path, doc: dict[str, Any]) -> None:
     if comparison is not None and not isinstance(comparison, str):
         raise InputError(path, f'"comparison" must be a format name, got {type(comparison).__name__}')
     if "rename" in doc:
+        from detaudit.data.card import check_rename  # deferred: the card parser (tomllib: ~10 ms) for a rename only
+
         check_rename(path, "rename", doc["rename"])  # the same rule as a card's rename
 
 
