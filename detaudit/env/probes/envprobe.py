@@ -77,14 +77,23 @@ def _cpu() -> dict:
 
 
 def _packages() -> dict:
+    """Every installed distribution's name (normalised) and version, as ``importlib.metadata`` reads them.
+
+    Only each metadata file's header block is parsed: ``dist.metadata`` parses the whole file,
+    long descriptions included (~150 ms for ~120 packages against ~15 ms, on every probe)."""
+    from email.parser import HeaderParser
     from importlib import metadata
 
+    parser = HeaderParser()
     found: dict[str, str] = {}
     for dist in metadata.distributions():
-        names = dist.metadata.get_all("Name") or []  # the first, as Message.get would give
+        # the files dist.metadata reads, in its order; the headers end at the first empty line
+        text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or dist.read_text("") or ""
+        headers = parser.parsestr(re.split(r"\r?\n\r?\n", text, maxsplit=1)[0])
+        names = headers.get_all("Name") or []  # the first, as Message.get would give
         name = (names[0] if names and names[0] else "").strip()
         if name:
-            found.setdefault(re.sub(r"[-_.]+", "-", name).lower(), dist.version)
+            found.setdefault(re.sub(r"[-_.]+", "-", name).lower(), headers["Version"])
     return dict(sorted(found.items()))
 
 
