@@ -11,6 +11,7 @@ left them (or a torch.distributed group still initialised).
 
 from __future__ import annotations
 
+import collections
 import fcntl
 import json
 import os
@@ -440,14 +441,17 @@ def ray_threads_here() -> list[str]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slow tests that run the recipe or start Ray first, then the other slow ones, the fast ones
-    last (each part in file order): under xdist the last tests to start are short ones, so that no
-    worker idles at the end while the other still runs a recipe."""
+    """The slow tests that run the recipe or start Ray first, then the other slow ones (each part in
+    file order), the fast ones last, the files with the most fast tests first: under xdist the last
+    tests to start are short ones, in files of one to three tests, so that no worker idles at the end
+    while the other still runs a recipe or a file of a dozen tests (the fast set's tail was ~5 s)."""
     def part(item: pytest.Item) -> int:
         marks = {mark.name for mark in item.iter_markers()}
         return 2 if "slow" not in marks else 0 if marks & {"recipe", "ray"} else 1
 
-    items.sort(key=part)
+    parts = {item: part(item) for item in items}
+    fast_in_file = collections.Counter(item.path for item in items if parts[item] == 2)
+    items.sort(key=lambda item: (parts[item], -fast_in_file[item.path] if parts[item] == 2 else 0))
 
 
 @pytest.fixture(autouse=True)

@@ -145,6 +145,23 @@ def test_slow_recipe_and_ray_tests_run_first_and_fast_ones_last(tmp_path: Path) 
     assert order == ["test_recipe", "test_ray", "test_slow", "test_fast", "test_fast_recipe_helper"], result.stdout
 
 
+def test_fast_files_with_more_tests_start_first_and_slow_parts_keep_file_order(tmp_path: Path) -> None:
+    """Under xdist the fast part's last files decide how long one worker waits for the other at the
+    end: the fast files with the most fast tests go first, the one-test files last."""
+    shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_a_few.py").write_text("def test_few():\n    pass\n")
+    (tmp_path / "test_order.py").write_text(COLLECTED)
+    (tmp_path / "test_z_many.py").write_text("import pytest\n\n\n@pytest.mark.parametrize('i', range(3))\n"
+                                             "def test_many(i):\n    pass\n\n\n@pytest.mark.slow\n"
+                                             "def test_z_slow():\n    pass\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow\n    ray\n    recipe\n")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
+                             "--collect-only"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    order = [line.split("::")[1] for line in result.stdout.splitlines() if "::" in line]
+    assert order == ["test_recipe", "test_ray", "test_slow", "test_z_slow", "test_many[0]", "test_many[1]",
+                     "test_many[2]", "test_fast", "test_fast_recipe_helper", "test_few"], result.stdout
+
+
 MANY_FAST = """
 import os, time
 import pytest
