@@ -77,8 +77,8 @@ try:
 except SystemExit:
     pass
 print(sorted(m for m in sys.modules if m in ("detaudit.data.card", "detaudit.run.spec", "detaudit.run.card_runs",
-                                             "detaudit.trace.compare", "detaudit.standards.compile_cache",
-                                             "rich.live", "rich.table", "xml.etree.ElementTree", "tempfile")))
+                                             "detaudit.standards.compile_cache", "rich.live", "rich.table",
+                                             "xml.etree.ElementTree", "tempfile") or m.startswith("detaudit.trace.")))
 """
 
 

@@ -105,6 +105,9 @@ def test_record_and_verify_refuse_a_machine_that_cannot_honour_the_profile(tmp_p
                                     + PROFILE.refusal({**detect_environment(env=probe_env(load_card(card_path))),
                                                        "machine": "x86_64"}))
     assert not (tmp_path / "w").exists() and not (tmp_path / "standards").exists()
+    # With no standard at all the refusal comes first: this machine could prove nothing either way.
+    unrecorded = run_cli("verify", str(card_path), "--json")
+    assert unrecorded.code == 1 and json.loads(unrecorded.out)["status"] == "profile-refused", unrecorded.text
     # A portable standard recorded elsewhere is not verified here: NOT VERIFIED, with the reason, exit 1.
     standard = tmp_path / "standards" / "over.cpu-x86_64-portable-v1.json"
     standard.parent.mkdir()

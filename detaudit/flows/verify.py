@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from detaudit.data.card import Card
     from detaudit.fileio import OutputPaths
     from detaudit.run.card_runs import Placement
-    from detaudit.run.plan import EnvHook
+    from detaudit.run.plan import EnvHook, RunPlan
     from detaudit.run.spec import RunState
     from detaudit.runner_class import RunnerClass
 
@@ -96,42 +96,18 @@ def verify(
     placement: Placement | None = None
     rule: ApproximateRule | None = None
     if card_path is not None:
-        from detaudit.data.approximate import approximate_rule
-        from detaudit.data.card import as_card
-        from detaudit.run.card_runs import place
-        from detaudit.standards.store import approximate_standard_path, standard_path, standards_of_card
-
-        card = as_card(card_path)
-        placement = place(card, cluster=cluster)
+        card, placement, rule = _place(card_path, cluster)
         info, here = placement.environment, placement.runner_class
-        # Opt-in, kept apart: this runner class checked approximately against another's standard.
-        rule = approximate_rule(card, here) if here is not None else None
-    if placement is not None and placement.refusal is not None:  # before any run: nothing could be proven
-        assert card is not None and here is not None
-        refused = Path(standard) if standard is not None else standard_path(card, here)
-        return VerifyResult(VerifyStatus.PROFILE_REFUSED, refused, None, runner_here=here, refusal=placement.refusal,
-                            card=card)
+        if placement.refusal is not None:  # before any run: nothing could be proven
+            return _refused(card, placement, standard)
     if standard is not None:
         path = Path(standard)
     else:
-        assert card is not None and here is not None
-        path = standard_path(card, here)
-        if not path.exists() and rule is not None:
-            path = approximate_standard_path(card, rule.against)
-        if not path.exists():
-            others = standards_of_card(card)
-            if not others:
-                raise InputError(path, f"no standard for card {card.name!r} (record one with `detaudit record {card.path}`)")
-            first_path, first = others[0]
-            if paths is not None:  # nor over another runner class's standard
-                for other_path, _ in others:
-                    paths.reads(other_path, "a standard of the card")
-                paths.check()
-            return VerifyResult(
-                VerifyStatus.SKIPPED if allow_other_runner else VerifyStatus.NOT_VERIFIED, first_path, first, runner_here=here,
-                runner_standard=first.runner_class, other_classes=[c for _, s in others if (c := s.runner_class) is not None],
-                card=card,
-            )
+        assert card is not None and placement is not None
+        found = _card_standard(card, placement, rule, allow_other_runner, paths)
+        if isinstance(found, VerifyResult):  # only other classes' standards: nothing runs
+            return found
+        path = found
     if paths is not None:  # no report may be written over the standard this verify reads
         paths.reads(path, "the standard it checks")
         paths.check()
@@ -158,46 +134,13 @@ def verify(
     compared_series(std, tuple(exclude), tuple(include), card)  # bad selection or nothing to compare: before any run
     plan = None
     explicit_trace = bool(trace)
-    saved_trace = None
     if metrics is None:
         assert card is not None and placement is not None
-        from detaudit.run.card_runs import run_card
-        from detaudit.run.executor import runner_mismatch
-        from detaudit.run.plan import missing_metrics, no_metrics_error
-        from detaudit.standards import compile_cache
-        from detaudit.trace.saved import carries_trace, read_saved, standard_trace_dir
-
-        carried = standard_trace_dir(path)
-        if carries_trace(path):  # the standard carries its run's trace (a broken one is refused): trace this run too
-            saved_meta, saved_trace = read_saved(carried)
-            trace = "modules" if "modules" in (trace, saved_meta.get("mode")) else "rng"
-        shipped = compile_cache.verify_hook(path) if cluster is None else None
-        if shipped is not None:  # the standard ships its compile artifacts: the run loads what fits it
-            env_hooks = (*env_hooks, shipped)
-            result.compile_cache = compile_cache.standard_cache_dir(path)
-        plan = run_card(card, 1, placement=placement, workdir=workdir, extra_args=extra_args, env_hooks=env_hooks,
-                        trace=trace, label="verify", on_update=on_update)
-        result.workdir = plan.workdir
-        state = plan.states[0]
-        result.run = state
-        if not state.ok:
-            result.status = VerifyStatus.RUN_FAILED
+        plan = _run_once(card, placement, path, result, workdir=workdir, extra_args=extra_args, env_hooks=env_hooks,
+                         cluster=cluster, trace=trace, on_update=on_update)
+        if result.status in (VerifyStatus.RUN_FAILED, VerifyStatus.RUNNER_MISMATCH):
             return result
-        if here is not None and runner_mismatch([state], here):
-            result.status = VerifyStatus.RUNNER_MISMATCH
-            return result
-        info = getattr(state, "environment", None) or info
-        if missing_metrics(plan):
-            raise no_metrics_error(plan, plan.specs[0])
-        if trace:
-            from detaudit.trace import run_trace_dir
-            from detaudit.trace.compare import audit_runs
-
-            result.trace = audit_runs([run_trace_dir(plan.specs[0].workdir)], reference=saved_trace,
-                                      reference_labels=("the standard's run", "this run"),
-                                      packages=(info or {}).get("packages"))
-            if saved_trace is not None and not result.trace.missing:
-                result.standard_trace = carried  # never claimed for a trace this run did not take
+        info = getattr(plan.states[0], "environment", None) or info
         metrics = plan.specs[0].metrics_path
     result.metrics_path = Path(metrics)
     check = check_run(std, Path(metrics), card=card, step_key=step_key, approximate=approximate,
@@ -233,3 +176,99 @@ def verify(
         # --trace: keep the trace; a trace taken only because the standard carries one goes on a pass
         result.workdir_removed = finish(plan, passed=result.ok and not explicit_trace)
     return result
+
+
+def _place(card_path: Card | str | Path, cluster: str | None) -> tuple[Card, Placement, ApproximateRule | None]:
+    """The card, where it runs (its runner class, its environment), and the opt-in rule that checks
+    this class approximately against another's standard."""
+    from detaudit.data.approximate import approximate_rule
+    from detaudit.data.card import as_card
+    from detaudit.run.card_runs import place
+
+    card = as_card(card_path)
+    placement = place(card, cluster=cluster)
+    here = placement.runner_class
+    return card, placement, approximate_rule(card, here) if here is not None else None
+
+
+def _refused(card: Card, placement: Placement, standard: str | Path | None) -> VerifyResult:
+    """PROFILE_REFUSED: the card's placement cannot run it as its profile asks (the reason is the placement's)."""
+    from detaudit.standards.store import standard_path
+
+    assert placement.runner_class is not None
+    path = Path(standard) if standard is not None else standard_path(card, placement.runner_class)
+    return VerifyResult(VerifyStatus.PROFILE_REFUSED, path, None, runner_here=placement.runner_class,
+                        refusal=placement.refusal, card=card)
+
+
+def _card_standard(card: Card, placement: Placement, rule: ApproximateRule | None, allow_other_runner: bool,
+                   paths: OutputPaths | None) -> Path | VerifyResult:
+    """The standard a card's run is checked against: this class's, or the one ``rule`` names; a
+    result instead where only other classes' standards exist."""
+    from detaudit.standards.store import approximate_standard_path, standard_path, standards_of_card
+
+    here = placement.runner_class
+    assert here is not None
+    path = standard_path(card, here)
+    if not path.exists() and rule is not None:
+        path = approximate_standard_path(card, rule.against)
+    if path.exists():
+        return path
+    others = standards_of_card(card)
+    if not others:
+        raise InputError(path, f"no standard for card {card.name!r} (record one with `detaudit record {card.path}`)")
+    first_path, first = others[0]
+    if paths is not None:  # nor over another runner class's standard
+        for other_path, _ in others:
+            paths.reads(other_path, "a standard of the card")
+        paths.check()
+    return VerifyResult(
+        VerifyStatus.SKIPPED if allow_other_runner else VerifyStatus.NOT_VERIFIED, first_path, first, runner_here=here,
+        runner_standard=first.runner_class, other_classes=[c for _, s in others if (c := s.runner_class) is not None],
+        card=card,
+    )
+
+
+def _run_once(card: Card, placement: Placement, path: Path, result: VerifyResult, *, workdir: str | Path | None,
+              extra_args: tuple[str, ...], env_hooks: Sequence[EnvHook], cluster: str | None, trace: str | None,
+              on_update: Callable[[list[RunState]], None] | None) -> RunPlan:
+    """One run of the card for ``verify``, traced where asked or where the standard carries a trace,
+    loading the compile artifacts the standard ships. Fills ``result`` (its run, workdir, trace; a
+    failed run or another runner class as its status)."""
+    from detaudit.run.card_runs import run_card
+    from detaudit.run.executor import runner_mismatch
+    from detaudit.run.plan import missing_metrics, no_metrics_error
+    from detaudit.standards import compile_cache
+    from detaudit.trace.saved import carries_trace, read_saved, standard_trace_dir
+
+    saved_trace = None
+    carried = standard_trace_dir(path)
+    if carries_trace(path):  # the standard carries its run's trace (a broken one is refused): trace this run too
+        saved_meta, saved_trace = read_saved(carried)
+        trace = "modules" if "modules" in (trace, saved_meta.get("mode")) else "rng"
+    shipped = compile_cache.verify_hook(path) if cluster is None else None
+    if shipped is not None:  # the standard ships its compile artifacts: the run loads what fits it
+        env_hooks = (*env_hooks, shipped)
+        result.compile_cache = compile_cache.standard_cache_dir(path)
+    plan = run_card(card, 1, placement=placement, workdir=workdir, extra_args=extra_args, env_hooks=env_hooks,
+                    trace=trace, label="verify", on_update=on_update)
+    result.workdir = plan.workdir
+    state = result.run = plan.states[0]
+    here = placement.runner_class
+    if not state.ok:
+        result.status = VerifyStatus.RUN_FAILED
+    elif here is not None and runner_mismatch([state], here):
+        result.status = VerifyStatus.RUNNER_MISMATCH
+    elif missing_metrics(plan):
+        raise no_metrics_error(plan, plan.specs[0])
+    elif trace:
+        from detaudit.trace import run_trace_dir
+        from detaudit.trace.compare import audit_runs
+
+        info = getattr(state, "environment", None) or placement.environment
+        result.trace = audit_runs([run_trace_dir(plan.specs[0].workdir)], reference=saved_trace,
+                                  reference_labels=("the standard's run", "this run"),
+                                  packages=(info or {}).get("packages"))
+        if saved_trace is not None and not result.trace.missing:
+            result.standard_trace = carried  # never claimed for a trace this run did not take
+    return plan

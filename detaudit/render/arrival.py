@@ -3,9 +3,10 @@ in two runs (``detaudit.trace.arrival_order``). Pure functions of the data."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from detaudit.trace.arrival_order import ArrivalDifference
+if TYPE_CHECKING:  # read, never built, here: importing this renderer loads no trace model
+    from detaudit.trace.arrival_order import ArrivalDifference
 
 
 def order_words(order: list[list[Any]]) -> str:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from detaudit.trace.parity import ParityDifference, ParityReport
+if TYPE_CHECKING:  # read, never built, here: importing this renderer loads no trace model
+    from detaudit.trace.parity import ParityDifference, ParityReport
 
 
 def _dtypes(d: ParityDifference) -> str:

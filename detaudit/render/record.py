@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -12,25 +12,11 @@ from detaudit.render.console import PREFIX
 from detaudit.render.diff import diff_document, print_diff
 from detaudit.render.review import review_lines
 from detaudit.render.runs import print_failed_runs, print_workdir_note, runner_mismatch_message, runs_document
-
-if TYPE_CHECKING:
-    from detaudit.trace.compare import RunsTraceReport
-
-
-# The trace's renderers (and the trace model they read: ~10 ms) are imported for a traced record only.
-def _print_runs_trace(console: Console, report: RunsTraceReport | None) -> None:
-    """``render.trace.print_runs_trace``: nothing without a trace."""
-    if report is None:
-        return
-    from detaudit.render.trace import print_runs_trace
-
-    print_runs_trace(console, report)
+from detaudit.render.trace import failure_reason, print_runs_trace, record_trace_line, runs_trace_json
 
 
 def record_document(result: RecordResult, card: str, runs: int) -> dict[str, Any]:
     """``detaudit record --json``: the outcome, the runs' diff, and the trace report."""
-    from detaudit.render.trace import failure_reason, runs_trace_json
-
     written = result.status == RecordStatus.WRITTEN
     return {
         "command": "record", "card": card, "status": result.status, "ok": result.ok, "runs_requested": runs,
@@ -67,16 +53,14 @@ def print_record(result: RecordResult, card: str, runs: int, *, written_word: st
     assert result.report is not None
     if status == RecordStatus.DISAGREE:
         print_diff(result.report, out, title=f"detaudit record {card}")
-        _print_runs_trace(out, result.trace)
+        print_runs_trace(out, result.trace)
         out.print(f"[red]{PREFIX} runs disagree: {written_word}"
                   + (f" ({escape(str(result.standard_path))})" if result.standard_path else "") + "[/red]")
         print_workdir_note(err, result.workdir, False, False)
         return
     if status == RecordStatus.TRACE_NOT_OK:
         assert result.trace is not None
-        _print_runs_trace(out, result.trace)
-        from detaudit.render.trace import record_trace_line
-
+        print_runs_trace(out, result.trace)
         line = record_trace_line(result.trace_failures, result.trace, written_word)
         out.print(f"[red]{PREFIX} {escape(line)}"
                   + (f" ({escape(str(result.standard_path))})" if result.standard_path else "") + "[/red]")
@@ -92,7 +76,7 @@ def print_record(result: RecordResult, card: str, runs: int, *, written_word: st
     n_identical = len(result.report.identical)
     excluded = len(result.report.excluded)
     if status == RecordStatus.AGREED:
-        _print_runs_trace(out, result.trace)
+        print_runs_trace(out, result.trace)
         out.print(f"[green]{PREFIX} AGREE: {n_identical} metric series identical across {runs} runs; "
                   f"nothing written (--no-write)[/green]" + (f" ({excluded} excluded)" if excluded else ""))
         print_workdir_note(err, result.workdir, result.workdir_removed, True)
@@ -107,7 +91,7 @@ def print_record(result: RecordResult, card: str, runs: int, *, written_word: st
     if result.review is not None:  # what `detaudit standard diff OLD NEW` prints
         for line in review_lines(result.review):
             out.print(f"{PREFIX} update: {escape(line)}")
-    _print_runs_trace(out, result.trace)
+    print_runs_trace(out, result.trace)
     if result.standard_trace is not None:
         out.print(f"{PREFIX} run 1's trace saved with the standard: {escape(str(result.standard_trace))} "
                   "(verify traces its run and compares it with this one)")

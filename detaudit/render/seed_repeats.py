@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from detaudit.trace.seed_repeats import SeedCheck, SeedRepeat
+if TYPE_CHECKING:  # read, never built, here: importing this renderer loads no trace model
+    from detaudit.trace.seed_repeats import SeedCheck, SeedRepeat
 
 
 def repeat_line(r: SeedRepeat) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -12,26 +12,8 @@ from detaudit.render.console import PREFIX
 from detaudit.render.diff import detected_steps_line, divergence_document, divergence_line, names_text
 from detaudit.render.runs import print_failed_runs, print_workdir_note, runner_mismatch_message, runs_document
 from detaudit.render.suite import approximate_line, other_classes_text
+from detaudit.render.trace import print_runs_trace, runs_trace_json
 from detaudit.runner_class import class_text
-
-if TYPE_CHECKING:
-    from detaudit.trace.compare import RunsTraceReport
-
-
-# The trace's renderers (and the trace model they read: ~13 ms) are imported for a verify --trace only.
-def _print_runs_trace(console: Any, report: RunsTraceReport | None) -> None:
-    """``render.trace.print_runs_trace``: nothing without a trace."""
-    if report is None:
-        return
-    from detaudit.render.trace import print_runs_trace as print_trace
-
-    print_trace(console, report)
-
-
-def _runs_trace_json(report: RunsTraceReport) -> dict[str, Any]:
-    from detaudit.render.trace import runs_trace_json
-
-    return runs_trace_json(report)
 
 
 def verify_document(result: VerifyResult, card: str | None) -> dict[str, Any]:
@@ -49,7 +31,7 @@ def verify_document(result: VerifyResult, card: str | None) -> dict[str, Any]:
         "other_classes": list(result.other_classes), "refusal": result.refusal,
         "provenance": list(result.provenance), "package_changes": list(result.package_changes),
         "bit_packages": list(result.bit_packages), "runner_unchecked": result.runner_unchecked,
-        "trace": _runs_trace_json(result.trace) if result.trace is not None else None,
+        "trace": runs_trace_json(result.trace) if result.trace is not None else None,
         "standard_trace": str(result.standard_trace) if result.standard_trace else None,
         "compile_cache": str(result.compile_cache) if result.compile_cache else None,
         "runs": runs_document([result.run]) if result.run is not None else [],
@@ -123,14 +105,14 @@ def print_verify(result: VerifyResult, *, out: Console, err: Console) -> None:
         print_workdir_note(err, result.workdir, False, False)
         return
     if status == VerifyStatus.APPROXIMATE:
-        _print_runs_trace(out, result.trace)
+        print_runs_trace(out, result.trace)
         out.print(f"[yellow]{PREFIX} PASSED (approximate, not identical): {escape(approximate_line(result))} "
                   f"({path})[/yellow]")
         print_selection(result, out)
         print_workdir_note(err, result.workdir, result.workdir_removed, True)
         return
     if status == VerifyStatus.PASSED:
-        _print_runs_trace(out, result.trace)
+        print_runs_trace(out, result.trace)
         out.print(f"[green]{PREFIX} PASSED: {result.compared} metric series match {path}[/green]")
         print_selection(result, out)
         if result.runner_unchecked:
@@ -151,7 +133,7 @@ def print_verify(result: VerifyResult, *, out: Console, err: Console) -> None:
     print_selection(result, out)
     if result.runner_unchecked:
         out.print(f"[yellow]{PREFIX} runner class not checked: {escape(result.runner_unchecked)}[/yellow]")
-    _print_runs_trace(out, result.trace)
+    print_runs_trace(out, result.trace)
     if result.provenance:
         out.print(f"[yellow]{PREFIX} this environment differs from the standard's:[/yellow]")
         packages = set(result.package_changes)
