@@ -38,6 +38,24 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO = Path(__file__).resolve().parents[1]
+# One temporary folder for the session, made by the process that loads this file first and removed at
+# its end (xdist's workers, nested pytest sessions and every subprocess inherit it as TMPDIR): the
+# workdirs that failing runs keep on purpose, Ray's session folders and every other temporary file of
+# the tool and of Ray go there, so that a run of the suite leaves nothing in /tmp (it left ~40 workdirs
+# and ~37 Ray sessions there). Short and under /tmp: Ray's socket paths are bounded (107 bytes).
+# Inductor's cache stays where it was (its default under the old temporary folder), so that a
+# developer's compiled kernels are kept between sessions as before.
+_SUITE_TMP_MADE_HERE = "DETAUDIT_SUITE_TMP" not in os.environ
+if _SUITE_TMP_MADE_HERE:
+    import getpass
+
+    try:  # as torch._inductor.runtime.cache_dir_utils.default_cache_dir names it (without importing torch)
+        _user = getpass.getuser()
+    except (KeyError, OSError):
+        _user = f"uid_{os.getuid()}"
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), "torchinductor_" + _user))
+    os.environ["DETAUDIT_SUITE_TMP"] = os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="dts-", dir="/tmp")
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 # One environment-probe cache for the session (detaudit/env/probes/probe_cache.py), made by the
 # process that loads this file first (xdist's workers and every subprocess inherit it): the
 # probe's torch import is then paid once per environment, not once per CLI call, and nothing is
@@ -517,3 +535,5 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _PROBE_CACHE_MADE_HERE:
         shutil.rmtree(os.environ["DETAUDIT_PROBE_CACHE"], ignore_errors=True)
+    if _SUITE_TMP_MADE_HERE:
+        shutil.rmtree(os.environ["DETAUDIT_SUITE_TMP"], ignore_errors=True)

@@ -8,6 +8,7 @@ test and then segfault at interpreter exit.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -244,3 +245,35 @@ def test_the_tests_of_one_file_run_on_one_worker(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     workers = (tmp_path / "workers.txt").read_text().split()
     assert len(workers) == 6 and len(set(workers)) == 1 and workers[0].startswith("gw"), workers
+
+
+LEAVES_A_WORKDIR = '''
+import json, os, subprocess, sys
+
+
+def test_keeps_a_workdir_as_a_failing_run_does():
+    made = subprocess.run([sys.executable, "-c", "import tempfile; print(tempfile.mkdtemp(prefix='kept-'))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    with open("seen.json", "w") as fh:
+        json.dump({"made": made, "tmpdir": os.environ["TMPDIR"],
+                   "inductor": os.environ.get("TORCHINDUCTOR_CACHE_DIR")}, fh)
+'''
+
+
+def test_the_session_keeps_its_temporary_files_in_one_folder_and_removes_it(tmp_path: Path) -> None:
+    """The workdirs failing runs keep and Ray's session folders went to /tmp and stayed there (~40 and
+    ~37 a run of the suite). The session's TMPDIR is one short folder under /tmp, inherited by xdist's
+    workers and their subprocesses, removed at the end; Inductor's cache stays at its usual place."""
+    shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_leaves.py").write_text(LEAVES_A_WORKDIR)
+    env = {k: v for k, v in os.environ.items() if k not in ("DETAUDIT_SUITE_TMP", "TMPDIR", "TORCHINDUCTOR_CACHE_DIR")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=900, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    session = Path(seen["tmpdir"])
+    assert session.parent == Path("/tmp") and session.name.startswith("dts-"), seen
+    assert Path(seen["made"]).parent == session, seen
+    assert not session.exists(), f"{session} is still there after the session"
+    assert seen["inductor"] is not None and Path(seen["inductor"]).parent == Path("/tmp"), seen
+    assert Path(seen["inductor"]).name.startswith("torchinductor_"), seen
