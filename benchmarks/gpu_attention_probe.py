@@ -29,10 +29,10 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from transformer_probe import TEXT_TOKENS, image_token_count, kernel_class, lora_transformer, transformer_inputs  # noqa: E402
+
 from detaudit.env import determinism  # noqa: E402
 from recipes.diffusion_nft.flops import transformer_forward_flops  # noqa: E402
-from transformer_probe import (TEXT_TOKENS, image_token_count, kernel_class, lora_transformer,  # noqa: E402
-                               transformer_inputs)
 
 MODES = ("math", "flash", "any", "nondeterministic")
 
@@ -70,7 +70,7 @@ def main() -> None:
 
     def spy(*a, **kw):  # noqa: ANN002, ANN003
         if not seen:
-            named = dict(zip(("query", "key", "value", "attn_mask"), a), **kw)
+            named = dict(zip(("query", "key", "value", "attn_mask"), a, strict=False), **kw)  # attn_mask may be a keyword
             q, k, v, mask = named["query"], named["key"], named["value"], named.get("attn_mask")
             seen.append({"q": [str(q.dtype), list(q.shape), list(q.stride())], "k": str(k.dtype), "v": str(v.dtype),
                          "mask": None if mask is None else list(mask.shape),
@@ -122,7 +122,7 @@ def main() -> None:
             a_out, a_grads = fwd_bwd(small)
             b_out, b_grads = fwd_bwd(small)
             entry["bit_identical_fwd_bwd"] = bool(torch.equal(a_out, b_out)
-                                                  and all(torch.equal(x, y) for x, y in zip(a_grads, b_grads)))
+                                                  and all(torch.equal(x, y) for x, y in zip(a_grads, b_grads, strict=True)))
         with torch.no_grad():
             fwd_s = timed(lambda: model(**big, return_dict=False), args.repeat)
         bwd_s = timed(lambda: fwd_bwd(big), args.repeat)

@@ -32,12 +32,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from transformer_probe import TEXT_TOKENS, image_token_count, kernel_class, lora_transformer, transformer_inputs  # noqa: E402
+
 from detaudit.env import determinism  # noqa: E402
-from recipes.diffusion_nft.lora import adapters_disabled  # noqa: E402
 from recipes.diffusion_nft.flops import transformer_forward_flops  # noqa: E402
+from recipes.diffusion_nft.lora import adapters_disabled  # noqa: E402
 from recipes.diffusion_nft.models import compile_blocks  # noqa: E402
-from transformer_probe import (TEXT_TOKENS, image_token_count, kernel_class, lora_transformer,  # noqa: E402
-                               transformer_inputs)
 
 
 def digest(tensors: list[torch.Tensor]) -> str:

@@ -115,7 +115,7 @@ def finish(proc: subprocess.Popen, log: Path, name: str, timeout: float) -> None
         code = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        raise SystemExit(f"{name} run: no result within {timeout:.0f} s; log {log}")
+        raise SystemExit(f"{name} run: no result within {timeout:.0f} s; log {log}") from None
     if code != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
         raise SystemExit(f"{name} run exited {code}; log {log}:\n{tail}")
@@ -212,7 +212,7 @@ def main() -> None:
         "torch": args.torch or torch.__version__,
         "from_metrics": str(args.from_metrics) if args.from_metrics else None,
         "gpu": gpu,
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "commit": args.commit or commit_of_checkout(),
         "peak_tflops": peak,  # None: not measured (MFU null)
         "parallel": args.parallel,

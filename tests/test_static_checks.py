@@ -1,4 +1,5 @@
-"""The package's static checks (settings in pyproject.toml): ruff's lint and mypy's types.
+"""The static checks (settings in pyproject.toml): ruff's lint of the package, the recipes and the
+benchmarks, and mypy's types of the package.
 
 They run with the suite rather than before it, so that mypy's ~40 s of one core (a fresh clone has no
 cache) overlap the other tests instead of delaying them (docs/testing.md).
@@ -18,8 +19,8 @@ def check(*argv: str) -> subprocess.CompletedProcess:
                           check=False)
 
 
-def test_the_package_passes_ruff() -> None:
-    proc = check("ruff", "check", "detaudit")
+def test_the_package_the_recipes_and_the_benchmarks_pass_ruff() -> None:
+    proc = check("ruff", "check", "detaudit", "recipes", "benchmarks")
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

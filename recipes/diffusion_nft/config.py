@@ -216,7 +216,7 @@ class JobConfig:
     placement: PlacementSettings = PlacementSettings()
     ray: RaySettings = RaySettings()
 
-    def replace(self, section: str, **changes: object) -> "JobConfig":
+    def replace(self, section: str, **changes: object) -> JobConfig:
         """A copy with fields of one section changed: ``config.replace("placement", device="cpu")``."""
         return dataclasses.replace(self, **{section: dataclasses.replace(getattr(self, section), **changes)})
 

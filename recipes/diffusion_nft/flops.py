@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+
 def transformer_forward_flops(config: Any, batch: int, image_tokens: int, text_tokens: int,
                               attention: bool = True) -> float:
     """FLOPs of one SD3 transformer forward over ``batch`` samples (``attention=False``: the

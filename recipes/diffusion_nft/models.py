@@ -9,9 +9,10 @@ weights from local directories with ``local_files_only=True``.
 from __future__ import annotations
 
 import string
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 

@@ -64,7 +64,7 @@ def train(config: JobConfig, ray: Any, session: RaySession, metrics: MetricsLog,
         determinism.enable(config.job.seed, attention=config.attention_backend,
                            fill_uninitialized_memory=config.determinism.fill_uninitialized_memory)
     named = actors.named()
-    marks = dict(zip(named, ray.get([a.ready.remote() for a in named.values()])))
+    marks = dict(zip(named, ray.get([a.ready.remote() for a in named.values()]), strict=True))
     driver["actors_ready"] = time.time()
     load_times = [m["ready"] - m["setup"] for who, m in marks.items() if who != "manager"]
     weights_dtype = ray.get(actors.engines[0].weights_dtype.remote())

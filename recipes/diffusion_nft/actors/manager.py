@@ -48,7 +48,7 @@ class RolloutManager:
         chosen = rollout_prompts(self.prompts, rollout, config.rollout.prompts_per_rollout, config.job.seed)
         shards = [chosen[i :: len(self.engines)] for i in range(len(self.engines))]
         rollout_seed = seeds.rollout(config.job.seed, rollout)
-        calls = {e.generate.remote(s, rollout_seed): s for e, s in zip(self.engines, shards) if s}
+        calls = {e.generate.remote(s, rollout_seed): s for e, s in zip(self.engines, shards, strict=True) if s}
         if config.inject.completion_order:  # --collect-in-completion-order: the bug, batched as they arrive
             arrived, pending = [], list(calls)
             while pending:

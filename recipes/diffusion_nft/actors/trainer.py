@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import importlib
 import time
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Iterator
 
 import torch
 
@@ -129,13 +129,13 @@ class TrainActor:
         live = self.compute if self.compute is not None else self.params
         saved = [p.detach().clone() for p in live]
         with torch.no_grad():
-            for p, o in zip(live, self.old):
+            for p, o in zip(live, self.old, strict=True):
                 p.copy_(o)
         try:
             yield
         finally:
             with torch.no_grad():
-                for p, s in zip(live, saved):
+                for p, s in zip(live, saved, strict=True):
                     p.copy_(s)
 
     def reference(self) -> AbstractContextManager[None]:
@@ -171,7 +171,7 @@ class TrainActor:
                 keys = sorted(k for k in metrics if not k.startswith("perf/"))
                 values = torch.tensor([metrics[k] for k in keys], dtype=torch.float64)
                 dist.all_reduce(values)
-                metrics.update({k: v / self.world_size for k, v in zip(keys, values.tolist())})
+                metrics.update({k: v / self.world_size for k, v in zip(keys, values.tolist(), strict=True)})
         return results
 
     def _optimizer_step(self, algorithm: Algorithm, step: TrainStep) -> dict[str, float]:
@@ -213,14 +213,14 @@ class TrainActor:
     def _load_compute_weights(self) -> None:
         """Round the float32 master LoRA weights into the compute copies (as FSDP's cast)."""
         if self.compute is not None:
-            for c, p in zip(self.compute, self.params):
+            for c, p in zip(self.compute, self.params, strict=True):
                 c.copy_(p)
 
     def _accumulate_grads(self) -> None:
         """Move the compute copies' gradients into the master weights' (float32, summed)."""
         if self.compute is None:
             return
-        for c, p in zip(self.compute, self.params):
+        for c, p in zip(self.compute, self.params, strict=True):
             if c.grad is None:
                 continue
             grad = c.grad.float()
@@ -253,7 +253,7 @@ class TrainActor:
         to the CPU, gives the bits the engine's own cast would give, in fewer bytes.
         """
         state = {}
-        for (name, _), shard in zip(self.lora, self.old):
+        for (name, _), shard in zip(self.lora, self.old, strict=True):
             full = shard.full_tensor() if hasattr(shard, "full_tensor") else shard
             state[name] = full.detach().float().to(dtype).cpu()
         return state if self.rank == 0 else None

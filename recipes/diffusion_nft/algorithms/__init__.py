@@ -23,8 +23,9 @@ package depends on the config, never the other way round. Nothing here imports t
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ContextManager, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from recipes.diffusion_nft.config import JobConfig
 
@@ -72,10 +73,10 @@ class Policy(Protocol):
                 t: torch.Tensor) -> torch.Tensor:
         """The velocity of the policy being trained (float32), with grad."""
 
-    def old_policy(self) -> ContextManager[None]:
+    def old_policy(self) -> AbstractContextManager[None]:
         """Within: ``predict`` uses the old policy's weights (the EMA; for a no-grad forward)."""
 
-    def reference(self) -> ContextManager[None]:
+    def reference(self) -> AbstractContextManager[None]:
         """Within: ``predict`` uses the frozen base model (adapters off)."""
 
 

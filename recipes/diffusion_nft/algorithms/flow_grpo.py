@@ -32,9 +32,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from recipes.diffusion_nft import seeds
-from recipes.diffusion_nft.sampling import decode
-
 from recipes.diffusion_nft.algorithms import sample_conditioning
+from recipes.diffusion_nft.sampling import decode
 
 if TYPE_CHECKING:
     from recipes.diffusion_nft.algorithms import Policy, SampleRequest
@@ -261,12 +260,12 @@ def rollout_metrics(batch: dict[str, torch.Tensor]) -> dict[str, float]:
 @torch.no_grad()
 def update_old_policy(old: list[torch.Tensor], params: list[torch.Tensor], step: int, config: JobConfig) -> None:
     """The next rollout samples with the policy just trained (on-policy): no EMA."""
-    for o, param in zip(old, params):
+    for o, param in zip(old, params, strict=True):
         o.copy_(param.detach())
 
 
 def start_step(policy: Policy, batch: dict[str, torch.Tensor], config: JobConfig, rollout: int,
-               offset: int) -> "GRPOStep":
+               offset: int) -> GRPOStep:
     return GRPOStep(policy, batch, config)
 
 

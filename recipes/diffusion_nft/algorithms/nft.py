@@ -13,15 +13,15 @@ alone, and its hooks into the pipeline (the ``Algorithm`` protocol of this packa
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 import torch
 
 from recipes.diffusion_nft import seeds
-from recipes.diffusion_nft.sampling import decode, denoise
-
 from recipes.diffusion_nft.algorithms import sample_conditioning
+from recipes.diffusion_nft.sampling import decode, denoise
 
 if TYPE_CHECKING:
     from recipes.diffusion_nft.algorithms import Policy, SampleRequest
@@ -133,7 +133,7 @@ def ema_decay(step: int, slope: float = 0.001, max_decay: float = 0.5) -> float:
 @torch.no_grad()
 def ema_update(old: Iterable[torch.Tensor], new: Iterable[torch.Tensor], decay: float) -> None:
     """old <- decay*old + (1-decay)*new, in place (works on FSDP shards: elementwise)."""
-    for o, n in zip(old, new):
+    for o, n in zip(old, new, strict=True):
         o.mul_(decay).add_(n.detach().to(o.dtype), alpha=1 - decay)
 
 
@@ -169,7 +169,7 @@ def update_old_policy(old: list[torch.Tensor], params: list[torch.Tensor], step:
 
 
 def start_step(policy: Policy, batch: dict[str, torch.Tensor], config: JobConfig, rollout: int,
-               offset: int) -> "NFTStep":
+               offset: int) -> NFTStep:
     return NFTStep(policy, batch, config, rollout, offset)
 
 
