@@ -55,6 +55,8 @@ if _SUITE_TMP_MADE_HERE:
         _user = f"uid_{os.getuid()}"
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), "torchinductor_" + _user))
     os.environ["DETAUDIT_SUITE_TMP"] = os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="dts-", dir="/tmp")
+    # Others may pass through, as through /tmp (a test scans a folder as user nobody), but not list it.
+    os.chmod(os.environ["TMPDIR"], 0o711)
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 # One environment-probe cache for the session (detaudit/env/probes/probe_cache.py), made by the
 # process that loads this file first (xdist's workers and every subprocess inherit it): the
