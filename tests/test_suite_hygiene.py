@@ -34,9 +34,9 @@ def test_starts_ray_in_a_subprocess():
 '''
 
 
-def run_pytest(folder: Path, *args: str) -> subprocess.CompletedProcess:
+def run_pytest(folder: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
-                          cwd=folder, capture_output=True, text=True, timeout=900)
+                          cwd=folder, capture_output=True, text=True, timeout=900, env=env)
 
 
 @pytest.mark.slow
@@ -267,8 +267,7 @@ def test_the_session_keeps_its_temporary_files_in_one_folder_and_removes_it(tmp_
     shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "test_leaves.py").write_text(LEAVES_A_WORKDIR)
     env = {k: v for k, v in os.environ.items() if k not in ("DETAUDIT_SUITE_TMP", "TMPDIR", "TORCHINDUCTOR_CACHE_DIR")}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=900, env=env)
+    done = run_pytest(tmp_path, "-n", "2", env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     seen = json.loads((tmp_path / "seen.json").read_text())
     session = Path(seen["tmpdir"])
